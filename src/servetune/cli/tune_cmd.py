@@ -1,0 +1,68 @@
+"""`servetune tune STUDY.yaml --out DIR` and `servetune status DIR`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..store import StudyStore
+from ..tune.display import StudyDisplay, _fmt_duration
+from ..tune.eta import estimate
+
+console = Console()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def tune(
+        study_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="study YAML"),
+        out: Path = typer.Option(..., "--out", "-o", help="study directory (store, logs, report); "
+                                 "run the same command again to resume"),
+        report: bool = typer.Option(True, help="write the report when the study ends"),
+    ) -> None:
+        """Run (or resume) a tuning study: baseline, search, finalists, verdict."""
+        from ..study.spec import load_study
+        from ..tune.runner import StudyRunner
+
+        spec = load_study(study_file)
+        runner = StudyRunner(spec, out, display=StudyDisplay(Console(stderr=True)))
+        result = runner.run()
+        if result.winner is not None:
+            console.print(f"[bold green]winner:[/] {result.winner.label}  ({result.winner_reason})")
+        else:
+            console.print(f"[bold]no winner:[/] {result.winner_reason}")
+        if report:
+            from ..report import write_report
+
+            paths = write_report(result, runner.store, out)
+            for path in paths:
+                console.print(f"report: {path}")
+
+    @app.command()
+    def status(out: Path = typer.Argument(..., help="study directory")) -> None:
+        """Progress of a study from its store: trials done, the current one, ETA."""
+        store = StudyStore.open_existing(out)
+        spec = store.get_meta_json("spec") or {}
+        trials = store.trials()
+        runs = store.runs()
+        done = [t for t in trials if t.status == "done"]
+        running = [t for t in trials if t.status != "done"]
+        eta = estimate(trials, runs)
+        table = Table(title=f"study {spec.get('name', out)}")
+        for col in ("#", "role", "config", "outcome", "boot s", "runs"):
+            table.add_column(col)
+        base_cfg = next((t.config for t in trials if t.role == "baseline"), None)
+        for t in trials:
+            n_runs = len([r for r in runs if r.trial_id == t.id])
+            table.add_row(str(t.seq), t.role, t.config.label(base_cfg) if base_cfg else t.config.label(),
+                          t.outcome or "[yellow]running/interrupted[/]",
+                          f"{t.boot_s:.0f}" if t.boot_s else "-", str(n_runs))
+        console.print(table)
+        console.print(f"trials done: {len(done)}; unfinished: {len(running)}; "
+                      f"median boot {eta.boot_s:.0f} s; wall time so far {_fmt_duration(store.elapsed_wall_s())}")
+        verdict = store.get_meta_json("verdict")
+        if verdict:
+            console.print(f"verdict: {verdict['reason']}")

@@ -1,0 +1,184 @@
+"""BootFacts: what a vLLM server's start-up log says about the configuration that took effect.
+
+Known log dialects (excerpts kept under tests/fixtures/logs/):
+- 0.26 (GPU): "GPU KV cache size: 814,368 tokens" and, on the next line,
+  "Maximum concurrency for 40,960 tokens per request: 19.88x".
+- 0.32 (GPU or CPU): one line, "CPU KV cache size: 58,240 tokens, Maximum concurrency for ...".
+Each fact is optional: a missing line leaves None, never an error.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+# "(EngineCore pid=123) INFO 11-30 07:29:17 [file.py:42] message" -> level, message.
+_LINE = re.compile(
+    r"^(?:\((?P<proc>[\w ]+?) pid=\d+\)\s+)?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+    r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s?(?P<msg>.*)$"
+)
+
+_VERSION_ENGINE = re.compile(r"Initializing a V1 LLM engine \(v(?P<v>[^)\s]+)\)")
+_VERSION_BANNER = re.compile(r"\bversion\s+(?P<v>\d+\.\d+\.\d+\S*)")
+_NON_DEFAULT = re.compile(r"non-default args: (?P<d>\{.*\})\s*$")
+_KV_TOKENS = re.compile(r"(?P<dev>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<n>[\d,]+) tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for (?P<t>[\d,]+) tokens per request: (?P<x>[\d,.]+)x")
+_KV_MEMORY = re.compile(r"Available KV cache memory: (?P<g>[\d.]+) GiB")
+_MODEL_LOAD = re.compile(r"Model loading took (?P<g>[\d.]+) GiB(?: memory)? and (?P<s>[\d.]+) seconds")
+_COMPILE = re.compile(r"torch\.compile took (?P<s>[\d.]+) s in total")
+_GRAPHS = re.compile(r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<g>-?[\d.]+) GiB")
+_ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[\d.]+) s")
+_ASYNC = re.compile(r"Asynchronous scheduling is (?P<state>enabled|disabled)")
+_CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(?P<n>\d+)")
+_MAX_MODEL_LEN = re.compile(r"Using max model len (?P<n>\d+)")
+_ATTENTION = re.compile(r"Using (?P<b>[A-Z][A-Z0-9_]*) (?:attention )?backend\b")
+_ENGINE_CONFIG = re.compile(r"Initializing a V1 LLM engine \([^)]*\) with config: (?P<cfg>.*)$")
+_MAMBA_MODE = re.compile(r"Mamba cache mode is set to '(?P<mode>\w+)'")
+_DEFAULT_MOE = re.compile(r"Using default MoE config")
+
+
+class BootFacts(BaseModel):
+    """Facts from one server start. Sizes in GiB, durations in seconds, None = not in the log."""
+
+    vllm_version: str | None = None
+    non_default_args: dict[str, Any] = Field(default_factory=dict)
+    engine_config: dict[str, str] = Field(default_factory=dict)  # "with config: k=v, ..." as text
+    kv_cache_device: str | None = None  # "GPU", "CPU", ...
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    max_concurrency_tokens: int | None = None  # the request length max_concurrency is quoted for
+    kv_cache_memory_gib: float | None = None
+    model_load_seconds: float | None = None
+    model_load_gib: float | None = None
+    torch_compile_seconds: float | None = None
+    cuda_graph_seconds: float | None = None
+    cuda_graph_gib: float | None = None
+    engine_init_seconds: float | None = None
+    async_scheduling: bool | None = None
+    attention_backend: str | None = None
+    max_num_batched_tokens: int | None = None  # from the chunked-prefill line
+    max_model_len: int | None = None
+    mamba_cache_mode: str | None = None  # set by the model/platform, not by the user
+    default_moe_config: bool = False  # no tuned fused-MoE config for this device: slow kernels
+    notable: list[str] = Field(default_factory=list)  # lines worth a user's attention
+    warnings: list[str] = Field(default_factory=list)  # every distinct WARNING message
+    evidence: dict[str, str] = Field(default_factory=dict)  # fact name -> the log line it came from
+    startup_seconds: float | None = None  # measured by the launcher: launch -> /health 200
+
+
+def parse_boot_facts(text: str) -> BootFacts:
+    """Parse a server log (whole or its start-up part). Later lines win where a fact repeats:
+    the engine process logs the final value after the API server logs a provisional one."""
+    facts = BootFacts()
+    seen_warnings: set[str] = set()
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        m = _LINE.match(line)
+        level, msg = (m["level"], m["msg"]) if m else (None, line)
+        if level == "WARNING" and msg not in seen_warnings:
+            seen_warnings.add(msg)
+            facts.warnings.append(msg)
+        _scan(facts, msg, line)
+    return facts
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat list of line kinds
+    def found(name: str) -> None:
+        f.evidence[name] = line
+
+    if m := _VERSION_ENGINE.search(msg):
+        f.vllm_version = m["v"]
+        found("vllm_version")
+    elif f.vllm_version is None and (m := _VERSION_BANNER.search(msg)):
+        f.vllm_version = m["v"]
+        found("vllm_version")
+    if m := _NON_DEFAULT.search(msg):
+        f.non_default_args = _literal_dict(m["d"])
+        found("non_default_args")
+    if m := _ENGINE_CONFIG.search(msg):
+        f.engine_config = split_engine_config(m["cfg"])
+        found("engine_config")
+        if "max_seq_len" in f.engine_config and f.engine_config["max_seq_len"].isdigit():
+            f.max_model_len = int(f.engine_config["max_seq_len"])
+            found("max_model_len")
+    if m := _KV_TOKENS.search(msg):
+        f.kv_cache_device, f.kv_cache_tokens = m["dev"], int(_num(m["n"]))
+        found("kv_cache_tokens")
+    if m := _CONCURRENCY.search(msg):
+        f.max_concurrency_tokens, f.max_concurrency = int(_num(m["t"])), _num(m["x"])
+        found("max_concurrency")
+    if m := _KV_MEMORY.search(msg):
+        f.kv_cache_memory_gib = float(m["g"])
+        found("kv_cache_memory_gib")
+    if m := _MODEL_LOAD.search(msg):
+        f.model_load_gib, f.model_load_seconds = float(m["g"]), float(m["s"])
+        found("model_load")
+    if m := _COMPILE.search(msg):
+        f.torch_compile_seconds = float(m["s"])
+        found("torch_compile_seconds")
+    if m := _GRAPHS.search(msg):
+        f.cuda_graph_seconds, f.cuda_graph_gib = float(m["s"]), float(m["g"])
+        found("cuda_graph")
+    if m := _ENGINE_INIT.search(msg):
+        f.engine_init_seconds = float(m["s"])
+        found("engine_init_seconds")
+    if m := _ASYNC.search(msg):
+        f.async_scheduling = m["state"] == "enabled"
+        found("async_scheduling")
+    if m := _CHUNKED.search(msg):
+        f.max_num_batched_tokens = int(m["n"])
+        found("max_num_batched_tokens")
+    if m := _MAX_MODEL_LEN.search(msg):
+        f.max_model_len = int(m["n"])
+        found("max_model_len")
+    if f.attention_backend is None and (m := _ATTENTION.search(msg)):
+        f.attention_backend = m["b"]
+        found("attention_backend")
+    if m := _MAMBA_MODE.search(msg):
+        f.mamba_cache_mode = m["mode"]
+        found("mamba_cache_mode")
+        f.notable.append(msg)
+    if _DEFAULT_MOE.search(msg) and not f.default_moe_config:
+        f.default_moe_config = True
+        found("default_moe_config")
+        f.notable.append(msg)
+
+
+def _literal_dict(text: str) -> dict[str, Any]:
+    """The dict vLLM prints with %s. Reprs that are not literals (objects) fall back to text."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return {"_unparsed": text}
+    return value if isinstance(value, dict) else {"_unparsed": text}
+
+
+def split_engine_config(text: str) -> dict[str, str]:
+    """`k=v, k2={'a': 1, 'b': 2}, ...` -> {k: "v", k2: "{'a': 1, 'b': 2}"}: split on top-level
+    commas only (values nest brackets and quote strings). Values stay text; this line is repr
+    output, not a literal, e.g. `dtype=torch.bfloat16`."""
+    items: dict[str, str] = {}
+    depth, quote, start = 0, "", 0
+    for i, ch in enumerate(text + ","):
+        if quote:
+            if ch == quote and text[i - 1] != "\\":
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            key, sep, value = text[start:i].strip().partition("=")
+            if sep and key.isidentifier():
+                items[key] = value.strip().strip("'\"") if value.strip()[:1] in "'\"" else value.strip()
+            start = i + 1
+    return items

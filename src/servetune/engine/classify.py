@@ -1,0 +1,89 @@
+"""Why a server did not come up (or went down): an Outcome from the log tail and the exit code.
+
+Patterns are taken from real vLLM failures (tests/fixtures/logs/). The first matching rule wins,
+so the more specific ones (context_too_long quotes KV cache memory too) come first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from .outcome import Outcome
+
+
+class Failure(BaseModel):
+    outcome: Outcome
+    detail: str
+    evidence: list[str]  # the log lines behind the verdict
+    estimated_max_model_len: int | None = None  # context_too_long: vLLM's estimate of what fits
+
+
+@dataclass(frozen=True)
+class _Rule:
+    outcome: Outcome
+    pattern: re.Pattern[str]
+    detail: str
+
+
+_CONTEXT = re.compile(r"estimated maximum model length is (?P<n>\d+)")
+_RULES = [
+    _Rule(Outcome.port_in_use, re.compile(r"Address already in use|\[Errno 98\]"), "port already in use"),
+    _Rule(Outcome.context_too_long, re.compile(
+        r"estimated maximum model length is \d+|KV cache is needed, which is larger than the available KV cache memory"
+        r"|larger than the maximum number of tokens that can be stored in KV cache"),
+        "max model length does not fit in the KV cache"),
+    _Rule(Outcome.oom, re.compile(
+        r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks"
+        r"|Insufficient memory|Cannot allocate memory|\bMemoryError\b|insufficient KV cache", re.IGNORECASE),
+        "out of memory"),
+    _Rule(Outcome.invalid_arg, re.compile(
+        r": error: (?:unrecognized arguments|argument |the following arguments are required)"
+        r"|invalid choice:|validation errors? for \w+|pydantic_core\._pydantic_core\.ValidationError"),
+        "invalid engine argument"),
+]
+
+
+def classify_failure(log_tail: str, exit_code: int | None) -> Failure:
+    """Classify a server that exited before it became healthy (or died later)."""
+    lines = log_tail.splitlines()
+    for rule in _RULES:
+        hits = [ln for ln in lines if rule.pattern.search(ln)]
+        if not hits:
+            continue
+        evidence = _dedupe(hits)[-5:]
+        detail = f"{rule.detail}: {_trim(evidence[-1])}"
+        n = None
+        if rule.outcome is Outcome.context_too_long:
+            m = next((m for ln in reversed(hits) if (m := _CONTEXT.search(ln))), None)
+            if m:
+                n = int(m["n"])
+                detail = f"{rule.detail}; vLLM estimates the maximum model length that fits is {n}"
+        if rule.outcome is Outcome.invalid_arg:
+            evidence = _with_following(lines, evidence)
+        return Failure(outcome=rule.outcome, detail=detail, evidence=evidence, estimated_max_model_len=n)
+    errors = [ln for ln in lines if re.search(r"\b(?:Error|Exception)\b", ln)]
+    detail = f"server exited with code {exit_code}" if exit_code is not None else "server died"
+    return Failure(outcome=Outcome.crashed, detail=detail, evidence=_dedupe(errors)[-5:])
+
+
+def _with_following(lines: list[str], evidence: list[str]) -> list[str]:
+    """pydantic prints the offending field on the lines after 'N validation error(s) for X'."""
+    if not evidence or "validation error" not in evidence[-1]:
+        return evidence
+    i = len(lines) - 1 - lines[::-1].index(evidence[-1])
+    return [*evidence, *lines[i + 1 : i + 4]]
+
+
+def _dedupe(lines: list[str]) -> list[str]:
+    return list(dict.fromkeys(ln.strip() for ln in lines))
+
+
+def _trim(line: str, width: int = 300) -> str:
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def tail(text: str, n: int = 80) -> str:
+    return "\n".join(text.splitlines()[-n:])

@@ -1,0 +1,306 @@
+"""The streaming HTTP client: sends prepared requests on a schedule and records raw chunks.
+
+Hot path: one `perf_counter_ns()` and one list append per read; bodies are serialized before
+the run and responses are parsed after it (`parse_stream`), so JSON work never delays the
+stamp of another stream's chunk. An SSE event is stamped with the time of the read that
+completed it, as `vllm bench serve` stamps when it parses that read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import time
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+
+import aiohttp
+
+from .records import RequestRecord
+
+READ_BUFSIZE = 1 << 20
+LAG_TICK_S = 0.01
+
+
+@dataclass
+class Job:
+    """A request ready to send. `offset_ns` from the run's start; None in a closed loop."""
+
+    index: int
+    input_len: int
+    output_len: int
+    body: bytes
+    warmup: bool = False
+    offset_ns: int | None = None
+
+
+@dataclass
+class Raw:
+    """What the hot path keeps of one response."""
+
+    times: list[int] = field(default_factory=list)
+    chunks: list[bytes] = field(default_factory=list)
+    status: int = 0
+    error: str | None = None
+
+
+@dataclass
+class DriveResult:
+    records: list[RequestRecord]
+    schedule_delay_ns: list[int]
+    loop_lag_ns: list[int]
+    cap_waits: int                     # open loop: requests that waited for a concurrency slot
+    first_dispatch_ns: int | None
+    last_dispatch_ns: int | None
+    cpu_busy: float                    # this process's CPU seconds / wall seconds
+
+
+def request_body(endpoint: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> bytes:
+    """The JSON body `vllm bench serve` sends, plus continuous usage stats (per-chunk token counts)."""
+    body: dict[str, Any] = {
+        "model": model,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    if endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+        body["max_completion_tokens"] = max_tokens
+    else:
+        body["prompt"] = prompt
+        body["max_tokens"] = max_tokens
+        body["repetition_penalty"] = 1.0
+    if ignore_eos:
+        body["ignore_eos"] = True
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def endpoint_path(endpoint: str) -> str:
+    return "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+
+
+def headers() -> dict[str, str]:
+    h = {"Content-Type": "application/json"}
+    key = os.environ.get("OPENAI_API_KEY")
+    if key:
+        h["Authorization"] = f"Bearer {key}"
+    return h
+
+
+def make_session(concurrency: int) -> aiohttp.ClientSession:
+    # limit 0 = unbounded; otherwise the pool never makes a request wait for a connection.
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60, force_close=False)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=6 * 3600, sock_connect=30),
+        read_bufsize=READ_BUFSIZE,
+        auto_decompress=False,
+    )
+
+
+async def send(session: aiohttp.ClientSession, url: str, body: bytes, hdrs: dict[str, str], rec: RequestRecord,
+               raw: Raw) -> None:
+    """Stream one response into `raw`; stamps dispatch and end on `rec`."""
+    times, chunks = raw.times, raw.chunks
+    clock = time.perf_counter_ns
+    rec.dispatch_ns = clock()
+    try:
+        async with session.post(url, data=body, headers=hdrs) as resp:
+            raw.status = resp.status
+            if resp.status != 200:
+                text = (await resp.read())[:300].decode(errors="replace")
+                raw.error = f"HTTP {resp.status}: {text}"
+                return
+            content = resp.content
+            while True:
+                data = await content.readany()
+                if not data:
+                    break
+                times.append(clock())
+                chunks.append(data)
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        raw.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        rec.end_ns = clock()
+
+
+def parse_stream(rec: RequestRecord, raw: Raw) -> RequestRecord:
+    """Fill token times and counts from the raw SSE bytes (after the run)."""
+    rec.error = raw.error
+    if raw.error is not None:
+        return rec
+    data = b"".join(raw.chunks)
+    ends = list(accumulate(len(c) for c in raw.chunks))
+    prev_completion = 0
+    pos = 0
+    done = False
+    saw_usage_per_chunk = True
+    while True:
+        if pos >= len(data):
+            break
+        cut = data.find(b"\n\n", pos)
+        if cut < 0:  # an unterminated last event still counts
+            event, t_ns, pos = data[pos:].strip(), raw.times[-1], len(data)
+        else:
+            event, t_ns = data[pos:cut].strip(), raw.times[bisect_left(ends, cut + 2)]
+            pos = cut + 2
+        if not event or event.startswith(b":"):
+            continue
+        payload = event[5:].strip() if event.startswith(b"data:") else event
+        if payload == b"[DONE]":
+            done = True
+            continue
+        try:
+            obj = json.loads(payload)
+        except json.JSONDecodeError:
+            rec.error = f"unparsable event: {payload[:120]!r}"
+            return rec
+        if "error" in obj and not obj.get("choices"):
+            rec.error = f"server error: {json.dumps(obj['error'])[:300]}"
+            return rec
+        usage = obj.get("usage")
+        if usage:
+            rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
+        if obj.get("choices"):
+            if rec.first_token_ns is None:
+                rec.first_token_ns = t_ns
+            rec.chunk_ns.append(t_ns)
+            if usage and usage.get("completion_tokens") is not None:
+                rec.chunk_tokens.append(usage["completion_tokens"] - prev_completion)
+                prev_completion = usage["completion_tokens"]
+            else:
+                saw_usage_per_chunk = False
+                rec.chunk_tokens.append(1)
+        elif usage:
+            rec.output_tokens = usage.get("completion_tokens")
+    if rec.output_tokens is None and saw_usage_per_chunk and rec.chunk_tokens:
+        rec.output_tokens = prev_completion
+    if not rec.chunk_ns:
+        rec.error = "no token chunk in the response"
+    elif not done:
+        rec.error = "stream ended without [DONE]"
+    return rec
+
+
+class _LagMonitor:
+    """Event-loop lag: how late a 10 ms sleep wakes up."""
+
+    def __init__(self) -> None:
+        self.samples: list[int] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        tick = int(LAG_TICK_S * 1e9)
+        while True:
+            t = time.perf_counter_ns()
+            await asyncio.sleep(LAG_TICK_S)
+            self.samples.append(max(time.perf_counter_ns() - t - tick, 0))
+
+    def __enter__(self) -> _LagMonitor:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+
+async def drive(
+    url: str,
+    jobs: list[Job],
+    *,
+    concurrency: int | None,
+    start_ns: int,
+    deadline_ns: int | None = None,
+    on_done: Callable[[], None] | None = None,
+    session: aiohttp.ClientSession | None = None,
+) -> DriveResult:
+    """Send `jobs` (closed loop when their offsets are None) and return parsed records.
+
+    `start_ns` is the schedule's origin (perf_counter_ns, system-wide on Linux, so worker
+    processes share it); no request starts after `deadline_ns`.
+    """
+    import psutil
+
+    own_session = session is None
+    sess = session or make_session(concurrency or len(jobs))
+    hdrs = headers()
+    pairs: list[tuple[RequestRecord, Raw]] = []
+    delays: list[int] = []
+    cap_waits = 0
+    clock = time.perf_counter_ns
+    proc = psutil.Process()
+    cpu0, wall0 = proc.cpu_times(), clock()
+
+    def new_record(job: Job, scheduled: int) -> tuple[RequestRecord, Raw]:
+        rec = RequestRecord(index=job.index, warmup=job.warmup, input_len=job.input_len,
+                            output_len=job.output_len, scheduled_ns=scheduled)
+        pair = (rec, Raw())
+        pairs.append(pair)
+        return pair
+
+    async def closed_slot(it: Any) -> None:
+        for job in it:
+            now = clock()
+            if deadline_ns is not None and now > deadline_ns:
+                return
+            rec, raw = new_record(job, now)
+            await send(sess, url, job.body, hdrs, rec, raw)
+            delays.append(rec.dispatch_ns - now)
+            if on_done:
+                on_done()
+
+    async def open_one(job: Job, target: int, sem: asyncio.Semaphore | None) -> None:
+        nonlocal cap_waits
+        rec, raw = new_record(job, target)
+        ready = target
+        if sem is not None:
+            if sem.locked():
+                cap_waits += 1
+                await sem.acquire()
+                ready = clock()
+            else:
+                await sem.acquire()
+        try:
+            await send(sess, url, job.body, hdrs, rec, raw)
+        finally:
+            if sem is not None:
+                sem.release()
+        delays.append(rec.dispatch_ns - ready)
+        if on_done:
+            on_done()
+
+    try:
+        with _LagMonitor() as lag:
+            if jobs and jobs[0].offset_ns is None:
+                await asyncio.sleep(max(start_ns - clock(), 0) / 1e9)
+                it = iter(jobs)
+                await asyncio.gather(*(closed_slot(it) for _ in range(min(concurrency or 1, len(jobs)))))
+            else:
+                sem = asyncio.Semaphore(concurrency) if concurrency else None
+                tasks = []
+                for job in jobs:
+                    target = start_ns + (job.offset_ns or 0)
+                    wait = target - clock()
+                    if wait > 0:
+                        await asyncio.sleep(wait / 1e9)
+                    if deadline_ns is not None and clock() > deadline_ns:
+                        break
+                    tasks.append(asyncio.create_task(open_one(job, target, sem)))
+                await asyncio.gather(*tasks)
+    finally:
+        if own_session:
+            await sess.close()
+    cpu1, wall1 = proc.cpu_times(), clock()
+    busy = ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / max((wall1 - wall0) / 1e9, 1e-9)
+    records = [parse_stream(rec, raw) for rec, raw in pairs]
+    dispatches = [r.dispatch_ns for r in records if r.dispatch_ns]
+    return DriveResult(
+        records=records, schedule_delay_ns=delays, loop_lag_ns=lag.samples, cap_waits=cap_waits,
+        first_dispatch_ns=min(dispatches, default=None), last_dispatch_ns=max(dispatches, default=None),
+        cpu_busy=busy if math.isfinite(busy) else 0.0,
+    )

@@ -1,0 +1,112 @@
+"""What each request of a Run asks for: lengths sampled from the Scenario, or a JSONL dataset."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ServetuneError
+from .scenario import Fixed, FromFile, Length, Normal, Scenario, Uniform
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request before prompt synthesis: target lengths, or a given prompt text."""
+
+    input_len: int | None   # None: a dataset prompt, counted by the tokenizer
+    output_len: int
+    prompt: str | None = None
+
+
+def _read_int_file(path: Path) -> np.ndarray:
+    values: list[int] = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ServetuneError(f"cannot read length file {path}: {exc}") from exc
+    for lineno, line in enumerate(lines, 1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        try:
+            v = int(s)
+        except ValueError:
+            raise ServetuneError(f"{path}:{lineno}: expected one integer per line, got {s!r}") from None
+        if v < 1:
+            raise ServetuneError(f"{path}:{lineno}: length must be >= 1, got {v}")
+        values.append(v)
+    if not values:
+        raise ServetuneError(f"{path}: no lengths in the file")
+    return np.asarray(values)
+
+
+def sample_lengths(spec: Length, n: int, rng: np.random.Generator) -> list[int]:
+    """n lengths from a fixed value or a distribution; normal draws are rounded and kept >= 1."""
+    if isinstance(spec, int):
+        return [spec] * n
+    if isinstance(spec, Fixed):
+        return [spec.value] * n
+    if isinstance(spec, Uniform):
+        lo, hi = sorted((spec.low, spec.high))
+        return rng.integers(lo, hi + 1, size=n).tolist()
+    if isinstance(spec, Normal):
+        return np.maximum(np.rint(rng.normal(spec.mean, spec.std, size=n)), 1).astype(int).tolist()
+    if isinstance(spec, FromFile):
+        return rng.choice(_read_int_file(spec.path), size=n).astype(int).tolist()
+    raise TypeError(f"unknown length spec {spec!r}")
+
+
+def read_dataset(path: Path) -> list[RequestSpec]:
+    """JSONL, one request a line: {"prompt": str, "output_len"?: int} or {"input_len", "output_len"}."""
+    specs: list[RequestSpec] = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ServetuneError(f"cannot read dataset {path}: {exc}") from exc
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ServetuneError(f"{where}: not JSON ({exc.msg})") from None
+        if not isinstance(row, dict):
+            raise ServetuneError(f"{where}: expected a JSON object")
+        out = row.get("output_len", row.get("max_tokens"))
+        if "prompt" in row:
+            if not isinstance(row["prompt"], str) or not row["prompt"]:
+                raise ServetuneError(f"{where}: 'prompt' must be a non-empty string")
+            specs.append(RequestSpec(None, _positive(out if out is not None else 256, where, "output_len"),
+                                     row["prompt"]))
+        elif "input_len" in row and out is not None:
+            specs.append(RequestSpec(_positive(row["input_len"], where, "input_len"),
+                                     _positive(out, where, "output_len")))
+        else:
+            raise ServetuneError(f"{where}: need 'prompt' or both 'input_len' and 'output_len'")
+    if not specs:
+        raise ServetuneError(f"{path}: the dataset is empty")
+    return specs
+
+
+def _positive(value: object, where: str, key: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ServetuneError(f"{where}: '{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+def request_specs(scenario: Scenario, n: int, rng: np.random.Generator) -> list[RequestSpec]:
+    """The first n requests of the scenario (a dataset cycles when n exceeds its size)."""
+    if scenario.sweep_input_lens:
+        lens = scenario.sweep_input_lens
+        outs = sample_lengths(scenario.output_len, len(lens), rng)
+        return [RequestSpec(i, o) for i, o in zip(lens, outs)][:n] if n else []
+    if scenario.dataset is not None:
+        rows = read_dataset(scenario.dataset)
+        return [rows[i % len(rows)] for i in range(n)]
+    ins = sample_lengths(scenario.input_len, n, rng)
+    outs = sample_lengths(scenario.output_len, n, rng)
+    return [RequestSpec(i, o) for i, o in zip(ins, outs)]

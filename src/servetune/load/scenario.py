@@ -1,0 +1,115 @@
+"""A Scenario: the traffic one Run sends to a server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Fixed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["fixed"] = "fixed"
+    value: int = Field(ge=1)
+
+
+class Uniform(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["uniform"] = "uniform"
+    low: int = Field(ge=1)
+    high: int = Field(ge=1)
+
+
+class Normal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["normal"] = "normal"
+    mean: float = Field(gt=0)
+    std: float = Field(ge=0)
+
+
+class FromFile(BaseModel):
+    """One integer per line."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["file"] = "file"
+    path: Path
+
+
+LengthDist = Annotated[Fixed | Uniform | Normal | FromFile, Field(discriminator="kind")]
+Length = int | LengthDist
+
+
+class SharedPrefix(BaseModel):
+    """A common prefix (system prompt, tool schemas) that `share` of requests start with."""
+
+    model_config = ConfigDict(extra="forbid")
+    length: int = Field(ge=1, description="prefix tokens, counted inside input_len")
+    share: float = Field(default=1.0, ge=0.0, le=1.0)
+
+
+class Scenario(BaseModel):
+    """Input/output lengths, arrival process, request count, warmups, seed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "custom"
+    input_len: Length = 512
+    output_len: Length = 512
+    # Arrival: closed loop at `concurrency`; open loop at `rate` (req/s, Poisson when
+    # burstiness == 1, gamma otherwise), capped by `concurrency` if both are set;
+    # `rate: inf` sends everything at once.
+    concurrency: int | None = Field(default=1, ge=1)
+    rate: float | None = Field(default=None, gt=0)
+    burstiness: float = Field(default=1.0, gt=0)
+    num_prompts: int | None = Field(default=20, ge=1)
+    duration_s: float | None = Field(default=None, gt=0)
+    warmups: int | None = Field(default=None, ge=0, description="default: max(concurrency, 1)")
+    seed: int = 0
+    ignore_eos: bool = True
+    shared_prefix: SharedPrefix | None = None
+    endpoint: Literal["completions", "chat"] = "completions"
+    dataset: Path | None = Field(default=None, description="JSONL of {prompt} or {input_len, output_len}")
+    # One request per prompt size, in order (the prefill sweep).
+    sweep_input_lens: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        if self.num_prompts is None and self.duration_s is None and not self.sweep_input_lens:
+            raise ValueError("set num_prompts or duration_s")
+        if self.concurrency is None and self.rate is None:
+            raise ValueError("set concurrency (closed loop) or rate (open loop)")
+        return self
+
+    @property
+    def effective_warmups(self) -> int:
+        if self.warmups is not None:
+            return self.warmups
+        return max(self.concurrency or 1, 1)
+
+
+PRESETS: dict[str, Scenario] = {
+    "single-decode": Scenario(name="single-decode", input_len=512, output_len=512, concurrency=1, num_prompts=20),
+    "prefill-heavy": Scenario(name="prefill-heavy", input_len=8192, output_len=256, concurrency=4, num_prompts=16),
+    "contention": Scenario(name="contention", input_len=2048, output_len=512, concurrency=16, num_prompts=64),
+    "chat": Scenario(name="chat", input_len=2048, output_len=256, concurrency=2, num_prompts=20, endpoint="chat"),
+    "prefill-sweep": Scenario(
+        name="prefill-sweep",
+        input_len=4096,
+        output_len=16,
+        concurrency=1,
+        num_prompts=None,
+        warmups=1,
+        sweep_input_lens=[4096, 8192, 12288, 16384, 24576, 32768, 49152],
+    ),
+}
+
+
+def preset(name: str, **overrides: object) -> Scenario:
+    """A built-in scenario with any field overridden."""
+    if name not in PRESETS:
+        raise KeyError(f"unknown scenario preset {name!r}; known: {', '.join(PRESETS)}")
+    base = PRESETS[name].model_dump(exclude_unset=False)
+    base.update({k: v for k, v in overrides.items() if v is not None})
+    base.setdefault("name", name)
+    return Scenario.model_validate(base)

@@ -1,0 +1,155 @@
+"""Server-side evidence per config, and the advice the field reports learnt the hard way.
+
+Evidence comes from the scraped /metrics of each run (`RunResult.server_stats`: counter deltas
+and gauge peaks), averaged per scenario by the analysis; advice is given only where the evidence
+supports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine.config import Config
+
+# Names the scraper may use for each fact, first match wins (vLLM renamed
+# num_preemptions_total -> num_preemptions and gpu_cache_usage_perc -> kv_cache_usage_perc).
+_PREEMPTIONS = ("num_preemptions", "preemptions", "num_preemptions_total", "vllm:num_preemptions",
+                "vllm:num_preemptions_total")
+_KV_PEAK = ("kv_cache_usage_peak", "kv_cache_usage_perc_peak", "peak_kv_cache_usage", "kv_cache_usage_perc_max",
+            "gpu_cache_usage_perc_peak", "kv_cache_usage_max")
+_PREFIX_HITS = ("prefix_cache_hits", "vllm:prefix_cache_hits", "prefix_cache_hits_total")
+_PREFIX_QUERIES = ("prefix_cache_queries", "vllm:prefix_cache_queries", "prefix_cache_queries_total")
+_PREFIX_RATE = ("prefix_cache_hit_rate",)
+_WAITING_PEAK = ("num_requests_waiting_peak", "waiting_peak", "peak_waiting", "num_requests_waiting_max")
+_RUNNING_PEAK = ("num_requests_running_peak", "running_peak", "peak_running", "num_requests_running_max")
+
+KV_TIGHT = 0.90   # peak KV usage at which the pool counts as tight
+KV_LOW = 0.60     # below this, more KV memory buys nothing
+
+
+def _first(stats: Mapping[str, Any], names: Iterable[str]) -> float | None:
+    for name in names:
+        value = stats.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the server said during one config's runs of one scenario (None: not scraped)."""
+
+    preemptions: float | None = None
+    kv_usage_peak: float | None = None     # fraction of the KV pool, 0..1
+    prefix_hit_rate: float | None = None   # fraction of prefix-cache queries that hit, 0..1
+    waiting_peak: float | None = None
+    running_peak: float | None = None
+
+    @classmethod
+    def of(cls, stats: Mapping[str, Any]) -> Evidence:
+        kv = _first(stats, _KV_PEAK)
+        if kv is not None and kv > 1.0:  # some exporters give percent
+            kv /= 100.0
+        rate = _first(stats, _PREFIX_RATE)
+        if rate is None:
+            hits, queries = _first(stats, _PREFIX_HITS), _first(stats, _PREFIX_QUERIES)
+            if hits is not None and queries:
+                rate = hits / queries
+        return cls(preemptions=_first(stats, _PREEMPTIONS), kv_usage_peak=kv, prefix_hit_rate=rate,
+                   waiting_peak=_first(stats, _WAITING_PEAK), running_peak=_first(stats, _RUNNING_PEAK))
+
+    @property
+    def empty(self) -> bool:
+        return all(v is None for v in (self.preemptions, self.kv_usage_peak, self.prefix_hit_rate,
+                                       self.waiting_peak, self.running_peak))
+
+    @property
+    def pool_tight(self) -> bool:
+        return (self.preemptions or 0) > 0 or (self.kv_usage_peak or 0.0) >= KV_TIGHT
+
+
+@dataclass(frozen=True)
+class Advice:
+    subject: str      # config label or "study"
+    topic: str        # short key, e.g. "gpu-memory-utilization"
+    text: str
+
+
+_MEMORY_FLAGS = ("gpu-memory-utilization", "kv-cache-memory-bytes", "num-gpu-blocks-override")
+
+
+def _truthy(value: Any) -> bool:
+    return value is True or (isinstance(value, str) and value.lower() in ("1", "true", "yes"))
+
+
+def advise_config(label: str, config: Config, baseline: Config | None,
+                  evidence: Mapping[str, Evidence], boot_facts: Mapping[str, Any] | None,
+                  mismatches: Iterable[Mapping[str, Any]] = ()) -> list[Advice]:
+    """Advice for one config from its per-scenario evidence, BootFacts and applied-check mismatches."""
+    out: list[Advice] = []
+    ev = {s: e for s, e in evidence.items() if not e.empty}
+    tight = sorted(s for s, e in ev.items() if e.pool_tight)
+    roomy = sorted(s for s, e in ev.items() if not e.pool_tight and e.preemptions is not None
+                   and e.kv_usage_peak is not None and e.kv_usage_peak < KV_LOW)
+    diff = config.diff(baseline) if baseline is not None else {}
+
+    if tight:
+        worst = max((ev[s] for s in tight), key=lambda e: (e.preemptions or 0, e.kv_usage_peak or 0))
+        out.append(Advice(label, "gpu-memory-utilization",
+                          f"The KV cache pool is tight in {', '.join(tight)} (preemptions "
+                          f"{_fmt(worst.preemptions)}, peak KV usage {_pct(worst.kv_usage_peak)}): raising "
+                          "--gpu-memory-utilization (or lowering --max-num-seqs / --max-model-len) should help."))
+    raised = [f for f in _MEMORY_FLAGS if f in diff]
+    if raised and ev and not tight:
+        out.append(Advice(label, "gpu-memory-utilization",
+                          f"This config changes {', '.join('--' + f for f in raised)}, but no scenario preempted "
+                          "or filled the KV pool: more KV memory only helps when preemptions > 0 or KV usage is "
+                          "high; it takes memory from everything else for no gain."))
+    elif roomy and not tight and "gpu-memory-utilization" in config.flags:
+        out.append(Advice(label, "gpu-memory-utilization",
+                          f"No preemptions and peak KV usage below {KV_LOW:.0%} in {', '.join(roomy)}: the KV "
+                          "pool is larger than this workload needs; do not raise --gpu-memory-utilization."))
+
+    prefix_on = config.flags.get("enable-prefix-caching")
+    rates = {s: e.prefix_hit_rate for s, e in ev.items() if e.prefix_hit_rate is not None}
+    if rates and prefix_on is not False and all(r < 0.01 for r in rates.values()):
+        out.append(Advice(label, "prefix-caching",
+                          "The prefix cache hit rate is ~0 in every scenario: prefix caching buys nothing on "
+                          "this traffic (on hybrid models it also forces mamba 'align' mode, which costs 5-10 %)."))
+    waiting = sorted(s for s, e in ev.items() if (e.waiting_peak or 0) > 0 and not e.pool_tight)
+    if waiting:
+        out.append(Advice(label, "max-num-seqs",
+                          f"Requests queued (waiting > 0) in {', '.join(waiting)} while the KV pool had room: "
+                          "--max-num-seqs may be limiting concurrency."))
+
+    facts = boot_facts or {}
+    if facts.get("default_moe_config"):
+        out.append(Advice(label, "moe-config",
+                          "vLLM used its default fused-MoE kernel config (no tuned config for this device). "
+                          "Tuning it is a kernel micro-benchmark: check the serving numbers before keeping it."))
+    if _truthy(config.flags.get("enforce-eager")):
+        out.append(Advice(label, "cuda-graphs",
+                          "--enforce-eager disables CUDA graphs, which cost decode throughput (a third in one "
+                          "field report); to save graph memory, narrow the capture sizes instead."))
+    for m in mismatches:
+        name = m.get("flag") or m.get("name") or m.get("key") or "?"
+        out.append(Advice(label, "applied-check",
+                          f"--{name} was requested as {m.get('requested')!r} but the server applied "
+                          f"{m.get('applied')!r}{_why(m)}: the measured effect is not that of the requested value."))
+    return out
+
+
+def _why(m: Mapping[str, Any]) -> str:
+    why = m.get("reason") or m.get("source") or m.get("evidence")
+    return f" ({why})" if why else ""
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:g}"
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0%}"

@@ -1,0 +1,169 @@
+"""The report's figures, drawn with matplotlib's Agg canvas and returned as PNG bytes.
+
+Each function takes plain data and returns None when there is nothing to draw, so a section
+without data is left out rather than drawn empty.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display anywhere servetune runs; must precede any pyplot import
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from ..tune.analysis_types import DriftPoint  # noqa: E402
+
+DPI = 100
+SERIES_TITLES = {"ttft": "TTFT (ms)", "tpot": "TPOT (ms)", "itl": "ITL (ms)", "e2el": "E2E latency (ms)"}
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str      # file stem
+    title: str
+    png: bytes
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def latency_distributions(data: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]],
+                          series: Sequence[str] = ("ttft", "tpot", "itl")) -> bytes | None:
+    """ECDFs of per-request latencies: one row per scenario, one column per series, one line per config.
+
+    `data`: scenario -> config label -> series name -> values in ms.
+    """
+    scenarios = [s for s, by_cfg in data.items() if any(len(v.get(k, ())) for v in by_cfg.values() for k in series)]
+    if not scenarios:
+        return None
+    fig = Figure(figsize=(4.2 * len(series), 3.0 * len(scenarios)))
+    axes = fig.subplots(len(scenarios), len(series), squeeze=False)
+    for row, scenario in enumerate(scenarios):
+        for col, name in enumerate(series):
+            ax = axes[row][col]
+            for label, by_series in data[scenario].items():
+                values = np.sort(np.asarray(by_series.get(name, ()), dtype=float))
+                if values.size:
+                    ax.step(values, np.arange(1, values.size + 1) / values.size, where="post", label=label)
+            ax.set_title(f"{scenario}: {SERIES_TITLES.get(name, name)}", fontsize=9)
+            ax.set_ylabel("fraction of requests", fontsize=8)
+            ax.grid(alpha=0.3)
+            if ax.get_lines() and all(np.min(line.get_xdata()) > 0 for line in ax.get_lines()):
+                ax.set_xscale("log")
+            if row == 0 and col == 0 and ax.get_lines():
+                ax.legend(fontsize=7)
+    return _png(fig)
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    label: str
+    latency: float       # lower is better
+    throughput: float    # higher is better
+    is_baseline: bool = False
+    is_winner: bool = False
+
+
+def pareto_front(points: Sequence[TradeoffPoint]) -> list[TradeoffPoint]:
+    """Points no other point beats on both axes (lower latency and higher throughput), by latency."""
+    ordered = sorted(points, key=lambda p: (p.latency, -p.throughput))
+    front: list[TradeoffPoint] = []
+    best = -math.inf
+    for p in ordered:
+        if p.throughput > best:
+            front.append(p)
+            best = p.throughput
+    return front
+
+
+def throughput_vs_latency(points: Mapping[str, Sequence[TradeoffPoint]], latency_metric: str,
+                          throughput_metric: str) -> bytes | None:
+    scenarios = [s for s, pts in points.items() if pts]
+    if not scenarios:
+        return None
+    fig = Figure(figsize=(5.0 * len(scenarios), 3.8))
+    axes = fig.subplots(1, len(scenarios), squeeze=False)[0]
+    for ax, scenario in zip(axes, scenarios):
+        pts = points[scenario]
+        ax.scatter([p.latency for p in pts], [p.throughput for p in pts], color="tab:gray", s=18, label="configs")
+        front = pareto_front(pts)
+        ax.plot([p.latency for p in front], [p.throughput for p in front], "-o", color="tab:blue", ms=4,
+                label="Pareto front")
+        for p in pts:
+            if p.is_baseline or p.is_winner:
+                ax.scatter([p.latency], [p.throughput], s=80, marker="*" if p.is_winner else "s",
+                           color="tab:green" if p.is_winner else "tab:red",
+                           label="winner" if p.is_winner else "baseline", zorder=3)
+        ax.set_xlabel(latency_metric, fontsize=8)
+        ax.set_ylabel(throughput_metric, fontsize=8)
+        ax.set_title(scenario, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+@dataclass(frozen=True)
+class ObjectivePoint:
+    seq: int
+    label: str
+    estimate: float | None     # None: failed or infeasible config
+    low: float = math.nan
+    high: float = math.nan
+
+
+def objective_over_trials(points: Sequence[ObjectivePoint], objective: str, maximize: bool = True) -> bytes | None:
+    if not points:
+        return None
+    fig = Figure(figsize=(8.0, 3.6))
+    ax = fig.subplots()
+    ok = [p for p in points if p.estimate is not None and math.isfinite(p.estimate)]
+    if ok:
+        lows = [p.estimate - p.low if math.isfinite(p.low) else 0.0 for p in ok]
+        highs = [p.high - p.estimate if math.isfinite(p.high) else 0.0 for p in ok]
+        ax.errorbar([p.seq for p in ok], [p.estimate for p in ok], yerr=[lows, highs], fmt="o", capsize=3,
+                    label="config (CI)")
+        running = np.maximum if maximize else np.minimum
+        best = running.accumulate([p.estimate for p in ok])
+        ax.step([p.seq for p in ok], best, where="post", color="tab:green", alpha=0.7, label="best so far")
+    failed = [p for p in points if p not in ok]
+    if failed:
+        y0 = min((p.estimate for p in ok if p.estimate is not None), default=1.0)
+        ax.scatter([p.seq for p in failed], [y0] * len(failed), marker="x", color="tab:red", label="failed")
+    ax.axhline(1.0, color="tab:gray", ls="--", lw=1, label="baseline = 1")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(f"objective ({objective}, relative to baseline)", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def drift(points: Sequence[DriftPoint]) -> bytes | None:
+    """Baseline re-measurements over time, one line per scenario and metric."""
+    if not points:
+        return None
+    t0 = min(p.at for p in points)
+    groups: dict[tuple[str, str], list[DriftPoint]] = {}
+    for p in points:
+        groups.setdefault((p.scenario, p.metric), []).append(p)
+    fig = Figure(figsize=(8.0, 3.6))
+    ax = fig.subplots()
+    for (scenario, metric), pts in sorted(groups.items()):
+        pts.sort(key=lambda p: p.at)
+        first = pts[0].value or 1.0
+        ax.plot([(p.at - t0) / 60.0 for p in pts], [100.0 * (p.value / first - 1.0) for p in pts], "-o", ms=4,
+                label=f"{scenario}: {metric}")
+    ax.axhline(0.0, color="tab:gray", ls="--", lw=1)
+    ax.set_xlabel("minutes since the first baseline")
+    ax.set_ylabel("% change from first measurement", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _png(fig)

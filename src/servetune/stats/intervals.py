@@ -1,0 +1,134 @@
+"""Confidence intervals: t-interval over replicates, hierarchical bootstrap for percentiles."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Union
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import stats as sps
+
+from servetune.stats._validate import check_confidence, clean, clean_runs
+from servetune.stats.types import Interval
+
+# A statistic over the last axis of a 2-D array (one row per bootstrap sample), like numpy's reductions.
+StatFn = Callable[..., NDArray[np.float64]]
+Statistic = Union[str, float, StatFn]
+
+# Elements per resampling batch: bounds memory (~3 arrays of this many 8-byte items) whatever n_boot is.
+_BATCH_ELEMENTS = 4_000_000
+_PCT = re.compile(r"^p(\d+(?:\.\d+)?)$")
+
+
+def mean_ci(values: ArrayLike, confidence: float = 0.95) -> Interval:
+    """Mean of replicate values with a Student-t interval.
+
+    n = 1: the interval is (-inf, +inf) — one replicate says nothing about the spread.
+    Zero variance (n >= 2): the interval collapses to the mean — no spread was observed.
+    NaN/inf values raise ValueError.
+    """
+    confidence = check_confidence(confidence)
+    x = clean(values, "values")
+    n = x.size
+    mean = float(x.mean())
+    if n == 1:
+        return Interval(estimate=mean, low=-math.inf, high=math.inf, n=1, method="t", confidence=confidence)
+    sem = float(sps.sem(x))
+    if sem == 0.0:
+        return Interval(estimate=mean, low=mean, high=mean, n=n, method="t", confidence=confidence)
+    low, high = sps.t.interval(confidence, df=n - 1, loc=mean, scale=sem)
+    return Interval(estimate=mean, low=float(low), high=float(high), n=n, method="t", confidence=confidence)
+
+
+def statistic_fn(statistic: Statistic) -> tuple[StatFn, str]:
+    """Resolve ``"p99"``, ``"median"``, ``"mean"``, a quantile in [0, 1] or a callable to ``f(x2d) -> 1-D`` and a label.
+
+    Percentiles use ``np.percentile``'s default ('linear') method, as ``vllm bench serve`` does.
+    A callable must accept ``axis=`` like numpy reductions.
+    """
+    if callable(statistic):
+        fn = statistic
+        return (lambda x: np.asarray(fn(x, axis=-1), dtype=float)), getattr(fn, "__name__", "custom")
+    if isinstance(statistic, str):
+        s = statistic.strip().lower()
+        if s == "mean":
+            return (lambda x: x.mean(axis=-1)), "mean"
+        if s == "median":
+            s = "p50"
+        m = _PCT.match(s)
+        if m is None or not 0.0 <= float(m.group(1)) <= 100.0:
+            raise ValueError(f"unknown statistic {statistic!r}: use 'mean', 'median', 'pNN' (e.g. 'p99') or a quantile in [0, 1]")
+        pct = float(m.group(1))
+        return (lambda x: np.percentile(x, pct, axis=-1)), s
+    if isinstance(statistic, (int, float)) and not isinstance(statistic, bool):
+        q = float(statistic)
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"quantile must be in [0, 1], got {statistic!r} (write 'p99' or 0.99)")
+        return (lambda x: np.quantile(x, q, axis=-1)), f"p{100 * q:g}"
+    raise ValueError(f"unsupported statistic {statistic!r}")
+
+
+def hierarchical_bootstrap_distribution(
+    runs: Sequence[NDArray[np.float64]], fn: StatFn, n_boot: int, rng: np.random.Generator
+) -> NDArray[np.float64]:
+    """``n_boot`` bootstrap replicates of ``fn``: draw runs with replacement, then requests with
+    replacement within each drawn run (each keeps its own size), pool, apply ``fn``.
+
+    scipy.stats.bootstrap resamples one level only, so the two-level draw is done here; it is
+    vectorised by grouping bootstrap samples of equal pooled size into 2-D batches.
+    """
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    lens = np.array([r.size for r in runs], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    flat = np.concatenate(runs)
+    n_runs = lens.size
+    choice = rng.integers(0, n_runs, size=(n_boot, n_runs))
+    totals = lens[choice].sum(axis=1)
+    equal_lens = bool(np.all(lens == lens[0]))
+    out = np.empty(n_boot)
+    for total in np.unique(totals):
+        rows = np.flatnonzero(totals == total)
+        per_batch = max(1, _BATCH_ELEMENTS // int(total))
+        for start in range(0, rows.size, per_batch):
+            batch = rows[start : start + per_batch]
+            chosen = choice[batch].ravel()
+            if equal_lens:  # common case: one scalar bound for every draw is much faster
+                size = int(lens[0])
+                idx = np.repeat(offsets[chosen], size) + rng.integers(0, size, size=chosen.size * size)
+            else:
+                run_of_draw = np.repeat(chosen, lens[chosen])
+                idx = offsets[run_of_draw] + rng.integers(0, lens[run_of_draw])
+            out[batch] = fn(flat[idx].reshape(batch.size, int(total)))
+    return out
+
+
+def percentile_interval(boot: NDArray[np.float64], confidence: float) -> tuple[float, float]:
+    alpha = 1.0 - confidence
+    low, high = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return float(low), float(high)
+
+
+def hierarchical_bootstrap_ci(
+    runs: Sequence[ArrayLike],
+    statistic: Statistic = "p99",
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    seed: int | np.random.Generator | None = None,
+) -> Interval:
+    """Statistic of the pooled requests of all runs, with a percentile interval from a two-level
+    (runs, then requests within runs) bootstrap. ``n`` is the number of runs.
+    """
+    confidence = check_confidence(confidence)
+    clean_r = clean_runs(runs, "runs")
+    fn, label = statistic_fn(statistic)
+    estimate = float(fn(np.concatenate(clean_r)[None, :])[0])
+    boot = hierarchical_bootstrap_distribution(clean_r, fn, n_boot, np.random.default_rng(seed))
+    low, high = percentile_interval(boot, confidence)
+    return Interval(
+        estimate=estimate, low=low, high=high, n=len(clean_r),
+        method=f"hierarchical-bootstrap({label})", confidence=confidence,
+    )

@@ -1,0 +1,55 @@
+"""Verdicts: better / worse / no difference, for one comparison or a family of candidates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from servetune.stats.compare import MeanTest, compare
+from servetune.stats.multiple import holm
+from servetune.stats.types import Assessment, Comparison, Verdict
+
+
+def verdict(comparison: Comparison, alpha: float = 0.05, adjusted_p: float | None = None) -> Verdict:
+    """``better``/``worse`` when the (adjusted, if given) p-value is below ``alpha``, by the sign of
+    the difference and the metric's direction; otherwise ``no_difference`` (also for a NaN p)."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    p = comparison.p_value if adjusted_p is None else adjusted_p
+    diff = comparison.candidate_mean - comparison.baseline_mean
+    if math.isnan(p) or p >= alpha or diff == 0:
+        return Verdict.no_difference
+    return Verdict.better if (diff > 0) == comparison.higher_is_better else Verdict.worse
+
+
+def assess(comparisons: Mapping[str, Comparison], alpha: float = 0.05) -> dict[str, Assessment]:
+    """Holm-adjust the p-values of a family of comparisons against one baseline, then give verdicts."""
+    names = list(comparisons)
+    adjusted = holm([comparisons[n].p_value for n in names]) if names else []
+    return {
+        n: Assessment(name=n, comparison=comparisons[n], adjusted_p=float(adj),
+                      verdict=verdict(comparisons[n], alpha, float(adj)))
+        for n, adj in zip(names, adjusted)
+    }
+
+
+def compare_many(
+    baseline: Sequence[float],
+    candidates: Mapping[str, Sequence[float]],
+    *,
+    higher_is_better: bool,
+    alpha: float = 0.05,
+    test: MeanTest = "welch",
+) -> dict[str, Assessment]:
+    """Compare every candidate's replicate values with the baseline's, Holm-corrected across candidates."""
+    comps = {
+        name: compare(baseline, values, higher_is_better=higher_is_better, confidence=1.0 - alpha, test=test)
+        for name, values in candidates.items()
+    }
+    return assess(comps, alpha)
+
+
+def winners(assessments: Mapping[str, Assessment]) -> list[str]:
+    """Candidates judged ``better``, best improvement first."""
+    better = [a for a in assessments.values() if a.verdict is Verdict.better]
+    return [a.name for a in sorted(better, key=lambda a: a.comparison.improvement_pct, reverse=True)]

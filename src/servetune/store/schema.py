@@ -1,0 +1,60 @@
+"""The SQLite schema of a study store. One file per study; every write is one transaction."""
+
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- One server boot per row. role: baseline | candidate | baseline_check | finalist | baseline_final
+CREATE TABLE IF NOT EXISTS trials (
+    id                 INTEGER PRIMARY KEY,
+    seq                INTEGER NOT NULL UNIQUE,
+    role               TEXT NOT NULL,
+    config_key         TEXT NOT NULL,
+    config_json        TEXT NOT NULL,
+    params_json        TEXT NOT NULL,
+    status             TEXT NOT NULL,          -- running | done
+    outcome            TEXT,                   -- Outcome value once done
+    detail             TEXT,
+    log_path           TEXT,
+    log_tail           TEXT,
+    boot_facts_json    TEXT,
+    mismatches_json    TEXT,
+    server_pid         INTEGER,
+    server_pgid        INTEGER,
+    server_create_time REAL,
+    started_at         REAL NOT NULL,
+    healthy_at         REAL,
+    ended_at           REAL
+);
+CREATE INDEX IF NOT EXISTS trials_by_key ON trials(config_key);
+
+-- One scenario measured once on one server.
+CREATE TABLE IF NOT EXISTS runs (
+    id                 INTEGER PRIMARY KEY,
+    trial_id           INTEGER NOT NULL REFERENCES trials(id),
+    scenario           TEXT NOT NULL,
+    replicate          INTEGER NOT NULL,
+    outcome            TEXT NOT NULL,
+    summary_json       TEXT NOT NULL,
+    server_stats_json  TEXT NOT NULL,
+    client_health_json TEXT NOT NULL,
+    records_path       TEXT,
+    error              TEXT,
+    started_at         REAL NOT NULL,
+    ended_at           REAL NOT NULL,
+    UNIQUE (trial_id, scenario, replicate)
+);
+
+-- Wall-clock accounting across sessions of the same study (a resumed study adds a session).
+CREATE TABLE IF NOT EXISTS sessions (
+    id         INTEGER PRIMARY KEY,
+    started_at REAL NOT NULL,
+    last_seen  REAL NOT NULL,
+    ended_at   REAL,
+    end_reason TEXT
+);
+"""

@@ -1,0 +1,259 @@
+"""StudyStore: the SQLite file that holds everything a study measured.
+
+Every write is a single transaction (WAL, synchronous=FULL), so a SIGKILL at any moment
+leaves either the whole run/trial row or none of it. A trial row is written as `running`
+before its server starts (with the server's pid and create time as soon as they exist), so a
+resumed study can find and stop a server its killed predecessor left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..engine.config import Config
+from ..errors import ServetuneError
+from ..load.records import RunResult
+from .schema import SCHEMA, SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    id: int
+    seq: int
+    role: str
+    config: Config
+    params: dict[str, Any]
+    status: str
+    outcome: str | None
+    detail: str | None
+    log_path: str | None
+    log_tail: str | None
+    boot_facts: dict[str, Any] | None
+    mismatches: list[dict[str, Any]]
+    server_pid: int | None
+    server_pgid: int | None
+    server_create_time: float | None
+    started_at: float
+    healthy_at: float | None
+    ended_at: float | None
+
+    @property
+    def boot_s(self) -> float | None:
+        return None if self.healthy_at is None else self.healthy_at - self.started_at
+
+
+@dataclass(frozen=True)
+class RunRow:
+    id: int
+    trial_id: int
+    scenario: str
+    replicate: int
+    outcome: str
+    summary: dict[str, Any]
+    server_stats: dict[str, Any]
+    client_health: dict[str, Any]
+    records_path: str | None
+    error: str | None
+    started_at: float
+    ended_at: float
+
+    @property
+    def wall_s(self) -> float:
+        return self.ended_at - self.started_at
+
+
+@dataclass
+class SessionInfo:
+    id: int
+    started_at: float
+    last_seen: float
+    ended_at: float | None = None
+    end_reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class StudyStore:
+    FILENAME = "study.sqlite"
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.executescript(SCHEMA)
+        version = self.get_meta("schema_version")
+        if version is None:
+            self.set_meta("schema_version", str(SCHEMA_VERSION))
+        elif int(version) != SCHEMA_VERSION:
+            raise ServetuneError(f"{self.path}: store schema version {version}, this servetune reads {SCHEMA_VERSION}")
+
+    @classmethod
+    def in_dir(cls, out_dir: Path) -> StudyStore:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return cls(out_dir / cls.FILENAME)
+
+    @classmethod
+    def open_existing(cls, out_dir: Path) -> StudyStore:
+        path = Path(out_dir) / cls.FILENAME
+        if not path.is_file():
+            raise ServetuneError(f"{out_dir}: no study store here (expected {path})")
+        return cls(path)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # --- transactions -------------------------------------------------------------------
+
+    def _write(self, sql: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
+        with self._conn:  # BEGIN ... COMMIT, ROLLBACK on error
+            self._conn.execute("BEGIN IMMEDIATE")
+            return self._conn.execute(sql, args)
+
+    # --- meta ---------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row["value"]
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._write("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (key, value))
+
+    def get_meta_json(self, key: str) -> Any:
+        raw = self.get_meta(key)
+        return None if raw is None else json.loads(raw)
+
+    def set_meta_json(self, key: str, value: Any) -> None:
+        self.set_meta(key, json.dumps(value, sort_keys=True))
+
+    # --- trials -------------------------------------------------------------------------
+
+    def begin_trial(self, role: str, config: Config, params: dict[str, Any]) -> TrialRow:
+        now = time.time()
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM trials").fetchone()[0]
+            cur = self._conn.execute(
+                "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                (seq, role, config.key(), config.canonical_json(), json.dumps(params, sort_keys=True), now),
+            )
+        return self.trial(int(cur.lastrowid))
+
+    def record_server(self, trial_id: int, *, pid: int, pgid: int, create_time: float, log_path: str) -> None:
+        self._write("UPDATE trials SET server_pid = ?, server_pgid = ?, server_create_time = ?, log_path = ?"
+                    " WHERE id = ?", (pid, pgid, create_time, log_path, trial_id))
+
+    def record_boot(self, trial_id: int, *, healthy_at: float | None, boot_facts: dict[str, Any] | None,
+                    mismatches: list[dict[str, Any]], log_path: str | None) -> None:
+        self._write("UPDATE trials SET healthy_at = ?, boot_facts_json = ?, mismatches_json = ?,"
+                    " log_path = COALESCE(?, log_path) WHERE id = ?",
+                    (healthy_at, _dumps(boot_facts), json.dumps(mismatches), log_path, trial_id))
+
+    def finish_trial(self, trial_id: int, outcome: str, *, detail: str | None = None,
+                     log_tail: str | None = None) -> None:
+        self._write("UPDATE trials SET status = 'done', outcome = ?, detail = ?, log_tail = COALESCE(?, log_tail),"
+                    " ended_at = ? WHERE id = ?", (outcome, detail, log_tail, time.time(), trial_id))
+
+    def reopen_trial(self, trial_id: int) -> None:
+        """A trial interrupted by a kill: keep its runs, clear the dead server, boot it again."""
+        self._write("UPDATE trials SET status = 'running', server_pid = NULL, server_pgid = NULL,"
+                    " server_create_time = NULL, started_at = ?, healthy_at = NULL WHERE id = ?",
+                    (time.time(), trial_id))
+
+    def trial(self, trial_id: int) -> TrialRow:
+        row = self._conn.execute("SELECT * FROM trials WHERE id = ?", (trial_id,)).fetchone()
+        if row is None:
+            raise KeyError(trial_id)
+        return _trial(row)
+
+    def trials(self, role: str | None = None) -> list[TrialRow]:
+        if role is None:
+            rows = self._conn.execute("SELECT * FROM trials ORDER BY seq").fetchall()
+        else:
+            rows = self._conn.execute("SELECT * FROM trials WHERE role = ? ORDER BY seq", (role,)).fetchall()
+        return [_trial(r) for r in rows]
+
+    def unfinished_trials(self) -> list[TrialRow]:
+        return [t for t in self.trials() if t.status != "done"]
+
+    # --- runs ---------------------------------------------------------------------------
+
+    def record_run(self, trial_id: int, replicate: int, result: RunResult, *, started_at: float,
+                   ended_at: float) -> None:
+        self._write(
+            "INSERT INTO runs(trial_id, scenario, replicate, outcome, summary_json, server_stats_json,"
+            " client_health_json, records_path, error, started_at, ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (trial_id, result.scenario, replicate, str(result.outcome), json.dumps(result.summary),
+             json.dumps(result.server_stats), json.dumps(result.client_health), result.records_path,
+             result.error, started_at, ended_at),
+        )
+
+    def runs(self, trial_id: int | None = None) -> list[RunRow]:
+        if trial_id is None:
+            rows = self._conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
+        else:
+            rows = self._conn.execute("SELECT * FROM runs WHERE trial_id = ? ORDER BY id", (trial_id,)).fetchall()
+        return [_run(r) for r in rows]
+
+    # --- sessions (wall-clock budget across resumes) -------------------------------------
+
+    def begin_session(self) -> int:
+        now = time.time()
+        cur = self._write("INSERT INTO sessions(started_at, last_seen) VALUES (?, ?)", (now, now))
+        return int(cur.lastrowid)
+
+    def heartbeat(self, session_id: int) -> None:
+        self._write("UPDATE sessions SET last_seen = ? WHERE id = ?", (time.time(), session_id))
+
+    def end_session(self, session_id: int, reason: str) -> None:
+        now = time.time()
+        self._write("UPDATE sessions SET last_seen = ?, ended_at = ?, end_reason = ? WHERE id = ?",
+                    (now, now, reason, session_id))
+
+    def sessions(self) -> list[SessionInfo]:
+        rows = self._conn.execute("SELECT * FROM sessions ORDER BY id").fetchall()
+        return [SessionInfo(r["id"], r["started_at"], r["last_seen"], r["ended_at"], r["end_reason"]) for r in rows]
+
+    def elapsed_wall_s(self) -> float:
+        """Wall time spent by all sessions so far (a killed session counts up to its last heartbeat)."""
+        return sum((s.ended_at or s.last_seen) - s.started_at for s in self.sessions())
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _loads(raw: str | None, default: Any = None) -> Any:
+    return default if raw is None else json.loads(raw)
+
+
+def _trial(row: sqlite3.Row) -> TrialRow:
+    config_data = json.loads(row["config_json"])
+    return TrialRow(
+        id=row["id"], seq=row["seq"], role=row["role"],
+        config=Config(flags=config_data["flags"], env=config_data["env"]),
+        params=json.loads(row["params_json"]), status=row["status"], outcome=row["outcome"],
+        detail=row["detail"], log_path=row["log_path"], log_tail=row["log_tail"],
+        boot_facts=_loads(row["boot_facts_json"]), mismatches=_loads(row["mismatches_json"], []),
+        server_pid=row["server_pid"], server_pgid=row["server_pgid"],
+        server_create_time=row["server_create_time"], started_at=row["started_at"],
+        healthy_at=row["healthy_at"], ended_at=row["ended_at"],
+    )
+
+
+def _run(row: sqlite3.Row) -> RunRow:
+    return RunRow(
+        id=row["id"], trial_id=row["trial_id"], scenario=row["scenario"], replicate=row["replicate"],
+        outcome=row["outcome"], summary=json.loads(row["summary_json"]),
+        server_stats=json.loads(row["server_stats_json"]), client_health=json.loads(row["client_health_json"]),
+        records_path=row["records_path"], error=row["error"], started_at=row["started_at"],
+        ended_at=row["ended_at"],
+    )

@@ -1,0 +1,143 @@
+"""Constraints between parameters: `operand OP operand`, optionally only `when` other values match.
+
+`max-num-batched-tokens >= max-model-len` with `when: {enable-chunked-prefill: false}`.
+Parsed with a regular expression, never evaluated as code. Operands are parameter or engine-arg
+names (`env.NAME` for environment variables) or numbers; OP is one of >=, >, <=, <, ==, !=.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..engine.config import Config
+from .space import Scalar, env_var, normalize_param_name
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+ORDER_OPS = frozenset({">=", ">", "<=", "<"})
+_EXPR = re.compile(r"^\s*([\w.\-]+)\s*(>=|<=|==|!=|>|<)\s*([\w.\-]+)\s*$")
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+class Operand(NamedTuple):
+    name: str | None
+    number: int | float | None
+
+    def __str__(self) -> str:
+        return self.name if self.name is not None else str(self.number)
+
+
+class Parsed(NamedTuple):
+    left: Operand
+    op: str
+    right: Operand
+
+
+def _operand(token: str) -> Operand:
+    if _NUMBER.match(token):
+        try:
+            return Operand(None, int(token))
+        except ValueError:
+            return Operand(None, float(token))
+    return Operand(normalize_param_name(token), None)
+
+
+@lru_cache(maxsize=256)
+def parse(expr: str) -> Parsed:
+    """ValueError unless `expr` is `operand OP operand` with at least one named operand."""
+    m = _EXPR.match(expr)
+    if not m:
+        raise ValueError(f"cannot parse {expr!r}: expected 'NAME OP NAME' or 'NAME OP NUMBER' with OP one of {' '.join(_OPS)}")
+    parsed = Parsed(_operand(m.group(1)), m.group(2), _operand(m.group(3)))
+    if parsed.left.name is None and parsed.right.name is None:
+        raise ValueError(f"{expr!r} compares two numbers")
+    return parsed
+
+
+def config_value(config: Config, name: str) -> Any:
+    """The value a Config gives a parameter or engine arg (env values read back as numbers when they are)."""
+    var = env_var(name)
+    if var is None:
+        return config.flags.get(name)
+    raw = config.env.get(var)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        try:
+            return float(raw)
+        except ValueError:
+            return raw
+
+
+class Constraint(BaseModel):
+    """A rule every proposed Config must satisfy; written as a string or `{expr, when}`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    expr: str
+    when: dict[str, Scalar] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"expr": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _check(self) -> Constraint:
+        parse(self.expr)
+        object.__setattr__(self, "when", {normalize_param_name(k): v for k, v in self.when.items()})
+        return self
+
+    @property
+    def parsed(self) -> Parsed:
+        return parse(self.expr)
+
+    def names(self) -> list[str]:
+        """Every parameter or engine-arg name this constraint reads."""
+        p = self.parsed
+        return [o.name for o in (p.left, p.right) if o.name is not None] + list(self.when)
+
+    def applies(self, config: Config) -> bool:
+        """`when` matches the config's explicit values (an unset flag matches only null)."""
+        return all(config_value(config, k) == v for k, v in self.when.items())
+
+    def violation(self, config: Config) -> str | None:
+        """None when satisfied (or not applicable, or an operand is unset: the engine's default is
+        unknown here, and a config the engine rejects becomes an invalid_arg outcome); else why not."""
+        if not self.applies(config):
+            return None
+        p = self.parsed
+        left = config_value(config, p.left.name) if p.left.name is not None else p.left.number
+        right = config_value(config, p.right.name) if p.right.name is not None else p.right.number
+        if left is None or right is None:
+            return None
+        try:
+            ok = _OPS[p.op](left, right)
+        except TypeError:
+            ok = False
+        return None if ok else f"{self.describe()} ({p.left}={left!r}, {p.right}={right!r})"
+
+    def describe(self) -> str:
+        p = self.parsed
+        text = f"{p.left} {p.op} {p.right}"
+        if self.when:
+            text += " when " + ", ".join(f"{k}={v!r}" for k, v in self.when.items())
+        return text
+
+
+def violations(constraints: list[Constraint], config: Config) -> list[str]:
+    return [v for c in constraints if (v := c.violation(config)) is not None]

@@ -1,0 +1,98 @@
+"""YAML with line numbers: every key path of a document mapped to the line it was written on.
+
+The data are built by PyYAML's SafeLoader (no tags, no code); the marks come from walking the
+composed node tree, so an error found later by pydantic can still point at `file:line`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ServetuneError
+
+KeyPath = tuple[Any, ...]
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader kept as its own class so nothing registered here leaks into yaml.SafeLoader."""
+
+
+@dataclass(frozen=True)
+class LocatedYaml:
+    """A loaded YAML document plus the 1-based line of every key path (`("space", "max-num-seqs")`)."""
+
+    source: str
+    data: Any
+    lines: dict[KeyPath, int] = field(default_factory=dict)
+
+    def locate(self, loc: Sequence[Any]) -> tuple[int, KeyPath]:
+        """Line and the longest prefix of `loc` that exists in the document (the root is line 1)."""
+        best: KeyPath = ()
+        for i in range(1, len(loc) + 1):
+            prefix = tuple(loc[:i])
+            if prefix in self.lines:
+                best = prefix
+        return self.lines.get(best, 1), best
+
+    def where(self, loc: Sequence[Any]) -> str:
+        """`file:line` of a key path."""
+        line, _ = self.locate(loc)
+        return f"{self.source}:{line}"
+
+
+def load_yaml(path: str | Path) -> LocatedYaml:
+    """Load one YAML document; syntax errors and duplicate keys become ServetuneError with a line."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ServetuneError(f"{source}: cannot read: {exc.strerror or exc}") from exc
+    return parse_yaml(text, source)
+
+
+def parse_yaml(text: str, source: str = "<string>") -> LocatedYaml:
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ServetuneError(f"{source}:1: the file is empty")
+        lines: dict[KeyPath, int] = {}
+        _walk(loader, node, (), lines, source)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        raise ServetuneError(f"{source}:{line}: invalid YAML: {exc.problem or exc.context}") from exc
+    except yaml.YAMLError as exc:
+        raise ServetuneError(f"{source}: invalid YAML: {exc}") from exc
+    finally:
+        loader.dispose()
+    return LocatedYaml(source=source, data=data, lines=lines)
+
+
+def _walk(loader: _Loader, node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], source: str) -> None:
+    if isinstance(node, yaml.MappingNode):
+        loader.flatten_mapping(node)  # resolves `<<:` merge keys the same way construction will
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                hash(key)
+            except TypeError:
+                raise ServetuneError(f"{source}:{line}: a mapping key must be a plain value") from None
+            if key in seen:
+                where = ".".join(str(p) for p in (*path, key))
+                raise ServetuneError(f"{source}:{line}: {where}: duplicate key (first given on line {seen[key]})")
+            seen[key] = line
+            lines[(*path, key)] = line
+            _walk(loader, value_node, (*path, key), lines, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines[(*path, i)] = item.start_mark.line + 1
+            _walk(loader, item, (*path, i), lines, source)

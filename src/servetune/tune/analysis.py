@@ -1,0 +1,355 @@
+"""From the store to conclusions: objective samples, CIs, effects vs baseline, the winner.
+
+Objective samples are per replicate: each scenario's objective metric divided by the
+baseline's reference value for that scenario (inverted for latency metrics), then combined
+across scenarios (weighted or worst case). The reference is the pooled baseline mean; when
+the baseline re-measurements show a significant trend over time (machine drift), it is the
+fitted linear trend at the trial's start time instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from .. import stats
+from ..engine.outcome import Outcome
+from ..search.base import TrialView
+from ..store import RunRow, StudyStore, TrialRow
+from ..study.metrics import higher_is_better
+from ..study.spec import StudySpec
+from .analysis_types import (
+    ConfigResult, DriftPoint, Effect, Estimate, ScenarioResult, StudyAnalysis,
+)
+
+BASELINE_ROLES = ("baseline", "baseline_check", "baseline_final")
+REPORTED_METRICS = (
+    "output_throughput", "request_throughput", "total_token_throughput",
+    "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
+    "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
+)
+SERVER_STATS = ("preemptions", "kv_cache_usage_peak", "prefix_cache_hit_rate", "num_waiting_peak")
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """Usable runs of one trial: {scenario: {replicate: summary}}."""
+
+    trial: TrialRow
+    by_scenario: dict[str, dict[int, dict]]
+    server: dict[str, dict[int, dict]]
+
+
+def _measured(store: StudyStore, trial: TrialRow) -> _Measured:
+    by_scenario: dict[str, dict[int, dict]] = defaultdict(dict)
+    server: dict[str, dict[int, dict]] = defaultdict(dict)
+    for run in store.runs(trial.id):
+        if run.outcome == str(Outcome.ok):
+            by_scenario[run.scenario][run.replicate] = run.summary
+            server[run.scenario][run.replicate] = run.server_stats
+    return _Measured(trial, dict(by_scenario), dict(server))
+
+
+# --- the baseline reference, drift-aware --------------------------------------------------
+
+class Reference:
+    """Baseline value of the objective metric per scenario, as a function of time."""
+
+    def __init__(self, points: dict[str, list[tuple[float, float]]], alpha: float):
+        self._const: dict[str, float] = {}
+        self._trend: dict[str, tuple[float, float, float]] = {}
+        for scenario, pts in points.items():
+            values = np.array([v for _, v in pts])
+            self._const[scenario] = float(values.mean()) if len(values) else math.nan
+            if len(pts) >= 3:
+                times = np.array([t for t, _ in pts])
+                if np.ptp(times) > 0:
+                    fit = scipy_stats.linregress(times, values)
+                    if fit.pvalue < alpha:
+                        self._trend[scenario] = (fit.intercept, fit.slope, float(times.mean()))
+
+    @property
+    def drift_detected(self) -> list[str]:
+        return sorted(self._trend)
+
+    def at(self, scenario: str, when: float) -> float:
+        if scenario in self._trend:
+            intercept, slope, _ = self._trend[scenario]
+            return float(intercept + slope * when)
+        return self._const.get(scenario, math.nan)
+
+
+def _reference(measured: list[_Measured], spec: StudySpec) -> Reference:
+    metric = spec.objective.metric
+    points: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for m in measured:
+        if m.trial.role not in BASELINE_ROLES:
+            continue
+        for scenario, reps in m.by_scenario.items():
+            values = [s[metric] for s in reps.values() if _finite(s.get(metric))]
+            if values:
+                points[scenario].append((m.trial.started_at, float(np.mean(values))))
+    return Reference(points, spec.alpha)
+
+
+def objective_samples(m: _Measured, spec: StudySpec, reference: Reference) -> list[float]:
+    """One objective value per replicate that measured every scenario."""
+    names = [s.name for s in spec.scenarios]
+    metric = spec.objective.metric
+    replicates = set.intersection(*(set(m.by_scenario.get(n, {})) for n in names)) if names else set()
+    samples = []
+    for rep in sorted(replicates):
+        values = {n: m.by_scenario[n][rep].get(metric) for n in names}
+        refs = {n: reference.at(n, m.trial.started_at) for n in names}
+        value = spec.objective.combine_gains(values, refs)
+        if _finite(value):
+            samples.append(float(value))
+    return samples
+
+
+# --- what the runner asks during a study --------------------------------------------------
+
+def _all_measured(store: StudyStore) -> list[_Measured]:
+    return [_measured(store, t) for t in store.trials()]
+
+
+def history(store: StudyStore, spec: StudySpec) -> list[TrialView]:
+    """What the search strategies see: every candidate/baseline trial with its objective samples."""
+    measured = _all_measured(store)
+    reference = _reference(measured, spec)
+    views = []
+    for m in measured:
+        if m.trial.role not in ("baseline", "candidate") or m.trial.status != "done":
+            continue
+        samples = objective_samples(m, spec, reference) if m.trial.outcome == str(Outcome.ok) else []
+        views.append(TrialView(
+            params=m.trial.params,
+            outcome=m.trial.outcome or str(Outcome.crashed),
+            objective_samples=samples,
+            feasible=m.trial.outcome == str(Outcome.ok) and not _violations(m, spec),
+        ))
+    return views
+
+
+def enough_replicates(store: StudyStore, spec: StudySpec, trial: TrialRow, replicates_done: int) -> bool:
+    if replicates_done >= spec.max_replicates:
+        return True
+    measured = _all_measured(store)
+    reference = _reference(measured, spec)
+    current = next(m for m in measured if m.trial.id == trial.id)
+    samples = objective_samples(current, spec, reference)
+    baseline = [x for m in measured if m.trial.role in BASELINE_ROLES and m.trial.id != trial.id
+                for x in objective_samples(m, spec, reference)]
+    decision = stats.replication_decision(
+        samples, baseline or None,
+        min_reps=spec.min_replicates, max_reps=spec.max_replicates,
+        target_rel_half_width=spec.target_rel_ci, higher_is_better=True,
+    )
+    return decision.stop
+
+
+def pick_finalists(store: StudyStore, spec: StudySpec, k: int) -> list[str]:
+    """The best few feasible candidates whose objective point estimate beats the baseline."""
+    result = analyze(store, spec)
+    ranked = [c for c in result.configs
+              if not c.is_baseline and c.outcome == str(Outcome.ok) and c.feasible
+              and c.objective is not None and c.objective.estimate > 1.0]
+    ranked.sort(key=lambda c: c.objective.estimate, reverse=True)
+    return [c.key for c in ranked[:k]]
+
+
+def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
+    """Trials this study is expected to run in all: done + what the budget and plan still allow."""
+    trials = store.trials()
+    plan = store.get_meta_json("final_plan")
+    candidates = len([t for t in trials if t.role == "candidate"])
+    if plan is not None:  # search over
+        return len([t for t in trials if t.role not in ("finalist", "baseline_final")]) + len(plan)
+    expected_candidates = max(min(spec.budget.trials, spec.search_size()), candidates)
+    checks = expected_candidates // max(spec.baseline_every, 1)
+    return 1 + expected_candidates + checks + 2 * spec.finalists
+
+
+# --- the conclusion -----------------------------------------------------------------------
+
+def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
+    measured = _all_measured(store)
+    reference = _reference(measured, spec)
+    baseline_key = spec.baseline_config().key()
+
+    groups: dict[str, list[_Measured]] = defaultdict(list)
+    for m in measured:
+        groups[m.trial.config.key()].append(m)
+
+    baseline_group = groups.get(baseline_key, [])
+    base_samples = [x for m in baseline_group for x in objective_samples(m, spec, reference)]
+    base_metrics = _metric_samples(baseline_group)
+
+    configs: list[ConfigResult] = []
+    for key, group in groups.items():
+        configs.append(_config_result(key, group, spec, reference, base_metrics, key == baseline_key))
+    configs.sort(key=lambda c: (not c.is_baseline, min(c.trial_ids)))
+    baseline = next((c for c in configs if c.is_baseline), None)
+
+    _objective_effects([c for c in configs if not c.is_baseline], base_samples, spec)
+    winner, reason = _winner(configs, spec)
+    return StudyAnalysis(
+        study_name=spec.name,
+        objective_metric=spec.objective.metric,
+        objective_direction=spec.objective.direction,
+        baseline=baseline,
+        configs=configs,
+        winner=winner,
+        winner_reason=reason,
+        drift=_drift(measured, spec),
+        cost=_cost(store),
+    )
+
+
+def _metric_samples(group: list[_Measured]) -> dict[str, dict[str, list[float]]]:
+    """{scenario: {metric: per-replicate values}} pooled over the group's trials."""
+    out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m in group:
+        for scenario, reps in m.by_scenario.items():
+            for summary in reps.values():
+                for metric in REPORTED_METRICS:
+                    if _finite(summary.get(metric)):
+                        out[scenario][metric].append(float(summary[metric]))
+    return out
+
+
+def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference: Reference,
+                   base_metrics: dict[str, dict[str, list[float]]], is_baseline: bool) -> ConfigResult:
+    first = group[0].trial
+    outcomes = [m.trial.outcome for m in group if m.trial.status == "done"]
+    ok = any(o == str(Outcome.ok) for o in outcomes)
+    samples = [x for m in group for x in objective_samples(m, spec, reference)]
+    metrics = _metric_samples(group)
+    scenarios: dict[str, ScenarioResult] = {}
+    for scenario in spec.scenarios:
+        values = metrics.get(scenario.name, {})
+        result = ScenarioResult(
+            scenario=scenario.name,
+            replicates=max((len(v) for v in values.values()), default=0),
+            metrics={k: _estimate(v) for k, v in values.items()},
+            server=_server_means(group, scenario.name),
+        )
+        result.slo_violations = spec.objective.slo_violations(
+            scenario.name, {k: e.estimate for k, e in result.metrics.items()}
+        ) if values else []
+        if not is_baseline:
+            for metric, cand in values.items():
+                base = base_metrics.get(scenario.name, {}).get(metric, [])
+                if len(base) >= 2 and len(cand) >= 2:
+                    result.effects[metric] = _effect(metric, base, cand, spec.alpha)
+        scenarios[scenario.name] = result
+    return ConfigResult(
+        key=key,
+        config=first.config,
+        params=first.params,
+        label=first.config.label(spec.baseline_config()),
+        trial_ids=[m.trial.id for m in group],
+        outcome=str(Outcome.ok) if ok else (outcomes[-1] if outcomes else "running"),
+        scenarios=scenarios,
+        objective=_estimate(samples) if samples else None,
+        objective_samples=samples,
+        feasible=ok and not any(s.slo_violations for s in scenarios.values()),
+        is_baseline=is_baseline,
+        is_finalist=any(m.trial.role == "finalist" for m in group),
+    )
+
+
+def _objective_effects(candidates: list[ConfigResult], base_samples: list[float], spec: StudySpec) -> None:
+    """Objective vs baseline for every candidate, Holm-corrected across all of them."""
+    comparable = [c for c in candidates if len(c.objective_samples) >= 2 and len(base_samples) >= 2]
+    comparisons = [stats.compare(base_samples, c.objective_samples, higher_is_better=True) for c in comparable]
+    adjusted = stats.holm([cmp.p_value for cmp in comparisons]) if comparisons else []
+    for config, cmp, p_adj in zip(comparable, comparisons, adjusted):
+        config.objective_effect = Effect(
+            metric="objective", effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
+            ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=float(p_adj),
+            verdict=str(stats.verdict(cmp, alpha=spec.alpha, adjusted_p=float(p_adj))),
+        )
+
+
+def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult | None, str]:
+    finalists = [c for c in configs if c.is_finalist]
+    if not finalists:
+        tried = len([c for c in configs if not c.is_baseline])
+        return None, f"no config beat the baseline: {tried} tried, none was good enough to re-validate"
+    good = [c for c in finalists if c.feasible and c.objective_effect is not None
+            and c.objective_effect.verdict == "better"]
+    if not good:
+        return None, (f"no config beat the baseline significantly after re-validation "
+                      f"({len(finalists)} finalist(s), Holm-corrected alpha {spec.alpha})")
+    best = max(good, key=lambda c: c.objective.estimate if c.objective else -math.inf)
+    eff = best.objective_effect
+    return best, (f"objective {eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}] vs baseline, "
+                  f"Holm-adjusted p = {eff.p_adjusted:.3g}, every SLO met")
+
+
+def _effect(metric: str, base: list[float], cand: list[float], alpha: float) -> Effect:
+    cmp = stats.compare(base, cand, higher_is_better=higher_is_better(metric))
+    return Effect(metric=metric, effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
+                  ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=None,
+                  verdict=str(stats.verdict(cmp, alpha=alpha, adjusted_p=cmp.p_value)))
+
+
+def _estimate(values: list[float]) -> Estimate:
+    interval = stats.mean_ci(values)
+    return Estimate(interval.estimate, interval.low, interval.high, interval.n)
+
+
+def _server_means(group: list[_Measured], scenario: str) -> dict[str, float]:
+    values: dict[str, list[float]] = defaultdict(list)
+    for m in group:
+        for server in m.server.get(scenario, {}).values():
+            for name, value in server.items():
+                if _finite(value):
+                    values[name].append(float(value))
+    return {k: float(np.mean(v)) for k, v in values.items()}
+
+
+def _violations(m: _Measured, spec: StudySpec) -> list[str]:
+    out = []
+    for scenario, reps in m.by_scenario.items():
+        means = {}
+        for metric in {k for s in reps.values() for k in s}:
+            vals = [s[metric] for s in reps.values() if _finite(s.get(metric))]
+            if vals:
+                means[metric] = float(np.mean(vals))
+        out += spec.objective.slo_violations(scenario, means)
+    return out
+
+
+def _drift(measured: list[_Measured], spec: StudySpec) -> list[DriftPoint]:
+    metric = spec.objective.metric
+    points = []
+    for m in measured:
+        if m.trial.role not in BASELINE_ROLES:
+            continue
+        for scenario, reps in m.by_scenario.items():
+            values = [s[metric] for s in reps.values() if _finite(s.get(metric))]
+            if values:
+                points.append(DriftPoint(m.trial.id, m.trial.seq, m.trial.started_at, scenario, metric,
+                                         float(np.mean(values))))
+    return points
+
+
+def _cost(store: StudyStore) -> dict[str, float]:
+    trials = store.trials()
+    runs = store.runs()
+    boot = sum(t.boot_s or 0.0 for t in trials)
+    failed_boot = sum(((t.ended_at or t.started_at) - t.started_at) for t in trials if t.healthy_at is None)
+    measure = sum(r.wall_s for r in runs)
+    wall = store.elapsed_wall_s()
+    return {"wall_s": wall, "boot_s": boot + failed_boot, "measure_s": measure,
+            "other_s": max(wall - boot - failed_boot - measure, 0.0)}
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -1,0 +1,81 @@
+"""What a study concluded, as plain data: read by the runner (to name a winner) and the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.config import Config
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with a confidence interval (NaN bounds when it cannot be computed)."""
+
+    estimate: float
+    low: float
+    high: float
+    n: int
+
+
+@dataclass(frozen=True)
+class Effect:
+    """Candidate versus baseline on one metric: effect in % of the baseline, with CI and p-values."""
+
+    metric: str
+    effect_pct: float
+    ci_low_pct: float
+    ci_high_pct: float
+    p_value: float
+    p_adjusted: float | None      # Holm-adjusted across all configs compared (objective only)
+    verdict: str                  # better | worse | no_difference
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    replicates: int
+    metrics: dict[str, Estimate]                  # vllm-bench field name -> estimate over replicates
+    effects: dict[str, Effect] = field(default_factory=dict)   # vs baseline, per metric
+    slo_violations: list[str] = field(default_factory=list)
+    server: dict[str, Any] = field(default_factory=dict)       # mean of /metrics deltas and peaks
+
+
+@dataclass
+class ConfigResult:
+    key: str
+    config: Config
+    params: dict[str, Any]
+    label: str
+    trial_ids: list[int]
+    outcome: str                                  # ok, or the failure class of its last trial
+    scenarios: dict[str, ScenarioResult] = field(default_factory=dict)
+    objective: Estimate | None = None             # normalised to the baseline (baseline ~ 1.0)
+    objective_samples: list[float] = field(default_factory=list)
+    objective_effect: Effect | None = None
+    feasible: bool = True
+    is_baseline: bool = False
+    is_finalist: bool = False
+
+
+@dataclass
+class DriftPoint:
+    trial_id: int
+    seq: int
+    at: float                                      # unix time the trial started
+    scenario: str
+    metric: str
+    value: float
+
+
+@dataclass
+class StudyAnalysis:
+    study_name: str
+    objective_metric: str
+    objective_direction: str                       # maximize | minimize
+    baseline: ConfigResult | None
+    configs: list[ConfigResult]                    # baseline first, then in first-trial order
+    winner: ConfigResult | None
+    winner_reason: str
+    drift: list[DriftPoint] = field(default_factory=list)
+    cost: dict[str, float] = field(default_factory=dict)   # boot_s, measure_s, other_s, wall_s, eta_error_pct

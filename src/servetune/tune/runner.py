@@ -1,0 +1,212 @@
+"""StudyRunner: the only place that wires engine, load, store and search together.
+
+The sequence of trials is a pure function of what the store holds (strategies are
+deterministic given the history and seed; the finalist plan is written to the store before it
+starts), so running the same command after a kill continues exactly where the study stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from ..engine import VllmEngine, stop_if_ours
+from ..engine.config import Config
+from ..engine.outcome import Outcome
+from ..errors import ServetuneError
+from ..search import make_strategy
+from ..store import StudyStore, TrialRow
+from ..study.spec import StudySpec
+from . import analysis
+from .display import StudyDisplay
+from .eta import estimate
+from .trial import TrialExecutor, TrialPlan
+
+BASELINE_ROLES = ("baseline", "baseline_check", "baseline_final")
+SPEC_KEYS_THAT_MAY_CHANGE = ("budget",)  # a resumed study may get more budget, nothing else
+
+
+class StudyRunner:
+    def __init__(self, spec: StudySpec, out_dir: Path, *, display: StudyDisplay, spec_path: Path | None = None):
+        self.spec = spec
+        self.out_dir = Path(out_dir)
+        self.display = display
+        self.store = StudyStore.in_dir(self.out_dir)
+        self._check_same_study()
+        self.engine = VllmEngine(
+            command=list(spec.engine.command),
+            model=str(spec.engine.model),
+            startup_timeout_s=spec.engine.startup_timeout_s,
+        )
+        model_dir = Path(spec.engine.model)
+        self.executor = TrialExecutor(self.engine, self.store, self.out_dir,
+                                      tokenizer_dir=model_dir if (model_dir / "tokenizer.json").is_file() else None)
+        self.baseline_config = spec.baseline_config()
+        self._session = 0
+        self._last_heartbeat = 0.0
+
+    # --- entry point --------------------------------------------------------------------
+
+    def run(self) -> analysis.StudyAnalysis:
+        # /reset_prefix_cache exists only in dev mode; it is a launch detail, not part of a Config.
+        os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")
+        self._session = self.store.begin_session()
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        reason = "interrupted"
+        try:
+            with self.display:
+                self._recover_unfinished()
+                self._ensure_baseline()
+                self._search()
+                self._validate_finalists()
+            reason = "finished"
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            self.store.end_session(self._session, reason)
+        result = analysis.analyze(self.store, self.spec)
+        self.store.set_meta_json("verdict", {"winner": result.winner.key if result.winner else None,
+                                             "reason": result.winner_reason})
+        return result
+
+    # --- phases -------------------------------------------------------------------------
+
+    def _recover_unfinished(self) -> None:
+        """A killed predecessor may have left a trial `running` and its server alive."""
+        for trial in self.store.unfinished_trials():
+            if trial.server_pid is not None and trial.server_create_time is not None:
+                if stop_if_ours(trial.server_pid, trial.server_pgid, trial.server_create_time):
+                    self.display.note(f"stopped server pid {trial.server_pid} left by an interrupted run")
+            self.store.reopen_trial(trial.id)
+            self.display.note(f"resuming trial #{trial.seq} ({trial.role}: {self._label(trial.config)})")
+            self._execute(self.store.trial(trial.id))
+
+    def _ensure_baseline(self) -> None:
+        if not self.store.trials("baseline"):
+            self._start_trial("baseline", self.baseline_config, {})
+
+    def _search(self) -> None:
+        strategy = make_strategy(self.spec)
+        while True:
+            candidates = self.store.trials("candidate")
+            if len(candidates) >= self.spec.budget.trials:
+                self.display.note(f"trial budget reached ({self.spec.budget.trials} candidates)")
+                return
+            if not self._time_left_for_another():
+                self.display.note("wall-clock budget reached")
+                return
+            if self._candidates_since_baseline() >= self.spec.baseline_every:
+                self._start_trial("baseline_check", self.baseline_config, {})
+                continue
+            params = strategy.propose(analysis.history(self.store, self.spec))
+            if params is None:
+                self.display.note("search strategy finished: nothing left to try")
+                return
+            self._start_trial("candidate", self.spec.config_for(params), params)
+
+    def _validate_finalists(self) -> None:
+        plan = self.store.get_meta_json("final_plan")
+        if plan is None:
+            keys = analysis.pick_finalists(self.store, self.spec, self.spec.finalists)
+            plan = []
+            for key in keys:
+                plan += [["baseline_final", self.baseline_config.key()], ["finalist", key]]
+            self.store.set_meta_json("final_plan", plan)
+            if not keys:
+                self.display.note("no candidate beat the baseline's point estimate: no finalists to re-validate")
+        configs = {t.config.key(): t for t in self.store.trials()}
+        done = [t for t in self.store.trials() if t.role in ("finalist", "baseline_final")]
+        for role, key in plan[len(done):]:
+            source = configs[key]
+            self._start_trial(role, source.config, source.params)
+
+    # --- trials -------------------------------------------------------------------------
+
+    def _start_trial(self, role: str, config: Config, params: dict[str, Any]) -> None:
+        trial = self.store.begin_trial(role, config, params)
+        self._execute(trial)
+
+    def _execute(self, trial: TrialRow) -> None:
+        self._update_overview()
+        label = self._label(trial.config)
+        eta_now = time.time() + (self._remaining_s() or 0.0)
+        self._log_eta(trial, eta_now)
+        outcome = self.executor.run(
+            trial,
+            TrialPlan(scenarios=list(self.spec.scenarios), min_replicates=self.spec.min_replicates,
+                      max_replicates=self.spec.max_replicates, slo=None),
+            enough=lambda t, reps: analysis.enough_replicates(self.store, self.spec, t, reps),
+            progress=lambda t, s, r, d, n: self._on_progress(t, label, s, r, d, n),
+        )
+        if outcome != str(Outcome.ok):
+            detail = self.store.trial(trial.id).detail or ""
+            self.display.note(f"[yellow]#{trial.seq} {label}: {outcome}[/] {detail[:200]}")
+        self._update_overview()
+
+    def _on_progress(self, trial: TrialRow, label: str, scenario: str | None, replicate: int,
+                     done: int, total: int) -> None:
+        self.display.trial_step(trial, label, scenario, replicate, done, total)
+        now = time.monotonic()
+        if now - self._last_heartbeat > 5:
+            self._last_heartbeat = now
+            self.store.heartbeat(self._session)
+
+    def _label(self, config: Config) -> str:
+        return config.label(self.baseline_config)
+
+    # --- budget and ETA -----------------------------------------------------------------
+
+    def planned_trials(self) -> int:
+        return analysis.planned_trial_count(self.store, self.spec)
+
+    def _remaining_s(self) -> float | None:
+        eta = estimate(self.store.trials(), self.store.runs())
+        remaining = max(self.planned_trials() - len([t for t in self.store.trials() if t.status == "done"]), 0)
+        return remaining * eta.trial_s([s.name for s in self.spec.scenarios], self.spec.min_replicates)
+
+    def _update_overview(self) -> None:
+        done = len([t for t in self.store.trials() if t.status == "done"])
+        self.display.trials(done, self.planned_trials(), self._remaining_s())
+
+    def _time_left_for_another(self) -> bool:
+        eta = estimate(self.store.trials(), self.store.runs())
+        per_trial = eta.trial_s([s.name for s in self.spec.scenarios], self.spec.min_replicates)
+        reserve = 2 * self.spec.finalists * per_trial  # finalists and their baseline boots
+        return self.store.elapsed_wall_s() + per_trial + reserve <= self.spec.budget.wall_minutes * 60
+
+    def _candidates_since_baseline(self) -> int:
+        count = 0
+        for trial in reversed(self.store.trials()):
+            if trial.role in BASELINE_ROLES:
+                break
+            if trial.role == "candidate":
+                count += 1
+        return count
+
+    def _log_eta(self, trial: TrialRow, predicted_end: float) -> None:
+        log = self.store.get_meta_json("eta_log") or []
+        log.append({"trial_seq": trial.seq, "at": time.time(), "predicted_end": predicted_end})
+        self.store.set_meta_json("eta_log", log)
+
+    # --- identity -----------------------------------------------------------------------
+
+    def _check_same_study(self) -> None:
+        new = self.spec.identity()
+        old = self.store.get_meta_json("spec")
+        if old is None:
+            self.store.set_meta_json("spec", new)
+            return
+        changed = [k for k in sorted(set(old) | set(new))
+                   if k not in SPEC_KEYS_THAT_MAY_CHANGE and old.get(k) != new.get(k)]
+        if changed:
+            raise ServetuneError(
+                f"{self.store.path}: this directory holds a different study (changed: {', '.join(changed)}); "
+                "use another --out directory, or restore the study file it was started with"
+            )
+        self.store.set_meta_json("spec", new)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")

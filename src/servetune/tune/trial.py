@@ -1,0 +1,137 @@
+"""One Trial: boot a server with a Config, measure every Scenario x replicate on it, stop it.
+
+Each finished Run is committed to the store on its own, so a kill loses at most the Run in
+flight; a resumed trial boots again and measures only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..engine.outcome import Outcome
+from ..load.bench import run_scenario
+from ..load.records import RunResult
+from ..load.scenario import Scenario
+from ..store import StudyStore, TrialRow
+
+# (trial, scenario name, replicate, done requests, total requests); None scenario = booting
+ProgressFn = Callable[[TrialRow, str | None, int, int, int], None]
+# Decides after each full replicate whether more are needed: (trial, replicates done) -> stop?
+EnoughFn = Callable[[TrialRow, int], bool]
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    scenarios: list[Scenario]
+    min_replicates: int
+    max_replicates: int
+    slo: dict[str, float] | None = None
+
+
+class TrialExecutor:
+    def __init__(self, engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None):
+        self.engine = engine
+        self.store = store
+        self.out_dir = out_dir
+        self.tokenizer_dir = tokenizer_dir
+
+    def run(self, trial: TrialRow, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn) -> str:
+        """Run the trial to its end and return its outcome. Failures are outcomes, never raised."""
+        log_path = self._log_path(trial)
+        progress(trial, None, 0, 0, 0)
+
+        def on_spawn(pid: int, pgid: int, create_time: float) -> None:
+            self.store.record_server(trial.id, pid=pid, pgid=pgid, create_time=create_time, log_path=str(log_path))
+
+        started = self.engine.start(trial.config, log_path, on_spawn=on_spawn)
+        self.store.record_boot(
+            trial.id,
+            healthy_at=(time.time() if started.outcome == Outcome.ok else None),
+            boot_facts=started.boot_facts.model_dump(mode="json") if started.boot_facts else None,
+            mismatches=[m.model_dump(mode="json") for m in started.mismatches],
+            log_path=str(log_path),
+        )
+        if started.outcome != Outcome.ok or started.server is None:
+            self.store.finish_trial(trial.id, str(started.outcome), detail=started.detail, log_tail=started.log_tail)
+            return str(started.outcome)
+
+        server = started.server
+        try:
+            outcome, detail = self._measure(trial, plan, server, enough, progress)
+        finally:
+            self.engine.stop(server)
+        tail = self.engine.log_tail(log_path) if outcome != str(Outcome.ok) else None
+        self.store.finish_trial(trial.id, outcome, detail=detail, log_tail=tail)
+        return outcome
+
+    def _measure(self, trial: TrialRow, plan: TrialPlan, server, enough: EnoughFn,
+                 progress: ProgressFn) -> tuple[str, str | None]:
+        model = served_model_name(server.url)
+        done = {(r.scenario, r.replicate) for r in self.store.runs(trial.id)}
+        for replicate in range(1, plan.max_replicates + 1):
+            for scenario in plan.scenarios:
+                if (scenario.name, replicate) in done:
+                    continue
+                if not server.is_alive():
+                    return str(Outcome.crashed), f"server exited before {scenario.name} replicate {replicate}"
+                reset_prefix_cache(server.url)
+                started_at = time.time()
+                result = run_scenario(
+                    server.url, model, scenario,
+                    tokenizer_dir=self.tokenizer_dir,
+                    out_dir=self.out_dir / "runs",
+                    run_id=f"trial{trial.seq:03d}-{scenario.name}-r{replicate}",
+                    slo=plan.slo,
+                    progress=lambda d, t, s=scenario.name, r=replicate: progress(trial, s, r, d, t),
+                )
+                if not server.is_alive():
+                    # Requests that died with the server are not a measurement of this config.
+                    return str(Outcome.crashed), f"server died during {scenario.name} replicate {replicate}"
+                self.store.record_run(trial.id, replicate, _relative(result, self.out_dir),
+                                      started_at=started_at, ended_at=time.time())
+            if replicate >= plan.min_replicates and enough(trial, replicate):
+                break
+        return str(Outcome.ok), None
+
+    def _log_path(self, trial: TrialRow) -> Path:
+        logs = self.out_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        path = logs / f"trial{trial.seq:03d}-{trial.role}.log"
+        boot = 2
+        while path.exists():  # a resumed trial keeps the log of its earlier boot
+            path = logs / f"trial{trial.seq:03d}-{trial.role}-boot{boot}.log"
+            boot += 1
+        return path
+
+
+def _relative(result: RunResult, base: Path) -> RunResult:
+    """Store records paths relative to the study dir, so the dir can be moved (or carried to a GPU box)."""
+    if result.records_path is None:
+        return result
+    path = Path(result.records_path)
+    try:
+        return result.model_copy(update={"records_path": str(path.resolve().relative_to(base.resolve()))})
+    except ValueError:
+        return result
+
+
+def served_model_name(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=30) as resp:
+        return json.load(resp)["data"][0]["id"]
+
+
+def reset_prefix_cache(url: str) -> bool:
+    """Empty vLLM's prefix cache between runs (needs VLLM_SERVER_DEV_MODE=1). Without it,
+    the nonce at the start of every prompt still keeps runs from hitting each other's cache."""
+    request = urllib.request.Request(f"{url}/reset_prefix_cache", method="POST", data=b"")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return resp.status == 200
+    except (urllib.error.HTTPError, urllib.error.URLError):
+        return False
