@@ -25,5 +25,9 @@ if [ ! -f "$stamp" ]; then
   "$PY" -c "import vllm, servetune; print('vllm', vllm.__version__)"
   touch "$stamp"
 fi
+# Headless Chromium: the report tests open the HTML report in it and take a screenshot.
+if ! command -v chromium >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 "$VENV/bin/servetune" model make tiny models/tiny >/dev/null
 echo "setup: $VENV ready, model at models/tiny"

@@ -21,7 +21,10 @@ err_console = Console(stderr=True)
 # One module per command group; add a line when a command is added.
 COMMAND_MODULES = [
     "model_cmd",
+    "serve_cmd",
     "tune_cmd",
+    "report_cmd",
+    "bench_cmd",
 ]
 
 for _name in COMMAND_MODULES:

@@ -38,8 +38,8 @@ def register(app: typer.Typer) -> None:
             from ..report import write_report
 
             paths = write_report(result, runner.store, out)
-            for path in paths:
-                console.print(f"report: {path}")
+            for name in ("markdown", "html"):
+                console.print(f"report: {paths[name]}")
 
     @app.command()
     def status(out: Path = typer.Argument(..., help="study directory")) -> None:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 # "(EngineCore pid=123) INFO 11-30 07:29:17 [file.py:42] message" -> level, message.
 _LINE = re.compile(
-    r"^(?:\((?P<proc>[\w ]+?) pid=\d+\)\s+)?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+    r"^(?:\((?P<proc>[^()]+?) pid=\d+\)\s+)?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
     r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\]\s?(?P<msg>.*)$"
 )
 
@@ -26,8 +26,12 @@ _VERSION_BANNER = re.compile(r"\bversion\s+(?P<v>\d+\.\d+\.\d+\S*)")
 _NON_DEFAULT = re.compile(r"non-default args: (?P<d>\{.*\})\s*$")
 _KV_TOKENS = re.compile(r"(?P<dev>[A-Za-z]+(?: \+ host)?) KV cache size: (?P<n>[\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for (?P<t>[\d,]+) tokens per request: (?P<x>[\d,.]+)x")
-_KV_MEMORY = re.compile(r"Available KV cache memory: (?P<g>[\d.]+) GiB")
+_KV_MEMORY = re.compile(
+    r"Available KV cache memory: (?P<g>[\d.]+) GiB"  # GPU
+    r"|(?:Explicitly|Auto) set \((?P<cpu>[\d.]+)/[\d.]+\) GiB for KV cache"  # CPU
+)
 _MODEL_LOAD = re.compile(r"Model loading took (?P<g>[\d.]+) GiB(?: memory)? and (?P<s>[\d.]+) seconds")
+_MODEL_INIT = re.compile(r"Initializing model took (?P<s>[\d.]+) seconds")  # CPU: no GiB figure
 _COMPILE = re.compile(r"torch\.compile took (?P<s>[\d.]+) s in total")
 _GRAPHS = re.compile(r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<g>-?[\d.]+) GiB")
 _ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[\d.]+) s")
@@ -46,6 +50,7 @@ class BootFacts(BaseModel):
     vllm_version: str | None = None
     non_default_args: dict[str, Any] = Field(default_factory=dict)
     engine_config: dict[str, str] = Field(default_factory=dict)  # "with config: k=v, ..." as text
+    compilation_config: dict[str, str] = Field(default_factory=dict)  # engine_config's compilation_config
     kv_cache_device: str | None = None  # "GPU", "CPU", ...
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
@@ -105,6 +110,7 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
     if m := _ENGINE_CONFIG.search(msg):
         f.engine_config = split_engine_config(m["cfg"])
         found("engine_config")
+        f.compilation_config = split_repr_dict(f.engine_config.get("compilation_config", ""))
         if "max_seq_len" in f.engine_config and f.engine_config["max_seq_len"].isdigit():
             f.max_model_len = int(f.engine_config["max_seq_len"])
             found("max_model_len")
@@ -115,10 +121,13 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
         f.max_concurrency_tokens, f.max_concurrency = int(_num(m["t"])), _num(m["x"])
         found("max_concurrency")
     if m := _KV_MEMORY.search(msg):
-        f.kv_cache_memory_gib = float(m["g"])
+        f.kv_cache_memory_gib = float(m["g"] or m["cpu"])
         found("kv_cache_memory_gib")
     if m := _MODEL_LOAD.search(msg):
         f.model_load_gib, f.model_load_seconds = float(m["g"]), float(m["s"])
+        found("model_load")
+    elif f.model_load_seconds is None and (m := _MODEL_INIT.search(msg)):
+        f.model_load_seconds = float(m["s"])
         found("model_load")
     if m := _COMPILE.search(msg):
         f.torch_compile_seconds = float(m["s"])
@@ -152,33 +161,69 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
 
 
 def _literal_dict(text: str) -> dict[str, Any]:
-    """The dict vLLM prints with %s. Reprs that are not literals (objects) fall back to text."""
+    """The dict vLLM prints with %s. Values that are object reprs, not literals (a parsed
+    `CompilationConfig(...)`), are kept as their text; the rest are real Python values."""
     try:
         value = ast.literal_eval(text)
+        if isinstance(value, dict):
+            return value
     except (ValueError, SyntaxError):
-        return {"_unparsed": text}
-    return value if isinstance(value, dict) else {"_unparsed": text}
+        pass
+    out: dict[str, Any] = {}
+    for key, raw in split_repr_dict(text).items():
+        try:
+            out[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            out[key] = raw
+    return out
 
 
 def split_engine_config(text: str) -> dict[str, str]:
-    """`k=v, k2={'a': 1, 'b': 2}, ...` -> {k: "v", k2: "{'a': 1, 'b': 2}"}: split on top-level
-    commas only (values nest brackets and quote strings). Values stay text; this line is repr
-    output, not a literal, e.g. `dtype=torch.bfloat16`."""
+    """`k=v, k2={'a': 1}, ...` -> {k: "v", k2: "{'a': 1}"}. Values stay text: this line is repr
+    output, not a literal (`dtype=torch.bfloat16`, `mode=<CompilationMode.X: 2>`)."""
     items: dict[str, str] = {}
+    for item in _split_top(text):
+        key, sep, value = item.partition("=")
+        if sep and key.strip().isidentifier():
+            items[key.strip()] = _unquote(value.strip())
+    return items
+
+
+def split_repr_dict(text: str) -> dict[str, str]:
+    """`{'a': 1, 'b': <Enum.X: 2>}` (a dict's repr, not always a literal) -> {a: "1", b: "<Enum.X: 2>"}."""
+    body = text.strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        return {}
+    items: dict[str, str] = {}
+    for item in _split_top(body[1:-1]):
+        key, sep, value = item.partition(":")
+        if sep:
+            items[_unquote(key.strip())] = value.strip()
+    return items
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets and quotes."""
+    parts: list[str] = []
     depth, quote, start = 0, "", 0
-    for i, ch in enumerate(text + ","):
+    for i, ch in enumerate(text):
         if quote:
             if ch == quote and text[i - 1] != "\\":
                 quote = ""
         elif ch in "'\"":
             quote = ch
-        elif ch in "([{":
+        elif ch in "([{<":
             depth += 1
-        elif ch in ")]}":
+        elif ch in ")]}>":
             depth = max(0, depth - 1)
         elif ch == "," and depth == 0:
-            key, sep, value = text[start:i].strip().partition("=")
-            if sep and key.isidentifier():
-                items[key] = value.strip().strip("'\"") if value.strip()[:1] in "'\"" else value.strip()
+            parts.append(text[start:i])
             start = i + 1
-    return items
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value

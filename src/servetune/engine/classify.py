@@ -37,7 +37,7 @@ _RULES = [
         "max model length does not fit in the KV cache"),
     _Rule(Outcome.oom, re.compile(
         r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks"
-        r"|Insufficient memory|Cannot allocate memory|\bMemoryError\b|insufficient KV cache", re.IGNORECASE),
+        r"|Insufficient memory|allocation is less than requested memory|Cannot allocate memory|\bMemoryError\b|insufficient KV cache", re.IGNORECASE),
         "out of memory"),
     _Rule(Outcome.invalid_arg, re.compile(
         r": error: (?:unrecognized arguments|argument |the following arguments are required)"
@@ -64,7 +64,7 @@ def classify_failure(log_tail: str, exit_code: int | None) -> Failure:
         if rule.outcome is Outcome.invalid_arg:
             evidence = _with_following(lines, evidence)
         return Failure(outcome=rule.outcome, detail=detail, evidence=evidence, estimated_max_model_len=n)
-    errors = [ln for ln in lines if re.search(r"\b(?:Error|Exception)\b", ln)]
+    errors = [ln for ln in lines if re.search(r"(?:Error|Exception)\b", ln)]
     detail = f"server exited with code {exit_code}" if exit_code is not None else "server died"
     return Failure(outcome=Outcome.crashed, detail=detail, evidence=_dedupe(errors)[-5:])
 

@@ -14,16 +14,18 @@ import math
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
+from yarl import URL
 
 from .records import RequestRecord
 
 READ_BUFSIZE = 1 << 20
+T = TypeVar("T")
 LAG_TICK_S = 0.01
 
 
@@ -58,6 +60,15 @@ class DriveResult:
     first_dispatch_ns: int | None
     last_dispatch_ns: int | None
     cpu_busy: float                    # this process's CPU seconds / wall seconds
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run on uvloop where installed (vLLM brings it): cheaper per chunk and per send."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def request_body(endpoint: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> bytes:
@@ -100,6 +111,21 @@ def make_session(concurrency: int) -> aiohttp.ClientSession:
         read_bufsize=READ_BUFSIZE,
         auto_decompress=False,
     )
+
+
+async def prewarm(session: aiohttp.ClientSession, url: str, n: int) -> None:
+    """Open n pooled connections (concurrent GETs of /v1/models), so the measured phase does
+    not pay n TCP handshakes while the first chunks arrive."""
+    origin = str(URL(url).origin())
+
+    async def one() -> None:
+        try:
+            async with session.get(origin + "/v1/models") as resp:
+                await resp.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            pass  # a dead server shows up as failed requests
+
+    await asyncio.gather(*(one() for _ in range(n)))
 
 
 async def send(session: aiohttp.ClientSession, url: str, body: bytes, hdrs: dict[str, str], rec: RequestRecord,
@@ -228,6 +254,8 @@ async def drive(
 
     own_session = session is None
     sess = session or make_session(concurrency or len(jobs))
+    if own_session and jobs:
+        await prewarm(sess, url, min(concurrency or len(jobs), len(jobs)))
     hdrs = headers()
     pairs: list[tuple[RequestRecord, Raw]] = []
     delays: list[int] = []

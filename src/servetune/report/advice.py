@@ -1,7 +1,7 @@
 """Server-side evidence per config, and the advice the field reports learnt the hard way.
 
 Evidence comes from the scraped /metrics of each run (`RunResult.server_stats`: counter deltas
-and gauge peaks), averaged per scenario by the analysis; advice is given only where the evidence
+and gauge peaks; vLLM's kv_cache_usage_perc is a fraction 0..1), averaged per scenario by the analysis; advice is given only where the evidence
 supports it.
 """
 
@@ -12,29 +12,26 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine.applied import AppliedMismatch
 from ..engine.config import Config
+from ..load import scrape
 
-# Names the scraper may use for each fact, first match wins (vLLM renamed
-# num_preemptions_total -> num_preemptions and gpu_cache_usage_perc -> kv_cache_usage_perc).
-_PREEMPTIONS = ("num_preemptions", "preemptions", "num_preemptions_total", "vllm:num_preemptions",
-                "vllm:num_preemptions_total")
-_KV_PEAK = ("kv_cache_usage_peak", "kv_cache_usage_perc_peak", "peak_kv_cache_usage", "kv_cache_usage_perc_max",
-            "gpu_cache_usage_perc_peak", "kv_cache_usage_max")
-_PREFIX_HITS = ("prefix_cache_hits", "vllm:prefix_cache_hits", "prefix_cache_hits_total")
-_PREFIX_QUERIES = ("prefix_cache_queries", "vllm:prefix_cache_queries", "prefix_cache_queries_total")
-_PREFIX_RATE = ("prefix_cache_hit_rate",)
-_WAITING_PEAK = ("num_requests_waiting_peak", "waiting_peak", "peak_waiting", "num_requests_waiting_max")
-_RUNNING_PEAK = ("num_requests_running_peak", "running_peak", "peak_running", "num_requests_running_max")
+# Keys of RunResult.server_stats, as servetune.load.scrape names them (deltas; peaks prefixed "peak_").
+_PREEMPTIONS = scrape.COUNTERS["vllm:num_preemptions"]
+_PREFIX_HITS = scrape.COUNTERS["vllm:prefix_cache_hits"]
+_PREFIX_QUERIES = scrape.COUNTERS["vllm:prefix_cache_queries"]
+_KV_PEAK = "peak_" + scrape.GAUGES["vllm:kv_cache_usage_perc"]
+_WAITING_PEAK = "peak_" + scrape.GAUGES["vllm:num_requests_waiting"]
+_RUNNING_PEAK = "peak_" + scrape.GAUGES["vllm:num_requests_running"]
 
 KV_TIGHT = 0.90   # peak KV usage at which the pool counts as tight
 KV_LOW = 0.60     # below this, more KV memory buys nothing
 
 
-def _first(stats: Mapping[str, Any], names: Iterable[str]) -> float | None:
-    for name in names:
-        value = stats.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
+def _get(stats: Mapping[str, Any], name: str) -> float | None:
+    value = stats.get(name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
     return None
 
 
@@ -50,16 +47,10 @@ class Evidence:
 
     @classmethod
     def of(cls, stats: Mapping[str, Any]) -> Evidence:
-        kv = _first(stats, _KV_PEAK)
-        if kv is not None and kv > 1.0:  # some exporters give percent
-            kv /= 100.0
-        rate = _first(stats, _PREFIX_RATE)
-        if rate is None:
-            hits, queries = _first(stats, _PREFIX_HITS), _first(stats, _PREFIX_QUERIES)
-            if hits is not None and queries:
-                rate = hits / queries
-        return cls(preemptions=_first(stats, _PREEMPTIONS), kv_usage_peak=kv, prefix_hit_rate=rate,
-                   waiting_peak=_first(stats, _WAITING_PEAK), running_peak=_first(stats, _RUNNING_PEAK))
+        hits, queries = _get(stats, _PREFIX_HITS), _get(stats, _PREFIX_QUERIES)
+        return cls(preemptions=_get(stats, _PREEMPTIONS), kv_usage_peak=_get(stats, _KV_PEAK),
+                   prefix_hit_rate=hits / queries if hits is not None and queries else None,
+                   waiting_peak=_get(stats, _WAITING_PEAK), running_peak=_get(stats, _RUNNING_PEAK))
 
     @property
     def empty(self) -> bool:
@@ -135,16 +126,16 @@ def advise_config(label: str, config: Config, baseline: Config | None,
                           "--enforce-eager disables CUDA graphs, which cost decode throughput (a third in one "
                           "field report); to save graph memory, narrow the capture sizes instead."))
     for m in mismatches:
-        name = m.get("flag") or m.get("name") or m.get("key") or "?"
         out.append(Advice(label, "applied-check",
-                          f"--{name} was requested as {m.get('requested')!r} but the server applied "
-                          f"{m.get('applied')!r}{_why(m)}: the measured effect is not that of the requested value."))
+                          f"{describe_mismatch(m)}: the measured effect is not that of the requested value."))
     return out
 
 
-def _why(m: Mapping[str, Any]) -> str:
-    why = m.get("reason") or m.get("source") or m.get("evidence")
-    return f" ({why})" if why else ""
+def describe_mismatch(raw: Mapping[str, Any]) -> str:
+    """One line for a stored applied-vs-requested mismatch (an `AppliedMismatch` as JSON)."""
+    m = AppliedMismatch.model_validate(raw)
+    applied = "never shown taking effect" if m.applied is None else f"applied {m.applied!r}"
+    return f"--{m.flag}: requested {m.requested!r}, {applied} ({m.reason})"
 
 
 def _fmt(v: float | None) -> str:

@@ -16,7 +16,7 @@ import yaml
 
 from ..engine.config import Config, normalize_flag_name, render_flags
 
-# Flags servetune sets per trial server; a deployment chooses its own.
+# Flags servetune sets per trial server (the launcher's host/port; the model goes positional).
 _LOCAL_ONLY_FLAGS = frozenset({"host", "port", "model"})
 CONTAINER_PORT = 8000
 DEFAULT_IMAGE = "vllm/vllm-openai"
@@ -33,13 +33,12 @@ class Deployment:
 
     @classmethod
     def of(cls, config: Config, engine: dict[str, Any] | None = None, vllm_version: str | None = None) -> Deployment:
-        """`config` laid over the study's `engine.args`/`engine.env` (a trial config may hold only its diff)."""
+        """`config` as a trial launched it (study args with the parameters laid over), `engine` the
+        study spec's engine section (for the model)."""
         engine = engine or {}
-        base = Config.of(engine.get("args") or {}, engine.get("env") or {})
-        full = base.merged(config)
-        flags = {k: v for k, v in full.flags.items() if normalize_flag_name(k) not in _LOCAL_ONLY_FLAGS}
-        model = str(engine.get("model") or full.flags.get("model") or "MODEL")
-        return cls(model=model, flags=flags, env=dict(full.env), vllm_version=vllm_version)
+        flags = {k: v for k, v in config.flags.items() if normalize_flag_name(k) not in _LOCAL_ONLY_FLAGS}
+        model = str(engine.get("model") or config.flags.get("model") or "MODEL")
+        return cls(model=model, flags=flags, env=dict(config.env), vllm_version=vllm_version)
 
     @property
     def args(self) -> list[str]:

@@ -16,6 +16,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display anywhere servetune runs; must precede any pyplot import
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ..tune.analysis_types import DriftPoint  # noqa: E402
 
@@ -57,10 +58,11 @@ def latency_distributions(data: Mapping[str, Mapping[str, Mapping[str, np.ndarra
             ax.set_title(f"{scenario}: {SERIES_TITLES.get(name, name)}", fontsize=9)
             ax.set_ylabel("fraction of requests", fontsize=8)
             ax.grid(alpha=0.3)
-            if ax.get_lines() and all(np.min(line.get_xdata()) > 0 for line in ax.get_lines()):
-                ax.set_xscale("log")
-            if row == 0 and col == 0 and ax.get_lines():
-                ax.legend(fontsize=7)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:  # one legend for the figure, below the grid, so no curve is hidden
+        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8,
+                   bbox_to_anchor=(0.5, -0.02 - 0.03 * ((len(labels) - 1) // 3)))
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return _png(fig)
 
 
@@ -139,6 +141,7 @@ def objective_over_trials(points: Sequence[ObjectivePoint], objective: str, maxi
         y0 = min((p.estimate for p in ok if p.estimate is not None), default=1.0)
         ax.scatter([p.seq for p in failed], [y0] * len(failed), marker="x", color="tab:red", label="failed")
     ax.axhline(1.0, color="tab:gray", ls="--", lw=1, label="baseline = 1")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("trial")
     ax.set_ylabel(f"objective ({objective}, relative to baseline)", fontsize=8)
     ax.grid(alpha=0.3)

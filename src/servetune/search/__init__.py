@@ -1,1 +1,23 @@
-"""search"""
+"""Search strategies: one module per strategy behind the `Strategy` protocol (see base.py)."""
+
+from .base import Proposal, SearchBase, Strategy, Tried, TrialView
+from .baseline import BaselineOnly
+from .grid import Grid, gray_order
+from .ofat import OneFactorAtATime
+from .optuna_tpe import OptunaTPE
+from .registry import STRATEGIES, make_strategy
+
+__all__ = [
+    "STRATEGIES",
+    "BaselineOnly",
+    "Grid",
+    "OneFactorAtATime",
+    "OptunaTPE",
+    "Proposal",
+    "SearchBase",
+    "Strategy",
+    "Tried",
+    "TrialView",
+    "gray_order",
+    "make_strategy",
+]

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="strings")  # NaN/inf survive strict JSON
 
 
 class Interval(_Frozen):

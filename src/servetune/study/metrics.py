@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from ._hints import did_you_mean
 
@@ -37,9 +38,16 @@ def higher_is_better(name: str) -> bool:
     return not (name.endswith("_ms") or name in _LOWER_IS_BETTER)
 
 
+def metric_problem(name: str, also: Iterable[str] = ()) -> str | None:
+    """None for a known metric, else what is wrong with a did-you-mean (also among `also`)."""
+    if is_known_metric(name):
+        return None
+    return f"unknown metric {name!r}{did_you_mean(name, [*_SUGGESTIONS, *also])}"
+
+
 def check_metric(name: str) -> str:
     """The name itself, or ValueError with a did-you-mean."""
-    if is_known_metric(name):
-        return name
-    raise ValueError(f"unknown metric {name!r}{did_you_mean(name, _SUGGESTIONS)}")
-
+    problem = metric_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name

@@ -33,7 +33,7 @@ def env_var(name: str) -> str | None:
     return name[len(ENV_PREFIX) :] if name.startswith(ENV_PREFIX) else None
 
 
-def _is_number(v: object) -> bool:
+def is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -113,6 +113,13 @@ class Parameter(BaseModel):
             raise ServetuneError(f"space.{name}: a float range needs a step (or log: true) to be enumerated")
         return tuple(dict.fromkeys(out))
 
+    def enumerable(self, name: str) -> bool:
+        try:
+            self.enumerate(name)
+        except ServetuneError:
+            return False
+        return True
+
     def distribution(self) -> BaseDistribution:
         """The same parameter as an Optuna distribution."""
         if self.values is not None:
@@ -126,7 +133,7 @@ class Parameter(BaseModel):
         if self.values is not None:
             return any(type(v) is type(value) and v == value for v in self.values)
         assert self.low is not None and self.high is not None
-        if not _is_number(value) or not self.low <= value <= self.high:
+        if not is_number(value) or not self.low <= value <= self.high:
             return False
         if self.kind == "int":
             return float(value).is_integer() and (self.step is None or (value - self.low) % self.step == 0)

@@ -21,6 +21,7 @@ from ..engine.outcome import Outcome
 from ..search.base import TrialView
 from ..store import RunRow, StudyStore, TrialRow
 from ..study.metrics import higher_is_better
+from ..study.objective import Objective
 from ..study.spec import StudySpec
 from .analysis_types import (
     ConfigResult, DriftPoint, Effect, Estimate, ScenarioResult, StudyAnalysis,
@@ -97,18 +98,19 @@ def _reference(measured: list[_Measured], spec: StudySpec) -> Reference:
 
 
 def objective_samples(m: _Measured, spec: StudySpec, reference: Reference) -> list[float]:
-    """One objective value per replicate that measured every scenario."""
-    names = [s.name for s in spec.scenarios]
-    metric = spec.objective.metric
-    replicates = set.intersection(*(set(m.by_scenario.get(n, {})) for n in names)) if names else set()
-    samples = []
-    for rep in sorted(replicates):
-        values = {n: m.by_scenario[n][rep].get(metric) for n in names}
-        refs = {n: reference.at(n, m.trial.started_at) for n in names}
-        value = spec.objective.combine_gains(values, refs)
-        if _finite(value):
-            samples.append(float(value))
-    return samples
+    """One objective value per replicate that measured every scored scenario."""
+    objective = Objective(spec)
+    names = objective.scored_scenarios
+    replicates = sorted(set.intersection(*(set(m.by_scenario.get(n, {})) for n in names))) if names else []
+    if not replicates:
+        return []
+    candidate = {n: [m.by_scenario[n][r] for r in replicates] for n in names}
+    refs = {n: reference.at(n, m.trial.started_at) for n in names}
+    if not all(_finite(v) and v > 0 for v in refs.values()):
+        return []
+    # The reference enters as a one-run baseline whose value is the (drift-aware) baseline mean.
+    baseline = {n: [{spec.objective.metric: refs[n]}] for n in names}
+    return [x for x in objective.samples(candidate, baseline) if _finite(x)]
 
 
 # --- what the runner asks during a study --------------------------------------------------
@@ -128,15 +130,15 @@ def history(store: StudyStore, spec: StudySpec) -> list[TrialView]:
         samples = objective_samples(m, spec, reference) if m.trial.outcome == str(Outcome.ok) else []
         views.append(TrialView(
             params=m.trial.params,
-            outcome=m.trial.outcome or str(Outcome.crashed),
-            objective_samples=samples,
+            outcome=Outcome(m.trial.outcome or Outcome.crashed),
+            samples=tuple(samples),
             feasible=m.trial.outcome == str(Outcome.ok) and not _violations(m, spec),
         ))
     return views
 
 
 def enough_replicates(store: StudyStore, spec: StudySpec, trial: TrialRow, replicates_done: int) -> bool:
-    if replicates_done >= spec.max_replicates:
+    if replicates_done >= spec.replicates.max:
         return True
     measured = _all_measured(store)
     reference = _reference(measured, spec)
@@ -146,8 +148,8 @@ def enough_replicates(store: StudyStore, spec: StudySpec, trial: TrialRow, repli
                 for x in objective_samples(m, spec, reference)]
     decision = stats.replication_decision(
         samples, baseline or None,
-        min_reps=spec.min_replicates, max_reps=spec.max_replicates,
-        target_rel_half_width=spec.target_rel_ci, higher_is_better=True,
+        min_reps=spec.replicates.min, max_reps=spec.replicates.max,
+        target_rel_half_width=spec.replicates.target_rel_ci or 0.02, higher_is_better=True,
     )
     return decision.stop
 
@@ -169,9 +171,21 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
     candidates = len([t for t in trials if t.role == "candidate"])
     if plan is not None:  # search over
         return len([t for t in trials if t.role not in ("finalist", "baseline_final")]) + len(plan)
-    expected_candidates = max(min(spec.budget.trials, spec.search_size()), candidates)
+    expected_candidates = max(min(spec.budget.trials or 10**6, search_size(spec)), candidates)
     checks = expected_candidates // max(spec.baseline_every, 1)
     return 1 + expected_candidates + checks + 2 * spec.finalists
+
+
+def search_size(spec: StudySpec) -> int:
+    """How many candidates the strategy can propose at most (optuna: the trial budget)."""
+    counts = [len(p.enumerate(name)) if p.enumerable(name) else 0 for name, p in spec.space.items()]
+    if spec.strategy == "baseline" or not spec.space:
+        return 0
+    if spec.strategy == "ofat":
+        return sum(max(c - 1, 0) for c in counts)
+    if spec.strategy == "grid":
+        return int(np.prod(counts)) - 1
+    return spec.budget.trials or 20
 
 
 # --- the conclusion -----------------------------------------------------------------------
@@ -200,7 +214,7 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
     return StudyAnalysis(
         study_name=spec.name,
         objective_metric=spec.objective.metric,
-        objective_direction=spec.objective.direction,
+        objective_direction="maximize" if spec.objective.maximizing else "minimize",
         baseline=baseline,
         configs=configs,
         winner=winner,
@@ -238,7 +252,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
             metrics={k: _estimate(v) for k, v in values.items()},
             server=_server_means(group, scenario.name),
         )
-        result.slo_violations = spec.objective.slo_violations(
+        result.slo_violations = Objective(spec).slo_violations(
             scenario.name, {k: e.estimate for k, e in result.metrics.items()}
         ) if values else []
         if not is_baseline:
@@ -322,7 +336,7 @@ def _violations(m: _Measured, spec: StudySpec) -> list[str]:
             vals = [s[metric] for s in reps.values() if _finite(s.get(metric))]
             if vals:
                 means[metric] = float(np.mean(vals))
-        out += spec.objective.slo_violations(scenario, means)
+        out += Objective(spec).slo_violations(scenario, means)
     return out
 
 

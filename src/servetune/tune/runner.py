@@ -91,7 +91,7 @@ class StudyRunner:
         strategy = make_strategy(self.spec)
         while True:
             candidates = self.store.trials("candidate")
-            if len(candidates) >= self.spec.budget.trials:
+            if self.spec.budget.trials is not None and len(candidates) >= self.spec.budget.trials:
                 self.display.note(f"trial budget reached ({self.spec.budget.trials} candidates)")
                 return
             if not self._time_left_for_another():
@@ -100,11 +100,11 @@ class StudyRunner:
             if self._candidates_since_baseline() >= self.spec.baseline_every:
                 self._start_trial("baseline_check", self.baseline_config, {})
                 continue
-            params = strategy.propose(analysis.history(self.store, self.spec))
-            if params is None:
+            proposal = strategy.propose(analysis.history(self.store, self.spec))
+            if proposal is None:
                 self.display.note("search strategy finished: nothing left to try")
                 return
-            self._start_trial("candidate", self.spec.config_for(params), params)
+            self._start_trial("candidate", self.spec.config_for(proposal.params), proposal.params)
 
     def _validate_finalists(self) -> None:
         plan = self.store.get_meta_json("final_plan")
@@ -135,8 +135,8 @@ class StudyRunner:
         self._log_eta(trial, eta_now)
         outcome = self.executor.run(
             trial,
-            TrialPlan(scenarios=list(self.spec.scenarios), min_replicates=self.spec.min_replicates,
-                      max_replicates=self.spec.max_replicates, slo=None),
+            TrialPlan(scenarios=list(self.spec.scenarios), min_replicates=self.spec.replicates.min,
+                      max_replicates=self.spec.replicates.max),
             enough=lambda t, reps: analysis.enough_replicates(self.store, self.spec, t, reps),
             progress=lambda t, s, r, d, n: self._on_progress(t, label, s, r, d, n),
         )
@@ -164,7 +164,7 @@ class StudyRunner:
     def _remaining_s(self) -> float | None:
         eta = estimate(self.store.trials(), self.store.runs())
         remaining = max(self.planned_trials() - len([t for t in self.store.trials() if t.status == "done"]), 0)
-        return remaining * eta.trial_s([s.name for s in self.spec.scenarios], self.spec.min_replicates)
+        return remaining * eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
 
     def _update_overview(self) -> None:
         done = len([t for t in self.store.trials() if t.status == "done"])
@@ -172,7 +172,9 @@ class StudyRunner:
 
     def _time_left_for_another(self) -> bool:
         eta = estimate(self.store.trials(), self.store.runs())
-        per_trial = eta.trial_s([s.name for s in self.spec.scenarios], self.spec.min_replicates)
+        if self.spec.budget.wall_minutes is None:
+            return True
+        per_trial = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
         reserve = 2 * self.spec.finalists * per_trial  # finalists and their baseline boots
         return self.store.elapsed_wall_s() + per_trial + reserve <= self.spec.budget.wall_minutes * 60
 
@@ -193,7 +195,7 @@ class StudyRunner:
     # --- identity -----------------------------------------------------------------------
 
     def _check_same_study(self) -> None:
-        new = self.spec.identity()
+        new = self.spec.model_dump(mode="json")
         old = self.store.get_meta_json("spec")
         if old is None:
             self.store.set_meta_json("spec", new)

@@ -1,0 +1,195 @@
+"""`servetune bench`: measure one Scenario against a running server (or one it launches)."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..errors import ServetuneError
+from ..load.bench import run_scenario
+from ..load.metrics import SLO_NAMES, percentile_key
+from ..load.records import RunResult
+from ..load.scenario import PRESETS, Scenario, preset
+
+console = Console()
+
+
+def parse_slo(items: list[str]) -> dict[str, float]:
+    """["ttft=500", "tpot=50"] -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
+    slo: dict[str, float] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq:
+            name, eq, value = item.partition(":")  # vLLM's spelling
+        name = name.strip().lower()
+        if not eq or name not in SLO_NAMES:
+            raise ServetuneError(f"--slo {item!r}: expected NAME=MS with NAME one of {', '.join(SLO_NAMES)}")
+        try:
+            slo[name] = float(value)
+        except ValueError:
+            raise ServetuneError(f"--slo {item!r}: {value!r} is not a number of milliseconds") from None
+        if slo[name] < 0:
+            raise ServetuneError(f"--slo {item!r}: must be >= 0 ms")
+    return slo
+
+
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise ServetuneError(f"--percentiles {text!r}: expected numbers separated by commas") from None
+    if not values or any(not 0 < p <= 100 for p in values):
+        raise ServetuneError(f"--percentiles {text!r}: each must be in (0, 100]")
+    return values
+
+
+def build_scenario(name: str, **overrides: Any) -> Scenario:
+    if name not in PRESETS:
+        raise ServetuneError(f"unknown scenario {name!r}; presets: {', '.join(PRESETS)}")
+    rate = overrides.get("rate")
+    try:
+        sc = preset(name, **overrides)
+        if rate is not None and overrides.get("concurrency") is None:
+            sc = Scenario.model_validate({**sc.model_dump(), "concurrency": None})  # open loop, uncapped
+    except ValueError as exc:
+        raise ServetuneError(f"scenario {name!r}: {exc}") from None
+    return sc
+
+
+def summary_table(result: RunResult, percentiles: tuple[float, ...]) -> Table:
+    s = result.summary
+    table = Table(title=f"{result.scenario}: {result.outcome.value}", show_header=True)
+    table.add_column("metric")
+    for col in ("mean", "median", *(f"p{percentile_key(p)}" for p in percentiles)):
+        table.add_column(col, justify="right")
+    for name, label in (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("itl", "ITL (ms)"), ("e2el", "E2EL (ms)"),
+                        ("itl_per_token", "ITL per token (ms)"), ("e2el_from_scheduled", "E2EL from arrival (ms)")):
+        cells = [s.get(f"mean_{name}_ms"), s.get(f"median_{name}_ms"),
+                 *(s.get(f"p{percentile_key(p)}_{name}_ms") for p in percentiles)]
+        table.add_row(label, *(f"{c:.2f}" if isinstance(c, float) else "-" for c in cells))
+    return table
+
+
+def totals_table(result: RunResult) -> Table:
+    s, h, srv = result.summary, result.client_health, result.server_stats
+    table = Table(show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, Any]] = [
+        ("completed / failed", f"{s.get('completed')} / {s.get('failed')}"),
+        ("duration (s)", s.get("duration")),
+        ("input / output tokens", f"{s.get('total_input_tokens')} / {s.get('total_output_tokens')}"),
+        ("request throughput (req/s)", s.get("request_throughput")),
+        ("output throughput (tok/s)", s.get("output_throughput")),
+        ("total token throughput (tok/s)", s.get("total_token_throughput")),
+        ("request goodput (req/s)", s.get("request_goodput")),
+        ("prompt tokens off target", f"{s.get('prompt_tokens_mismatched')} of {s.get('prompt_tokens_checked')}"),
+        ("server: preemptions", srv.get("preemptions")),
+        ("server: prefix cache hits / queries", f"{srv.get('prefix_cache_hits')} / {srv.get('prefix_cache_queries')}"),
+        ("server: peak KV cache usage", srv.get("peak_kv_cache_usage")),
+        ("server: peak running / waiting", f"{srv.get('peak_running')} / {srv.get('peak_waiting')}"),
+        ("client: loop lag p99 (ms)", h.get("loop_lag_ms", {}).get("p99")),
+        ("client: schedule delay p99 (ms)", h.get("schedule_delay_ms", {}).get("p99")),
+        ("client: CPU busy", ", ".join(f"{c:.0%}" for c in h.get("cpu_busy", []))),
+    ]
+    for what, value in rows:
+        if value is None:
+            continue
+        table.add_row(what, f"{value:.2f}" if isinstance(value, float) else str(value))
+    return table
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("bench")
+    def bench(
+        scenario: str = typer.Option(..., "--scenario", help=f"preset: {', '.join(PRESETS)}"),
+        out: Path = typer.Option(..., "--out", help="result JSON (per-request JSONL is written beside it)"),
+        url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
+        serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
+        serve_arg: list[str] = typer.Option([], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-num-seqs 64'"),
+        model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
+        tokenizer: Path | None = typer.Option(None, "--tokenizer", help="model dir with tokenizer.json (default: --serve dir, else the server's /tokenize)"),
+        input_len: int | None = typer.Option(None, "--input-len", min=1),
+        output_len: int | None = typer.Option(None, "--output-len", min=1),
+        concurrency: int | None = typer.Option(None, "--concurrency", min=1),
+        rate: float | None = typer.Option(None, "--rate", help="req/s, open loop ('inf': all at once)"),
+        burstiness: float | None = typer.Option(None, "--burstiness", help="gamma shape; 1 = Poisson"),
+        num_prompts: int | None = typer.Option(None, "--num-prompts", min=1),
+        duration: float | None = typer.Option(None, "--duration", help="seconds (instead of or capping --num-prompts)"),
+        warmups: int | None = typer.Option(None, "--warmups", min=0),
+        seed: int | None = typer.Option(None, "--seed"),
+        endpoint: str | None = typer.Option(None, "--endpoint", help="completions or chat"),
+        slo: list[str] = typer.Option([], "--slo", help="goodput SLO NAME=MS (ttft, tpot, e2el); repeatable"),
+        percentiles: str = typer.Option("50,90,95,99", "--percentiles"),
+        workers: int = typer.Option(1, "--workers", min=1, help="client processes"),
+    ) -> None:
+        """Measure one scenario; prints a summary and writes vllm-bench-compatible JSON."""
+        if (url is None) == (serve is None):
+            raise ServetuneError("give exactly one of --url (a running server) or --serve MODEL_DIR")
+        if serve_arg and serve is None:
+            raise ServetuneError("--serve-arg needs --serve")
+        slo_ms = parse_slo(slo)
+        pcts = parse_percentiles(percentiles)
+        sc = build_scenario(scenario, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                            rate=rate, burstiness=burstiness, num_prompts=num_prompts, duration_s=duration,
+                            warmups=warmups, seed=seed, endpoint=endpoint)
+        run_id = out.name.removesuffix(".json")
+        if serve is not None:
+            result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer)
+        else:
+            assert url is not None
+            result = _bench(url, model, sc, tokenizer, out.parent, run_id, slo_ms, pcts, workers)
+        console.print(summary_table(result, pcts))
+        console.print(totals_table(result))
+        if result.client_health.get("reasons"):
+            console.print("[yellow]client-bound:[/] " + "; ".join(result.client_health["reasons"]))
+        if result.error:
+            console.print(f"[red]error:[/] {result.error}")
+        console.print(f"wrote {out} and {result.records_path}")
+        if result.outcome.is_failure and result.outcome.value != "client_bound":
+            raise typer.Exit(1)
+
+
+def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, out_dir: Path, run_id: str,
+           slo: dict[str, float], pcts: tuple[float, ...], workers: int) -> RunResult:
+    total = len(sc.sweep_input_lens) if sc.sweep_input_lens else (sc.num_prompts or 0)
+    with Progress(TextColumn(f"[bold]{sc.name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("requests", total=total or None)
+
+        def progress(done: int, n: int) -> None:
+            bar.update(task, completed=done, total=n)
+
+        return run_scenario(url, model, sc, tokenizer_dir=tokenizer, out_dir=out_dir, run_id=run_id, slo=slo or None,
+                            percentiles=pcts, progress=progress, workers=workers)
+
+
+def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Path, run_id: str,
+                  slo: dict[str, float], pcts: tuple[float, ...], workers: int, tokenizer: Path | None) -> RunResult:
+    from ..engine.config import Config
+    from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
+    from .serve_cmd import flags_from_argv
+
+    if not model_dir.is_dir():
+        raise ServetuneError(f"--serve {model_dir}: not a directory")
+    flags = flags_from_argv([a for arg in serve_args for a in shlex.split(arg)])
+    log_dir = out.parent / "logs"
+    engine = VllmEngine(DEFAULT_COMMAND, model=str(model_dir), startup_timeout_s=900, log_dir=log_dir)
+    console.print(f"starting vLLM on {model_dir} ...")
+    t0 = time.monotonic()
+    started = engine.start(Config.of(flags), log_dir / f"{run_id}.server.log")
+    if not started.ok or started.server is None:
+        raise ServetuneError(f"the server did not start: {started.outcome.value}: {started.detail}")
+    console.print(f"server up at {started.server.url} after {time.monotonic() - t0:.0f} s")
+    try:
+        return _bench(started.server.url, None, sc, tokenizer or model_dir, out.parent, run_id, slo, pcts, workers)
+    finally:
+        engine.stop(started.server)
+

@@ -1,0 +1,70 @@
+"""`servetune report DIR` and `servetune compare A B`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from ..errors import ServetuneError
+
+console = Console()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def report(
+        study_dir: Path = typer.Argument(..., help="study directory (holds study.sqlite)"),
+        out: Path | None = typer.Option(None, "--out", "-o", help="where to write (default: the study directory)"),
+    ) -> None:
+        """Write report.md, report.html and the winning config (winner/) from a study's store."""
+        from ..report import write_report
+        from ..store import StudyStore
+        from ..study.spec import StudySpec
+        from ..tune.analysis import analyze
+
+        store = StudyStore.open_existing(study_dir)
+        try:
+            raw = store.get_meta_json("spec")
+            if raw is None:
+                raise ServetuneError(f"{study_dir}: the store holds no study spec (meta 'spec')")
+            try:
+                spec = StudySpec.model_validate(raw)
+            except ValueError as exc:
+                raise ServetuneError(f"{study_dir}: the stored study spec is unreadable: {exc}") from exc
+            analysis = analyze(store, spec)
+            paths = write_report(analysis, store, out or study_dir)
+        finally:
+            store.close()
+        console.print(analysis.winner_reason if analysis.winner is None else
+                      f"[bold green]winner:[/] {analysis.winner.label}")
+        for name in ("markdown", "html"):
+            console.print(f"{name}: {paths[name]}")
+        snippet_dir = next((p.parent for k, p in paths.items() if k.endswith(":command")), None)
+        if snippet_dir is not None:
+            console.print(f"config: {snippet_dir}/")
+
+    @app.command("compare")
+    def compare_cmd(
+        a: Path = typer.Argument(..., help="A: bench result JSON, directory of them, or study directory"),
+        b: Path = typer.Argument(..., help="B: the same kinds as A"),
+        metric: list[str] = typer.Option([], "--metric", "-m", help="metric to compare (repeatable); "
+                                         "default: throughputs and mean/p99 of TTFT, TPOT, ITL, E2EL"),
+        confidence: float = typer.Option(0.95, min=0.5, max=0.999, help="confidence level of the intervals"),
+        markdown_file: Path | None = typer.Option(None, "--markdown", help="also write the table as Markdown"),
+    ) -> None:
+        """B versus A per scenario and metric: effect with CI and a verdict."""
+        from ..report.compare import DEFAULT_METRICS, compare_sides, load_side, markdown, rich_table
+        from ..study.metrics import check_metric
+
+        try:
+            metrics = [check_metric(m) for m in metric] or list(DEFAULT_METRICS)
+        except ValueError as exc:
+            raise ServetuneError(f"--metric: {exc}") from exc
+        side_a, side_b = load_side(a), load_side(b)
+        rows = compare_sides(side_a, side_b, metrics, confidence)
+        console.print(rich_table(rows, side_a, side_b, confidence))
+        if markdown_file is not None:
+            markdown_file.write_text(markdown(rows, side_a, side_b, confidence))
+            console.print(f"markdown: {markdown_file}")

@@ -1,0 +1,175 @@
+"""`servetune serve --model DIR [--port N] -- [engine flags...]`: one server, verified, until Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..engine.base import StartResult
+from ..engine.config import Config, FlagValue, normalize_flag_name
+from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
+from ..errors import ServetuneError
+
+console = Console()
+
+
+def flags_from_argv(argv: list[str]) -> dict[str, FlagValue]:
+    """`--x 1 --y --no-z --w a b --j={"k":1}` -> {x: "1", y: True, z: False, w: ["a", "b"], j: {"k": 1}}."""
+    flags: dict[str, FlagValue] = {}
+    name: str | None = None
+    values: list[str] = []
+
+    def flush() -> None:
+        if name is None:
+            return
+        if not values:
+            negated = name.startswith("no-")
+            flags[name[3:] if negated else name] = not negated
+        else:
+            parsed = [_value(v) for v in values]
+            flags[name] = parsed[0] if len(parsed) == 1 else parsed
+
+    for item in argv:
+        if item.startswith("--") and len(item) > 2:
+            flush()
+            key, eq, value = item[2:].partition("=")
+            name, values = normalize_flag_name(key), ([value] if eq else [])
+        elif name is None:
+            raise ServetuneError(f"engine flags must start with --NAME; got {item!r} first")
+        else:
+            values.append(item)
+    flush()
+    return flags
+
+
+def _value(text: str) -> Any:
+    """JSON objects/lists become dicts/lists (so the applied check compares them field by field)."""
+    if text[:1] in "{[":
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+def _facts_table(result: StartResult) -> Table:
+    table = Table(title="BootFacts", show_header=False)
+    table.add_column("fact", style="bold")
+    table.add_column("value")
+    data = result.boot_facts.model_dump(exclude={"evidence", "engine_config", "compilation_config", "warnings",
+                                                 "notable"})
+    for key, value in data.items():
+        if value not in (None, {}, [], False):
+            table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
+    return table
+
+
+def _applied_table(result: StartResult) -> Table:
+    table = Table(title="Applied vs requested")
+    for col in ("flag", "requested", "applied", "why", "log line"):
+        table.add_column(col, overflow="fold")
+    for m in result.mismatches:
+        line = (m.evidence_line or "")[:160]
+        table.add_row(m.flag, str(m.requested), str(m.applied), m.reason, line)
+    return table
+
+
+def _print_start(result: StartResult, config: Config) -> None:
+    console.print(_facts_table(result))
+    facts = result.boot_facts
+    for line in facts.notable:
+        console.print(f"[yellow]notable:[/] {line}")
+    if facts.warnings:
+        console.print(f"[dim]{len(facts.warnings)} warning(s) in the log:[/]")
+        for line in facts.warnings:
+            console.print(f"  [dim]- {line[:200]}[/]")
+    if result.mismatches:
+        console.print(_applied_table(result))
+    elif config.flags:
+        console.print(f"[green]applied check:[/] all {len(config.flags)} requested flag(s) took effect as far "
+                      "as the log shows")
+
+
+def _print_failure(result: StartResult) -> None:
+    console.print(f"[bold red]start failed: {result.outcome.value}[/] - {result.detail}")
+    for line in result.evidence:
+        console.print(f"  [red]>[/] {line[:400]}")
+    if result.log_tail:
+        console.print("[dim]last log lines:[/]")
+        for line in result.log_tail.splitlines()[-25:]:
+            console.print(f"  [dim]{line[:300]}[/]", highlight=False, markup=False)
+    if result.log_path:
+        console.print(f"full log: {result.log_path}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def serve(
+        ctx: typer.Context,
+        model: str = typer.Option(..., "--model", help="model directory or name"),
+        port: int | None = typer.Option(None, "--port", help="loopback port (default: a free one)"),
+        startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
+        command: str | None = typer.Option(
+            None, "--command",
+            help="base command, split like a shell would but run without one "
+                 f"(default: {' '.join(DEFAULT_COMMAND)}; a bare python means this interpreter)"),
+        log_dir: Path = typer.Option(Path("runs/serve"), "--log-dir", help="where the server log goes"),
+        env: list[str] = typer.Option([], "--env", help="NAME=VALUE for the server's environment (repeatable)"),
+    ) -> None:
+        """Start one server with the engine flags after `--`, print what took effect, stay up until
+        Ctrl-C or SIGTERM (then tear it down cleanly)."""
+        env_vars: dict[str, str] = {}
+        for item in env:
+            name, eq, value = item.partition("=")
+            if not eq or not name:
+                raise ServetuneError(f"--env expects NAME=VALUE, got {item!r}")
+            env_vars[name] = value
+        config = Config.of(flags_from_argv(list(ctx.args)), env=env_vars)
+        engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
+                            startup_timeout_s=startup_timeout, log_dir=log_dir)
+        log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        console.print(f"starting: {' '.join(shlex.quote(a) for a in engine.build_command(config, port or 0))}")
+        console.print(f"log: {log_path}")
+
+        stop_requested = False
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            nonlocal stop_requested
+            stop_requested = True
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, on_term)
+        result: StartResult | None = None
+        try:
+            result = engine.start(config, log_path, port)
+            if not result.ok or result.server is None:
+                _print_failure(result)
+                raise typer.Exit(1)
+            _print_start(result, config)
+            server = result.server
+            console.print(f"[bold green]serving[/] {engine.served_model_name(config)} at {server.url} "
+                          f"(pid {server.pid}); Ctrl-C stops it")
+            while server.is_alive():
+                time.sleep(0.5)
+            failure = engine.diagnose(server)
+            console.print(f"[bold red]server died: {failure.detail}[/]")
+            for line in failure.evidence:
+                console.print(f"  [red]>[/] {line[:400]}")
+            raise typer.Exit(1)
+        except KeyboardInterrupt:
+            console.print("stopping ..." if stop_requested else "interrupted, stopping ...")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            if result is not None and result.server is not None:
+                report = engine.stop(result.server)
+                state = "clean" if report.clean else f"left pids {report.left_pids}, port free: {report.port_free}"
+                console.print(f"stopped ({state})")

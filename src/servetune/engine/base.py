@@ -1,0 +1,45 @@
+"""What every engine (vLLM now, SGLang later) offers the runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .applied import AppliedMismatch
+from .bootfacts import BootFacts
+from .config import Config
+from .launch import Server, StopReport
+from .outcome import Outcome
+
+
+class StartResult(BaseModel):
+    """The result of starting one server. A failed start is a result, never an exception."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    outcome: Outcome
+    server: Server | None = None  # set only when outcome is ok: the caller must stop it
+    boot_facts: BootFacts = Field(default_factory=BootFacts)
+    mismatches: list[AppliedMismatch] = Field(default_factory=list)
+    detail: str = ""
+    log_tail: str = ""
+    evidence: list[str] = Field(default_factory=list)  # log lines behind a failure verdict
+    estimated_max_model_len: int | None = None  # context_too_long: what vLLM says would fit
+    log_path: Path | None = None
+    argv: list[str] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.ok
+
+
+class Engine(Protocol):
+    name: str
+
+    def build_command(self, config: Config, port: int) -> list[str]: ...
+
+    def start(self, config: Config, log_path: Path | None = None, port: int | None = None) -> StartResult: ...
+
+    def stop(self, server: Server) -> StopReport: ...

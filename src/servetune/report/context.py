@@ -1,0 +1,424 @@
+"""Everything a report shows, gathered once from (StudyAnalysis, StudyStore) into plain data.
+
+The Markdown and HTML renderers only format this; they compute nothing themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..engine.config import Config
+from ..store.sqlite import RunRow, StudyStore, TrialRow
+from ..study.metrics import higher_is_better
+from ..study.spec import ObjectiveSpec
+from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
+from . import plots
+from .advice import Advice, Evidence, advise_config, describe_mismatch
+from .emit import Deployment, Snippets, snippets
+from .requests import resolve, runs_series_ms
+
+MAX_DISTRIBUTION_CONFIGS = 5
+MIN_CONFIGS_FOR_IMPORTANCE = 5
+# Log lines that say why a server failed (OOM, bad argument, context too long, crash).
+_EXPLAINS = re.compile(r"error|exception|out of memory|oom|killed|invalid|maximum model length|"
+                       r"not supported|unrecognized|traceback|failed|cannot|must be", re.IGNORECASE)
+_HEADLINE_METRICS = ("output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+                     "p99_itl_ms")
+
+
+@dataclass
+class MetricRow:
+    scenario: str
+    metric: str
+    kind: str                      # objective | slo | metric
+    baseline: Estimate | None
+    winner: Estimate | None
+    effect: Effect | None
+    slo_limit: float | None = None
+
+
+@dataclass
+class ConfigLine:
+    label: str
+    outcome: str
+    trials: int
+    objective: Estimate | None
+    effect: Effect | None
+    feasible: bool
+    slo_violations: list[str]
+    is_baseline: bool
+    is_winner: bool
+
+
+@dataclass
+class TrialView:
+    seq: int
+    role: str
+    label: str
+    outcome: str
+    detail: str | None
+    log_lines: list[str]
+    kv_cache_tokens: int | None
+    max_concurrency: float | None
+    startup_s: float | None
+    vllm_version: str | None
+    mismatches: list[str]
+    runs_ok: int
+    runs_total: int
+
+
+@dataclass
+class ParamEffectRow:
+    parameter: str
+    value: str
+    effect: Effect | None
+    objective: Estimate | None
+
+
+@dataclass
+class EvidenceRow:
+    label: str
+    scenario: str
+    evidence: Evidence
+
+
+@dataclass
+class CostView:
+    wall_s: float
+    boot_s: float
+    measure_s: float
+    other_s: float
+    boots: int
+    runs: int
+    eta_error_pct: float | None
+    eta_note: str
+
+
+@dataclass
+class ReportData:
+    study_name: str
+    objective_metric: str
+    objective_direction: str
+    generated_at: float
+    has_winner: bool
+    headline: str
+    winner_reason: str
+    emitted_for: str                               # "winner" | "baseline" | ""
+    metric_rows: list[MetricRow]
+    configs: list[ConfigLine]
+    diff: list[tuple[str, str, str]]               # name, baseline value, emitted value
+    deployment: Deployment | None
+    snippets: Snippets | None
+    trials: list[TrialView]
+    param_effects: list[ParamEffectRow]
+    importances: dict[str, float]
+    plots: list[plots.Plot]
+    evidence: list[EvidenceRow]
+    advice: list[Advice]
+    cost: CostView
+    notes: list[str] = field(default_factory=list)
+
+
+def fmt_value(value: Any) -> str:
+    if value is None:
+        return "(default)"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def explaining_lines(log_tail: str | None, limit: int = 8) -> list[str]:
+    """The lines of a failed server's log tail that say why; the last lines when none match."""
+    if not log_tail:
+        return []
+    lines = [ln.rstrip() for ln in log_tail.splitlines() if ln.strip()]
+    hits = [ln for ln in lines if _EXPLAINS.search(ln)]
+    return (hits or lines)[-limit:]
+
+
+def _spec(store: StudyStore) -> dict[str, Any]:
+    spec = store.get_meta_json("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _objective(spec: dict[str, Any]) -> ObjectiveSpec:
+    """The study's objective (for its SLOs); an unreadable one counts as no SLOs."""
+    try:
+        return ObjectiveSpec.model_validate(spec.get("objective") or {})
+    except ValueError:
+        return ObjectiveSpec()
+
+
+def _metric_rows(analysis: StudyAnalysis, subject: ConfigResult | None, objective: ObjectiveSpec) -> list[MetricRow]:
+    base = analysis.baseline
+    if base is None:
+        return []
+    rows: list[MetricRow] = []
+    for scenario, b in base.scenarios.items():
+        w = subject.scenarios.get(scenario) if subject is not None else None
+        slo = objective.slo_for(scenario)
+        names = [analysis.objective_metric, *slo, *(w.effects if w else {}), *_HEADLINE_METRICS]
+        for name in dict.fromkeys(names):
+            be = b.metrics.get(name)
+            we = w.metrics.get(name) if w else None
+            if be is None and we is None:
+                continue
+            kind = "objective" if name == analysis.objective_metric else "slo" if name in slo else "metric"
+            rows.append(MetricRow(scenario, name, kind, be, we, w.effects.get(name) if w else None, slo.get(name)))
+    return rows
+
+
+def _headline(analysis: StudyAnalysis) -> str:
+    tried = [c for c in analysis.configs if not c.is_baseline]
+    failed = [c for c in tried if c.outcome != "ok"]
+    if analysis.winner is not None and analysis.baseline is not None:
+        eff = analysis.winner.objective_effect
+        label = analysis.winner.config.label(analysis.baseline.config)
+        if eff is not None:
+            p = eff.p_adjusted if eff.p_adjusted is not None else eff.p_value
+            return (f"Winner: {label} improves {analysis.objective_metric} by {eff.effect_pct:+.1f} % "
+                    f"(95 % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, Holm-adjusted p = {p:.3g}) "
+                    f"over the baseline.")
+        return f"Winner: {label}."
+    return (f"No config beat the baseline: {len(tried)} candidate config(s) tried, {len(failed)} failed to "
+            f"run, none improved {analysis.objective_metric} significantly while meeting every SLO.")
+
+
+def _config_lines(analysis: StudyAnalysis) -> list[ConfigLine]:
+    base_cfg = analysis.baseline.config if analysis.baseline else None
+    win_key = analysis.winner.key if analysis.winner else None
+    return [ConfigLine(label=c.config.label(base_cfg) if base_cfg and not c.is_baseline else c.label,
+                       outcome=c.outcome, trials=len(c.trial_ids), objective=c.objective, effect=c.objective_effect,
+                       feasible=c.feasible,
+                       slo_violations=sorted({v for s in c.scenarios.values() for v in s.slo_violations}),
+                       is_baseline=c.is_baseline, is_winner=c.key == win_key)
+            for c in analysis.configs]
+
+
+def _trial_view(t: TrialRow, runs: list[RunRow], base: Config | None) -> TrialView:
+    facts = t.boot_facts or {}
+    startup = facts.get("startup_seconds") if facts.get("startup_seconds") is not None else t.boot_s
+    mism = [describe_mismatch(m) for m in t.mismatches]
+    return TrialView(
+        seq=t.seq, role=t.role, label=t.config.label(base) if base is not None else t.config.label(),
+        outcome=t.outcome or t.status, detail=t.detail,
+        log_lines=explaining_lines(t.log_tail) if (t.outcome or "ok") != "ok" else [],
+        kv_cache_tokens=facts.get("kv_cache_tokens"), max_concurrency=facts.get("max_concurrency"),
+        startup_s=startup, vllm_version=facts.get("vllm_version"), mismatches=mism,
+        runs_ok=sum(r.outcome == "ok" for r in runs), runs_total=len(runs))
+
+
+def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
+    """Configs that differ from the baseline in one flag/env entry: that entry's effect (OFAT)."""
+    base = analysis.baseline
+    if base is None:
+        return []
+    rows = []
+    for c in analysis.configs:
+        if c.is_baseline:
+            continue
+        diff = c.config.diff(base.config)
+        if len(diff) == 1:
+            (name, (_, value)), = diff.items()
+            rows.append(ParamEffectRow(name, fmt_value(value), c.objective_effect if c.outcome == "ok" else None,
+                                       c.objective))
+    return sorted(rows, key=lambda r: (r.parameter, r.value))
+
+
+def _importances(analysis: StudyAnalysis) -> dict[str, float]:
+    """fANOVA importance (Optuna) of each varied parameter for the objective, over feasible configs."""
+    pts = [c for c in analysis.configs if c.feasible and c.objective is not None and c.outcome == "ok"
+           and math.isfinite(c.objective.estimate)]
+    if len(pts) < MIN_CONFIGS_FOR_IMPORTANCE or analysis.baseline is None:
+        return {}
+    import optuna  # heavy import, only when there is enough data
+    from optuna.distributions import CategoricalDistribution
+
+    base = analysis.baseline.config
+    names = sorted({n for c in pts for n in c.config.diff(base)})
+
+    def value(c: ConfigResult, name: str) -> str:
+        if name.startswith("env."):
+            return fmt_value(c.config.env.get(name[4:]))
+        return fmt_value(c.config.flags.get(name))
+
+    choices = {n: sorted({value(c, n) for c in pts}) for n in names}
+    varied = [n for n in names if len(choices[n]) > 1]
+    if not varied:
+        return {}
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    dists = {n: CategoricalDistribution(choices[n]) for n in varied}
+    for c in pts:
+        study.add_trial(optuna.trial.create_trial(params={n: value(c, n) for n in varied}, distributions=dists,
+                                                  value=c.objective.estimate))  # type: ignore[union-attr]
+    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    return dict(optuna.importance.get_param_importances(study, evaluator=evaluator))
+
+
+def _distribution_configs(analysis: StudyAnalysis) -> list[ConfigResult]:
+    chosen = [c for c in (analysis.baseline, analysis.winner) if c is not None]
+    rest = sorted((c for c in analysis.configs if c.outcome == "ok" and c not in chosen and c.objective),
+                  key=lambda c: (not c.is_finalist, -(c.objective.estimate if c.objective else 0.0)))
+    out = []
+    for c in chosen + rest:
+        if c.key not in {o.key for o in out}:
+            out.append(c)
+    return out[:MAX_DISTRIBUTION_CONFIGS]
+
+
+def _plots(analysis: StudyAnalysis, store: StudyStore, runs_by_trial: dict[int, list[RunRow]],
+           slo_metrics: list[str]) -> list[plots.Plot]:
+    out: list[plots.Plot] = []
+    base_cfg = analysis.baseline.config if analysis.baseline else None
+    study_dir = store.path.parent
+
+    dist: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    for c in _distribution_configs(analysis):
+        label = c.label if c.is_baseline or base_cfg is None else c.config.label(base_cfg)
+        by_scenario: dict[str, list[Path]] = {}
+        for tid in c.trial_ids:
+            for r in runs_by_trial.get(tid, []):
+                path = resolve(r.records_path, study_dir)
+                if r.outcome == "ok" and path is not None:
+                    by_scenario.setdefault(r.scenario, []).append(path)
+        for scenario, paths in by_scenario.items():
+            per_run = runs_series_ms(paths)
+            dist.setdefault(scenario, {})[label] = {
+                k: np.concatenate([s[k] for s in per_run]) for k in ("ttft", "tpot", "itl")}
+    png = plots.latency_distributions(dist)
+    if png:
+        out.append(plots.Plot("latency_distributions", "Per-request latency distributions (ECDF)", png))
+
+    lat_metric = next((m for m in slo_metrics if m.endswith("_ms") and m.startswith("p")), "p99_e2el_ms")
+    thr_metric = analysis.objective_metric if higher_is_better(analysis.objective_metric) else "output_throughput"
+    tradeoff: dict[str, list[plots.TradeoffPoint]] = {}
+    for c in analysis.configs:
+        for scenario, s in c.scenarios.items():
+            lat, thr = s.metrics.get(lat_metric), s.metrics.get(thr_metric)
+            if c.outcome == "ok" and lat is not None and thr is not None:
+                tradeoff.setdefault(scenario, []).append(plots.TradeoffPoint(
+                    c.label, lat.estimate, thr.estimate, c.is_baseline,
+                    analysis.winner is not None and c.key == analysis.winner.key))
+    png = plots.throughput_vs_latency(tradeoff, lat_metric, thr_metric)
+    if png:
+        out.append(plots.Plot("throughput_vs_latency", f"{thr_metric} versus {lat_metric}, with the Pareto front",
+                              png))
+
+    seq_of = {t.id: t.seq for t in store.trials()}
+    obj_points = [plots.ObjectivePoint(
+        seq=min((seq_of[t] for t in c.trial_ids if t in seq_of), default=0), label=c.label,
+        estimate=c.objective.estimate if c.objective and c.feasible and c.outcome == "ok" else None,
+        low=c.objective.low if c.objective else math.nan, high=c.objective.high if c.objective else math.nan)
+        for c in analysis.configs]
+    png = plots.objective_over_trials(sorted(obj_points, key=lambda p: p.seq), analysis.objective_metric,
+                                      maximize=analysis.objective_direction != "minimize")
+    if png:
+        out.append(plots.Plot("objective_over_trials", "Objective over trials", png))
+
+    png = plots.drift(analysis.drift)
+    if png:
+        out.append(plots.Plot("baseline_drift", "Baseline re-measurements over time (drift)", png))
+    return out
+
+
+def _cost(analysis: StudyAnalysis, store: StudyStore, trials: list[TrialRow], runs: list[RunRow]) -> CostView:
+    boot = sum(t.boot_s for t in trials if t.boot_s is not None)
+    measure = sum(r.wall_s for r in runs)
+    wall = store.elapsed_wall_s()
+    if wall <= 0 and trials:
+        wall = max((t.ended_at or t.started_at) for t in trials) - min(t.started_at for t in trials)
+    c = analysis.cost
+    wall, boot, measure = c.get("wall_s", wall), c.get("boot_s", boot), c.get("measure_s", measure)
+    wall = max(wall, boot + measure)  # sessions missing or cut short: the parts bound the whole
+    other = c.get("other_s", max(wall - boot - measure, 0.0))
+    eta_err, note = c.get("eta_error_pct"), ""
+    if eta_err is None:
+        eta_err, note = _eta_accuracy(store.get_meta_json("eta_log"), store)
+    return CostView(wall, boot, measure, other, sum(t.boot_s is not None for t in trials), len(runs), eta_err, note)
+
+
+def _eta_accuracy(eta_log: Any, store: StudyStore) -> tuple[float | None, str]:
+    """Error of the first ETA, in % of the time that really remained then (positive: too late).
+
+    `eta_log`: the runner's list of {"trial_seq", "at", "predicted_end"} (unix times).
+    """
+    if not isinstance(eta_log, list) or not eta_log:
+        return None, "no ETA log stored"
+    sessions = store.sessions()
+    if not sessions or sessions[-1].ended_at is None:
+        return None, "study not finished"
+    end = sessions[-1].ended_at
+    try:
+        preds = sorted((float(e["at"]), float(e["predicted_end"])) for e in eta_log)
+    except (KeyError, TypeError, ValueError):
+        return None, "ETA log unreadable"
+    errors = [100.0 * (pred - end) / (end - at) for at, pred in preds if end - at > 0]
+    if not errors:
+        return None, "ETA log after study end"
+    at, pred = preds[0]
+    note = (f"first ETA {(pred - at) / 60:.1f} min, actual {(end - at) / 60:.1f} min; median error over "
+            f"{len(errors)} estimates {float(np.median(np.abs(errors))):.0f} %")
+    return errors[0], note
+
+
+def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
+    spec = _spec(store)
+    objective = _objective(spec)
+    slo_metrics = list(dict.fromkeys(m for s in (analysis.baseline.scenarios if analysis.baseline else {})
+                                     for m in objective.slo_for(s)))
+    trials = store.trials()
+    runs = store.runs()
+    runs_by_trial: dict[int, list[RunRow]] = {}
+    for r in runs:
+        runs_by_trial.setdefault(r.trial_id, []).append(r)
+    trial_by_id = {t.id: t for t in trials}
+    base = analysis.baseline
+    base_cfg = base.config if base else None
+
+    subject = analysis.winner or base
+    emitted_for = "winner" if analysis.winner else "baseline" if base else ""
+    diff: list[tuple[str, str, str]] = []
+    dep: Deployment | None = None
+    if subject is not None:
+        if base_cfg is not None:
+            diff = [(k, fmt_value(a), fmt_value(b)) for k, (a, b) in subject.config.diff(base_cfg).items()]
+        facts = next((trial_by_id[t].boot_facts for t in reversed(subject.trial_ids)
+                      if t in trial_by_id and trial_by_id[t].boot_facts), None) or {}
+        dep = Deployment.of(subject.config, spec.get("engine"), facts.get("vllm_version"))
+
+    evidence: list[EvidenceRow] = []
+    advice: list[Advice] = []
+    for c in analysis.configs:
+        label = c.label if c.is_baseline or base_cfg is None else c.config.label(base_cfg)
+        ev = {s: Evidence.of(r.server) for s, r in c.scenarios.items()}
+        evidence += [EvidenceRow(label, s, e) for s, e in ev.items() if not e.empty]
+        last = next((trial_by_id[t] for t in reversed(c.trial_ids) if t in trial_by_id), None)
+        advice += advise_config(label, c.config, None if c.is_baseline else base_cfg, ev,
+                                last.boot_facts if last else None, last.mismatches if last else ())
+
+    notes = []
+    try:
+        importances = _importances(analysis)
+    except (ValueError, RuntimeError) as exc:  # fANOVA needs enough distinct points
+        importances, notes = {}, [f"parameter importance not computed: {exc}"]
+
+    return ReportData(
+        study_name=analysis.study_name, objective_metric=analysis.objective_metric,
+        objective_direction=analysis.objective_direction, generated_at=time.time(),
+        has_winner=analysis.winner is not None, headline=_headline(analysis), winner_reason=analysis.winner_reason,
+        emitted_for=emitted_for, metric_rows=_metric_rows(analysis, analysis.winner, objective),
+        configs=_config_lines(analysis), diff=diff, deployment=dep,
+        snippets=snippets(dep) if dep is not None else None,
+        trials=[_trial_view(t, runs_by_trial.get(t.id, []), base_cfg) for t in trials],
+        param_effects=_param_effects(analysis), importances=importances,
+        plots=_plots(analysis, store, runs_by_trial, slo_metrics), evidence=evidence, advice=advice,
+        cost=_cost(analysis, store, trials, runs), notes=notes)

@@ -1,0 +1,95 @@
+"""The jinja2 environment and number formats shared by the Markdown and HTML renderers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+import jinja2
+
+from ..tune.analysis_types import Effect, Estimate
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def num(x: Any, digits: int = 4) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    if not math.isfinite(x):
+        return "–"
+    return f"{x:,.{digits}g}" if abs(x) < 10 ** digits else f"{x:,.0f}"
+
+
+def estimate(e: Estimate | None) -> str:
+    if e is None:
+        return "–"
+    if _finite(e.low) and _finite(e.high):
+        return f"{num(e.estimate)} [{num(e.low)}, {num(e.high)}]"
+    return num(e.estimate)
+
+
+def effect(e: Effect | None) -> str:
+    if e is None or not _finite(e.effect_pct):
+        return "–"
+    ci = f" [{e.ci_low_pct:+.1f}, {e.ci_high_pct:+.1f}]" if _finite(e.ci_low_pct) and _finite(e.ci_high_pct) else ""
+    return f"{e.effect_pct:+.1f} %{ci}"
+
+
+def pvalue(e: Effect | None) -> str:
+    if e is None:
+        return "–"
+    p = e.p_adjusted if e.p_adjusted is not None else e.p_value
+    return "–" if not _finite(p) else f"{p:.3g}"
+
+
+def verdict(e: Effect | None) -> str:
+    if e is None:
+        return "–"
+    return {"better": "better", "worse": "worse", "no_difference": "no detectable difference"}.get(e.verdict,
+                                                                                                   e.verdict)
+
+
+def seconds(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "–"
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.2f} h"
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None or not math.isfinite(x) else f"{100 * x:.0f} %"
+
+
+def share(part: float, whole: float) -> str:
+    return "–" if not whole else f"{100 * part / whole:.0f} %"
+
+
+def when(t: float) -> str:
+    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
+
+
+def md_cell(text: Any) -> str:
+    """A Markdown table cell: pipes escaped, newlines folded."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def environment(autoescape: bool) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("servetune.report", "templates"),
+        autoescape=autoescape, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(num=num, est=estimate, eff=effect, pval=pvalue, verdict=verdict, secs=seconds, pct=pct,
+                       when=when, md=md_cell)
+    env.globals.update(share=share)
+    return env

@@ -1,0 +1,114 @@
+"""The objective: one number per replicate that says how much better than the baseline a Config is.
+
+For each scenario s and replicate r, gain[s, r] = metric[s, r] / mean(baseline metric[s]) when
+maximising, mean(baseline metric[s]) / metric[s, r] when minimising, so that > 1 is always better
+and the baseline's own samples sit around 1.0. Across scenarios:
+
+- `weighted`:   sum_s w_s * gain[s, r] / sum_s w_s
+- `worst_case`: min_s gain[s, r]  (scenarios with weight 0 are left out of both)
+
+SLOs bound scenario metrics (`*_ms`, duration, failed: upper limits; throughputs: lower limits);
+a Config is feasible when the mean over replicates meets every SLO in every scenario.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from statistics import fmean
+from typing import Any
+
+from ..errors import ServetuneError
+from .metrics import higher_is_better
+from .spec import StudySpec
+
+Summary = Mapping[str, Any]
+Runs = Mapping[str, Sequence[Summary]]  # scenario name -> one summary per replicate
+
+
+class Objective:
+    def __init__(self, study: StudySpec):
+        spec = study.objective
+        self.metric = spec.metric
+        self.maximize = spec.maximizing
+        self.combine = spec.combine
+        self.weights = {n: float(spec.weights.get(n, 1.0)) for n in study.scenario_names}
+        self.slo = {n: spec.slo_for(n) for n in study.scenario_names}
+
+    @property
+    def scored_scenarios(self) -> list[str]:
+        return [n for n, w in self.weights.items() if w > 0]
+
+    def samples(self, candidate: Runs, baseline: Runs) -> list[float]:
+        """Objective samples, one per replicate (replicate r pairs the r-th run of every scenario);
+        empty when some scored scenario has no run."""
+        scenarios = self.scored_scenarios
+        n = min(len(candidate.get(s, ())) for s in scenarios)
+        if n == 0:
+            return []
+        reference = {s: self._baseline_mean(s, baseline) for s in scenarios}
+        gains = {s: [self._gain(s, self._value(s, candidate[s][r]), reference[s]) for r in range(n)] for s in scenarios}
+        if self.combine == "worst_case":
+            return [min(gains[s][r] for s in scenarios) for r in range(n)]
+        total = sum(self.weights[s] for s in scenarios)
+        return [sum(self.weights[s] * gains[s][r] for s in scenarios) / total for r in range(n)]
+
+    def slo_violations(self, scenario: str, summary: Summary) -> list[str]:
+        """Every SLO of `scenario` that `summary` breaks, as readable text."""
+        out: list[str] = []
+        for metric, limit in self.slo.get(scenario, {}).items():
+            value = summary.get(metric)
+            if not _finite(value):
+                out.append(f"{scenario}: {metric} is missing")
+            elif higher_is_better(metric) and value < limit:
+                out.append(f"{scenario}: {metric}={value:.4g} < {limit:g}")
+            elif not higher_is_better(metric) and value > limit:
+                out.append(f"{scenario}: {metric}={value:.4g} > {limit:g}")
+        return out
+
+    def violations(self, runs: Runs) -> list[str]:
+        """SLO breaches of the mean over replicates, in every scenario; a scenario without runs breaches."""
+        out: list[str] = []
+        for scenario, limits in self.slo.items():
+            summaries = runs.get(scenario, ())
+            if not summaries:
+                if limits:
+                    out.append(f"{scenario}: no run to check the SLOs on")
+                continue
+            means = {m: _mean_or_none([s.get(m) for s in summaries]) for m in limits}
+            out += self.slo_violations(scenario, means)
+        return out
+
+    def feasible(self, runs: Runs) -> bool:
+        return not self.violations(runs)
+
+    def _value(self, scenario: str, summary: Summary) -> float:
+        value = summary.get(self.metric)
+        if not _finite(value):
+            raise ServetuneError(f"scenario {scenario!r}: the run's summary has no {self.metric}")
+        return float(value)
+
+    def _baseline_mean(self, scenario: str, baseline: Runs) -> float:
+        runs = baseline.get(scenario, ())
+        if not runs:
+            raise ServetuneError(f"scenario {scenario!r}: no baseline run to normalise against")
+        mean = fmean(self._value(scenario, s) for s in runs)
+        if mean <= 0:
+            raise ServetuneError(f"scenario {scenario!r}: baseline {self.metric} is {mean}; cannot normalise by it")
+        return mean
+
+    def _gain(self, scenario: str, value: float, reference: float) -> float:
+        if self.maximize:
+            return value / reference
+        if value <= 0:
+            raise ServetuneError(f"scenario {scenario!r}: {self.metric}={value} cannot be minimised as a ratio")
+        return reference / value
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _mean_or_none(values: list[Any]) -> float | None:
+    numbers = [float(v) for v in values if _finite(v)]
+    return fmean(numbers) if len(numbers) == len(values) and numbers else None

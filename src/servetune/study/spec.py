@@ -1,0 +1,286 @@
+"""The study file: what to tune (engine, Space, constraints), on which traffic (Scenarios), for what
+(objective, SLOs), how (strategy, replicates, budget). Validated with pydantic; loaded by `load_study`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from ..engine.config import Config, FlagValue, normalize_flag_name
+from ..errors import ServetuneError
+from ..load.scenario import PRESETS, Scenario
+from ._hints import did_you_mean
+from .constraints import ORDER_OPS, Constraint, config_value, violations
+from .metrics import check_metric, metric_problem
+from .space import ENV_PREFIX, Parameter, env_var, is_number, normalize_param_name
+
+Loc = tuple[Any, ...]
+StrategyName = Literal["baseline", "ofat", "grid", "optuna"]
+DEFAULT_COMMAND = ["python", "-m", "vllm.entrypoints.openai.api_server"]
+# Flags the engine layer sets itself from dedicated fields.
+_RESERVED_ARGS = {"model": "engine.model", "port": "engine.port", "served-model-name": "engine.served_model_name"}
+
+
+class SpecError(ServetuneError):
+    """Problems found across fields, each with its key path; `load_study` adds file and line."""
+
+    def __init__(self, problems: list[tuple[Loc, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{dotted(loc)}: {msg}" for loc, msg in problems))
+
+
+def dotted(loc: Loc) -> str:
+    """`("scenarios", 0, "input_len")` -> `scenarios[0].input_len`."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def env_text(value: object) -> str:
+    """Environment values are strings; YAML booleans become 1/0, the convention of vLLM's VLLM_* switches."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineSpec(_Strict):
+    kind: Literal["vllm"] = "vllm"
+    command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), min_length=1)
+    model: str
+    args: dict[str, FlagValue] = Field(default_factory=dict)
+    env: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    startup_timeout_s: float = Field(default=600, gt=0)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    served_model_name: str | None = None
+
+    @field_validator("args")
+    @classmethod
+    def _normalize_args(cls, args: dict[str, FlagValue]) -> dict[str, FlagValue]:
+        out: dict[str, FlagValue] = {}
+        for raw, value in args.items():
+            name = normalize_flag_name(raw)
+            if name in _RESERVED_ARGS:
+                raise ValueError(f"set {_RESERVED_ARGS[name]} instead of args.{raw}")
+            if name in out:
+                raise ValueError(f"flag {name!r} is given twice (as {raw!r} and another spelling)")
+            out[name] = value
+        return out
+
+    @field_validator("env")
+    @classmethod
+    def _env_strings(cls, env: dict[str, Any]) -> dict[str, str]:
+        return {k: env_text(v) for k, v in env.items()}
+
+
+class Replicates(_Strict):
+    """Runs per scenario on one server: fixed (`replicates: 3`) or adaptive between min and max,
+    stopping early once the objective's CI half-width is within `target_rel_ci` of its mean."""
+
+    min: int = Field(default=3, ge=1)
+    max: int = Field(default=3, ge=1)
+    target_rel_ci: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_int(cls, data: Any) -> Any:
+        if isinstance(data, int) and not isinstance(data, bool):
+            return {"min": data, "max": data}
+        if not isinstance(data, dict):
+            raise ValueError("expected a number of replicates or {min, max, target_rel_ci}")
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> Replicates:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        return self
+
+
+class Budget(_Strict):
+    trials: int | None = Field(default=None, ge=1)
+    wall_minutes: float | None = Field(default=None, gt=0)
+
+
+Metric = Annotated[str, BeforeValidator(lambda v: check_metric(v) if isinstance(v, str) else v)]
+
+
+class ObjectiveSpec(_Strict):
+    maximize: Metric | None = None
+    minimize: Metric | None = None
+    combine: Literal["weighted", "worst_case"] = "weighted"
+    weights: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    # {metric: limit} for every scenario, {scenario: {metric: limit}} for one.
+    slo: dict[str, float | dict[str, float]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_metric(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "maximize" not in data and "minimize" not in data:
+            return {**data, "maximize": "output_throughput"}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> ObjectiveSpec:
+        if self.maximize is not None and self.minimize is not None:
+            raise ValueError("give maximize or minimize, not both")
+        return self
+
+    @property
+    def metric(self) -> str:
+        return self.maximize or self.minimize  # type: ignore[return-value]
+
+    @property
+    def maximizing(self) -> bool:
+        return self.maximize is not None
+
+    def slo_for(self, scenario: str) -> dict[str, float]:
+        """Study-wide limits overlaid with the scenario's own."""
+        limits = {k: v for k, v in self.slo.items() if not isinstance(v, dict)}
+        own = self.slo.get(scenario)
+        if isinstance(own, dict):
+            limits.update(own)
+        return limits
+
+
+def _expand_preset(data: Any) -> Any:
+    """`{preset: NAME, **overrides}` -> the preset's fields with the overrides laid over."""
+    if not isinstance(data, dict) or "preset" not in data:
+        return data
+    fields = dict(data)
+    name = fields.pop("preset")
+    if name not in PRESETS:
+        # Pydantic fills `{key}` from a context; the message is complete already, so none is given.
+        message = f"unknown scenario preset {name!r}{did_you_mean(name, PRESETS)}; known: {', '.join(PRESETS)}"
+        raise PydanticCustomError("unknown_preset", message)
+    return {**PRESETS[name].model_dump(), "name": name, **fields}
+
+
+ScenarioEntry = Annotated[Scenario, BeforeValidator(_expand_preset)]
+
+
+class StudySpec(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[\w.\-]+$")
+    engine: EngineSpec
+    space: dict[str, Parameter] = Field(default_factory=dict)
+    constraints: list[Constraint] = Field(default_factory=list)
+    scenarios: list[ScenarioEntry] = Field(min_length=1)
+    objective: ObjectiveSpec = Field(default_factory=lambda: ObjectiveSpec(maximize="output_throughput"))
+    strategy: StrategyName = "ofat"
+    replicates: Replicates = Field(default_factory=Replicates)
+    budget: Budget = Field(default_factory=Budget)
+    finalists: int = Field(default=2, ge=0)
+    baseline_every: int = Field(default=3, ge=1, description="re-measure the baseline every N candidate trials")
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    seed: int = 0
+
+    @field_validator("space")
+    @classmethod
+    def _normalize_space(cls, space: dict[str, Parameter]) -> dict[str, Parameter]:
+        out: dict[str, Parameter] = {}
+        for raw, param in space.items():
+            name = normalize_param_name(raw)
+            if name == ENV_PREFIX:
+                raise ValueError("'env.' needs a variable name after it")
+            if name in _RESERVED_ARGS:
+                raise ValueError(f"{raw!r} cannot be tuned here (it is {_RESERVED_ARGS[name]})")
+            if name in out:
+                raise ValueError(f"parameter {name!r} is given twice (as {raw!r} and another spelling)")
+            out[name] = param
+        return out
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> StudySpec:
+        problems = self._scenario_problems() + self._objective_problems() + self._constraint_problems()
+        if problems:
+            raise SpecError(problems)
+        return self
+
+    def _scenario_problems(self) -> list[tuple[Loc, str]]:
+        problems: list[tuple[Loc, str]] = []
+        first: dict[str, int] = {}
+        for i, scenario in enumerate(self.scenarios):
+            if scenario.name in first:
+                problems.append(
+                    (("scenarios", i, "name"), f"scenario name {scenario.name!r} is used twice (also scenarios[{first[scenario.name]}]); give each a unique name")
+                )
+            first.setdefault(scenario.name, i)
+        return problems
+
+    def _objective_problems(self) -> list[tuple[Loc, str]]:
+        names = self.scenario_names
+        problems: list[tuple[Loc, str]] = []
+        for key in self.objective.weights:
+            if key not in names:
+                problems.append((("objective", "weights", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
+        if self.objective.weights and sum(self.objective.weights.get(n, 1.0) for n in names) <= 0:
+            problems.append((("objective", "weights"), "at least one scenario needs a positive weight"))
+        for key, value in self.objective.slo.items():
+            if isinstance(value, dict):
+                if key not in names:
+                    problems.append((("objective", "slo", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
+                problems += [(("objective", "slo", key, m), msg) for m in value if (msg := metric_problem(m))]
+            elif msg := metric_problem(key, also=names):
+                problems.append((("objective", "slo", key), msg))
+        return problems
+
+    def _constraint_problems(self) -> list[tuple[Loc, str]]:
+        known = [*self.space, *self.engine.args, *(f"{ENV_PREFIX}{k}" for k in self.engine.env)]
+        problems: list[tuple[Loc, str]] = []
+        for i, c in enumerate(self.constraints):
+            for name in c.names():
+                if name not in known:
+                    hint = did_you_mean(name, known)
+                    problems.append((("constraints", i), f"{name!r} is neither a space parameter nor an engine arg{hint}"))
+            p = c.parsed
+            if p.op in ORDER_OPS:
+                for operand in (p.left, p.right):
+                    bad = [v for v in self._possible_values(operand.name) if v is not None and not is_number(v)] if operand.name else []
+                    if bad:
+                        problems.append((("constraints", i), f"{c.expr!r} orders {operand.name!r}, which can be the non-number {bad[0]!r}"))
+        return problems
+
+    def _possible_values(self, name: str) -> list[Any]:
+        values = [config_value(self.baseline_config(), name)]
+        param = self.space.get(name)
+        if param is not None and param.values is not None:
+            values += list(param.values)
+        return values
+
+    # --- what the runner and the strategies call -------------------------------------------
+
+    @property
+    def scenario_names(self) -> list[str]:
+        return [s.name for s in self.scenarios]
+
+    def baseline_config(self) -> Config:
+        """The engine args and env exactly as the study gives them."""
+        return Config.of(flags=self.engine.args, env=self.engine.env)
+
+    def config_for(self, params: dict[str, Any]) -> Config:
+        """The baseline with parameter values laid over; `env.X` sets env X; None drops a flag or variable."""
+        base = self.baseline_config()
+        flags, env = dict(base.flags), dict(base.env)
+        for raw, value in params.items():
+            name = normalize_param_name(raw)
+            if name not in self.space:
+                raise ServetuneError(f"{name!r} is not a parameter of study {self.name!r}{did_you_mean(name, self.space)}")
+            var = env_var(name)
+            target: dict[str, Any] = env if var is not None else flags
+            key = var if var is not None else name
+            if value is None:
+                target.pop(key, None)
+            else:
+                target[key] = env_text(value) if var is not None else value
+        return Config(flags=flags, env=env)
+
+    def constraint_violations(self, config: Config) -> list[str]:
+        return violations(self.constraints, config)
+

@@ -1,0 +1,88 @@
+"""Shared fixtures. `vllm_server`: one real vLLM (CPU build, tiny dummy-weight model) per session.
+
+Set SERVETUNE_TEST_VLLM_URL=http://127.0.0.1:PORT to use a server that is already running
+(faster while developing); its model directory defaults to models/tiny
+(SERVETUNE_TEST_VLLM_MODEL_DIR overrides it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from servetune.engine.bootfacts import BootFacts
+from servetune.engine.config import Config
+from servetune.engine.launch import Server
+from servetune.engine.vllm import DEFAULT_COMMAND, VllmEngine
+from servetune.models.presets import make_model
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_DIR = REPO / "models" / "tiny"
+SERVED_NAME = "models/tiny"  # the name the shared development server uses as well
+
+# The flags every test server of the tiny model needs on the CPU build. vLLM reads sizes with
+# its own suffixes: "1G" is 2**30 bytes ("1GiB" is rejected).
+TINY_CPU_FLAGS = {"load-format": "dummy", "kv-cache-memory-bytes": "1G", "max-model-len": 2048}
+
+
+@dataclass
+class VllmTestServer:
+    url: str
+    model: str  # served model name, for the "model" field of requests
+    model_dir: Path
+    boot_facts: BootFacts = field(default_factory=BootFacts)
+    server: Server | None = None  # None when the server came from SERVETUNE_TEST_VLLM_URL
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses the real server is a vllm test, marked or not (so `-m "not vllm"` works)."""
+    for item in items:
+        if "vllm_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.vllm)
+
+
+def tiny_model_dir() -> Path:
+    if not (TINY_DIR / "config.json").exists():
+        make_model("tiny", TINY_DIR)
+    return TINY_DIR
+
+
+def tiny_config(**flags: object) -> Config:
+    """The tiny model's CPU flags plus `flags` (underscores allowed), with the dev-mode env that
+    enables /reset_prefix_cache."""
+    return Config.of({**TINY_CPU_FLAGS, **flags}, env={"VLLM_SERVER_DEV_MODE": "1"})  # type: ignore[arg-type]
+
+
+def tiny_engine(log_dir: Path, startup_timeout_s: float = 900.0) -> VllmEngine:
+    return VllmEngine(DEFAULT_COMMAND, model=str(tiny_model_dir()), startup_timeout_s=startup_timeout_s,
+                      log_dir=log_dir)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmTestServer]:
+    url = os.environ.get("SERVETUNE_TEST_VLLM_URL")
+    if url:
+        url = url.rstrip("/")
+        with urllib.request.urlopen(url + "/v1/models", timeout=10) as resp:
+            models = json.load(resp)["data"]
+        model_dir = Path(os.environ.get("SERVETUNE_TEST_VLLM_MODEL_DIR", str(tiny_model_dir())))
+        yield VllmTestServer(url=url, model=models[0]["id"], model_dir=model_dir)
+        return
+
+    log_dir = tmp_path_factory.mktemp("vllm-server")
+    engine = tiny_engine(log_dir)
+    config = tiny_config(served_model_name=SERVED_NAME)
+    result = engine.start(config, log_dir / "server.log")
+    if not result.ok or result.server is None:
+        pytest.fail(f"tiny vLLM did not start: {result.outcome.value}: {result.detail}\n{result.log_tail}")
+    try:
+        yield VllmTestServer(url=result.server.url, model=SERVED_NAME, model_dir=tiny_model_dir(),
+                             boot_facts=result.boot_facts, server=result.server)
+    finally:
+        engine.stop(result.server)

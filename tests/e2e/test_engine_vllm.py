@@ -1,0 +1,102 @@
+"""The engine layer against a real vLLM (CPU build, tiny dummy-weight model).
+
+Each boot costs about a minute on two cores, so one server covers launch, BootFacts, a streamed
+completion, the applied check of flags the CPU build overrides, and teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from servetune.engine.launch import group_members
+from servetune.engine.outcome import Outcome
+from servetune.engine.ports import port_is_free
+
+from tests.conftest import VllmTestServer, tiny_config, tiny_engine, tiny_model_dir
+
+pytestmark = pytest.mark.vllm
+
+
+def stream_completion(url: str, model: str, max_tokens: int = 8) -> list[dict]:
+    body = json.dumps({"model": model, "prompt": "t1 t2 t3 t4", "max_tokens": max_tokens,
+                       "stream": True, "ignore_eos": True}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    chunks, done = [], False
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        for raw in resp:
+            line = raw.decode().strip()
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                chunks.append(json.loads(line[6:]))
+    assert done, "stream did not end with [DONE]"
+    return chunks
+
+
+def test_launch_facts_completion_overrides_and_teardown(tmp_path: Path) -> None:
+    engine = tiny_engine(tmp_path)
+    # Both flags are accepted by the CPU build's CLI and then overridden by its platform code.
+    config = tiny_config(async_scheduling=True, compilation_config={"mode": 3}, max_num_batched_tokens=1024)
+    result = engine.start(config, tmp_path / "server.log")
+    assert result.outcome is Outcome.ok, f"{result.detail}\n{result.log_tail}"
+    server = result.server
+    assert server is not None
+    try:
+        facts = result.boot_facts
+        assert facts.vllm_version and facts.vllm_version.startswith("0.")
+        assert facts.kv_cache_device == "CPU" and facts.kv_cache_tokens and facts.kv_cache_tokens > 0
+        assert facts.max_concurrency_tokens == 2048 and facts.max_concurrency and facts.max_concurrency > 0
+        assert facts.max_num_batched_tokens == 1024 and facts.max_model_len == 2048
+        assert facts.startup_seconds and facts.startup_seconds > 0
+        assert facts.non_default_args["async_scheduling"] is True
+
+        chunks = stream_completion(server.url, engine.served_model_name(config))
+        text = "".join(c["choices"][0]["text"] for c in chunks)
+        assert len(chunks) >= 2 and text.strip()
+
+        overridden = {m.flag: m for m in result.mismatches}
+        assert overridden["async-scheduling"].applied is False
+        assert "CPU KV cache size" in (overridden["async-scheduling"].evidence_line or "")
+        assert "DYNAMO_TRACE_ONCE" in str(overridden["compilation-config.mode"].applied)
+        assert set(overridden) == {"async-scheduling", "compilation-config.mode"}
+
+        tree = [psutil.Process(server.pid), *psutil.Process(server.pid).children(recursive=True)]
+        assert len(tree) >= 2  # API server + engine core (+ workers)
+    finally:
+        report = engine.stop(server)
+    assert report.clean, report
+    assert group_members(server.pgid) == []
+    assert not any(p.is_running() for p in tree)  # is_running also compares creation time
+    assert port_is_free(server.port)
+
+
+def test_unknown_flag_is_invalid_arg(tmp_path: Path) -> None:
+    result = tiny_engine(tmp_path).start(tiny_config(no_such_flag_xyz=1), tmp_path / "bad.log")
+    assert result.outcome is Outcome.invalid_arg and result.server is None
+    assert any("unrecognized arguments: --no-such-flag-xyz" in line for line in result.evidence)
+
+
+def test_max_model_len_beyond_kv_cache_is_context_too_long(tmp_path: Path) -> None:
+    config = tiny_config(kv_cache_memory_bytes="4M", max_model_len=16384)
+    result = tiny_engine(tmp_path).start(config, tmp_path / "ctx.log")
+    assert result.outcome is Outcome.context_too_long, f"{result.detail}\n{result.log_tail}"
+    # What 4 MiB of KV cache can hold for this model: 2 (K and V) x layers x kv heads x head dim x 2 bytes.
+    cfg = json.loads((tiny_model_dir() / "config.json").read_text())
+    per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * cfg["head_dim"] * 2
+    n = result.estimated_max_model_len
+    assert n is not None and 0 < n <= (4 << 20) // per_token < 16384
+    assert str(n) in result.detail
+
+
+def test_shared_server_has_dev_mode_and_serves_the_model(vllm_server: VllmTestServer) -> None:
+    req = urllib.request.Request(vllm_server.url + "/reset_prefix_cache", data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+    assert stream_completion(vllm_server.url, vllm_server.model, max_tokens=2)
+    if vllm_server.server is not None:  # started by the fixture (not SERVETUNE_TEST_VLLM_URL)
+        assert vllm_server.boot_facts.kv_cache_tokens == 1 << 20  # 1 GiB / 1 KiB per token

@@ -1,0 +1,133 @@
+"""The load generator against a real vLLM (CPU build, tiny dummy-weight model)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from servetune.engine.outcome import Outcome
+from servetune.load.bench import run_scenario
+from servetune.load.records import RequestRecord
+from servetune.load.scenario import PRESETS, Scenario, SharedPrefix, preset
+
+# Every preset, scaled to what the tiny model's 2048-token context and a 2-core CPU allow.
+TINY = {
+    "single-decode": dict(input_len=64, output_len=16, num_prompts=4),
+    "prefill-heavy": dict(input_len=1024, output_len=8, num_prompts=8),
+    "contention": dict(input_len=128, output_len=16, num_prompts=24),
+    "chat": dict(input_len=256, output_len=16, num_prompts=6),
+    "prefill-sweep": dict(sweep_input_lens=[128, 512, 1024], output_len=4),
+}
+MEASURED = {Outcome.ok, Outcome.client_bound}  # the shared 2-core host may starve the client
+
+
+def _check_run(result: Any, scenario: Scenario, out_dir: Path, run_id: str) -> None:
+    assert result.outcome in MEASURED, result.error
+    s = result.summary
+    n = len(scenario.sweep_input_lens) if scenario.sweep_input_lens else scenario.num_prompts
+    assert s["completed"] == n and s["failed"] == 0, s["errors"]
+    # token-exact prompts, checked against the server's usage.prompt_tokens
+    assert s["prompt_tokens_checked"] == n and s["prompt_tokens_mismatched"] == 0
+    targets = scenario.sweep_input_lens or [scenario.input_len] * n
+    assert s["total_input_tokens"] == sum(targets)
+    assert s["total_output_tokens"] == n * scenario.output_len  # ignore_eos
+    # the server counted the same tokens during the measured phase
+    assert result.server_stats["prompt_tokens"] == s["total_input_tokens"]
+    assert result.server_stats["generation_tokens"] == s["total_output_tokens"]
+    assert result.server_stats["requests_succeeded"] == n
+    assert s["mean_ttft_ms"] > 0 and s["mean_e2el_ms"] >= s["mean_ttft_ms"]
+    doc = json.loads((out_dir / f"{run_id}.json").read_text())
+    for key in ("duration", "completed", "total_input_tokens", "request_throughput", "output_throughput",
+                "mean_ttft_ms", "p99_tpot_ms", "median_itl_ms", "std_e2el_ms", "ttfts", "itls", "input_lens"):
+        assert key in doc
+    lines = (out_dir / f"{run_id}.requests.jsonl").read_text().splitlines()
+    records = [RequestRecord.model_validate_json(line) for line in lines]
+    assert sum(not r.warmup for r in records) == n
+    assert sum(r.warmup for r in records) == scenario.effective_warmups
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_scaled_down_runs(vllm_server: Any, tmp_path: Path, name: str) -> None:
+    scenario = preset(name, **TINY[name])
+    result = run_scenario(vllm_server.url, vllm_server.model, scenario, tokenizer_dir=vllm_server.model_dir,
+                          out_dir=tmp_path, run_id=name, slo={"ttft": 60_000})
+    _check_run(result, scenario, tmp_path, name)
+    if scenario.endpoint == "chat":
+        assert result.summary["chat_template_tokens"] > 0
+
+
+def test_open_loop_and_remote_tokenizer_and_workers(vllm_server: Any, tmp_path: Path) -> None:
+    scenario = Scenario(name="open", input_len=96, output_len=8, concurrency=None, rate=20.0, num_prompts=12,
+                        warmups=2, burstiness=0.5)
+    # no tokenizer_dir: prompts are sized through the server's /tokenize and /detokenize
+    result = run_scenario(vllm_server.url, vllm_server.model, scenario, tokenizer_dir=None, out_dir=tmp_path,
+                          run_id="open", workers=2)
+    _check_run(result, scenario, tmp_path, "open")
+    assert result.summary["tokenizer_source"] == "server:/tokenize"
+    assert result.client_health["workers"] == 2 and result.client_health["requested_rate"] == 20.0
+
+
+def test_nonces_defeat_the_prefix_cache_except_the_shared_prefix(vllm_server: Any) -> None:
+    base = dict(input_len=256, output_len=2, concurrency=1, num_prompts=6, warmups=1)
+    plain = run_scenario(vllm_server.url, vllm_server.model, Scenario(name="plain", **base),
+                         tokenizer_dir=vllm_server.model_dir)
+    assert plain.server_stats["prefix_cache_queries"] >= 6 * 256
+    assert plain.server_stats["prefix_cache_hits"] == 0
+    shared = run_scenario(vllm_server.url, vllm_server.model,
+                          Scenario(name="shared", shared_prefix=SharedPrefix(length=128, share=1.0), **base),
+                          tokenizer_dir=vllm_server.model_dir)
+    # every request reuses the 128-token prefix (whole KV blocks of it) warmed by the one before
+    hits = shared.server_stats["prefix_cache_hits"]
+    assert 6 * 96 <= hits <= 6 * 128
+
+
+def _vllm_bench(url: str, model: str, tokenizer: Path, sc: Scenario, out: Path) -> dict[str, Any]:
+    """vLLM's own `vllm bench serve` (its module; the console script is not installed in this venv)."""
+    code = ("import sys; from vllm.benchmarks.serve import add_cli_args, main; "
+            "from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+            "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+    argv = [sys.executable, "-c", code, "--backend", "vllm", "--base-url", url, "--model", model,
+            "--tokenizer", str(tokenizer), "--dataset-name", "random", "--random-input-len", str(sc.input_len),
+            "--random-output-len", str(sc.output_len), "--random-range-ratio", "0", "--num-prompts",
+            str(sc.num_prompts), "--max-concurrency", str(sc.concurrency), "--num-warmups", str(sc.warmups),
+            "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el", "--seed", str(sc.seed),
+            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name]
+    subprocess.run(argv, check=True, capture_output=True, timeout=600)
+    return dict(json.loads(out.read_text()))
+
+
+def test_numbers_agree_with_vllm_bench_serve(vllm_server: Any, tmp_path: Path) -> None:
+    """Same server, same scenario, alternating rounds (the host is shared): medians of each
+    tool's mean TTFT and TPOT agree within 10 %, token counts are equal."""
+    sc = Scenario(name="cmp", input_len=512, output_len=64, concurrency=8, num_prompts=48, warmups=8)
+    ours: list[dict[str, Any]] = []
+    theirs: list[dict[str, Any]] = []
+    for i in range(3):
+        theirs.append(_vllm_bench(vllm_server.url, vllm_server.model, vllm_server.model_dir, sc,
+                                  tmp_path / f"vllm-{i}.json"))
+        ours.append(run_scenario(vllm_server.url, vllm_server.model, sc, tokenizer_dir=vllm_server.model_dir).summary)
+    rows = {key: (float(np.median([o[key] for o in ours])), float(np.median([t[key] for t in theirs])))
+            for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "output_throughput")}
+    print("\nmetric               servetune    vllm bench")
+    for key, (a, b) in rows.items():
+        print(f"{key:20s} {a:10.2f} {b:12.2f}")
+    for o, t in zip(ours, theirs):
+        assert o["completed"] == t["completed"] == sc.num_prompts
+        assert o["total_input_tokens"] == t["total_input_tokens"]
+        assert o["total_output_tokens"] == t["total_output_tokens"]
+    for key in ("mean_ttft_ms", "mean_tpot_ms"):
+        a, b = rows[key]
+        assert abs(a - b) <= 0.10 * b, f"{key}: servetune {a:.2f} vs vllm bench {b:.2f}"
+
+
+def test_dead_server_is_an_error_not_an_exception(tmp_path: Path) -> None:
+    from servetune.engine.ports import free_port
+
+    result = run_scenario(f"http://127.0.0.1:{free_port()}", "m", Scenario(num_prompts=2), tokenizer_dir=None)
+    assert result.outcome is Outcome.crashed and "unreachable" in (result.error or "")

@@ -1,0 +1,1 @@
+"""Fakes for tests that need controlled timings (named as fakes; never a stand-in for vLLM)."""

@@ -1,0 +1,147 @@
+"""FAKE streaming server for client-accuracy tests and the client ceiling benchmark.
+
+Not vLLM: it speaks vLLM's streaming wire format (completions and chat, continuous usage
+stats, trailing usage chunk, [DONE]) and emits tokens at *known* times: the first chunk
+`ttft_ms` after the request arrives, then one chunk every `itl_ms`, each carrying
+`tokens_per_chunk` tokens. The perf_counter_ns of every chunk it writes is logged per
+prompt (GET /fake/log), which is the truth a client on the same host is compared to
+(perf_counter is CLOCK_MONOTONIC, shared by all processes of a Linux host).
+
+Run: python tests/fakes/fake_stream_server.py --port P [--ttft-ms 20 --itl-ms 10 --processes 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import time
+from typing import Any
+
+from aiohttp import web
+
+MODEL = "fake-model"
+
+
+def prompt_key(prompt: str) -> str:
+    return hashlib.sha1(prompt.encode()).hexdigest()[:16]
+
+
+class FakeServer:
+    def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, log: bool) -> None:
+        self.ttft_ns, self.itl_ns = int(ttft_ms * 1e6), int(itl_ms * 1e6)
+        self.k = tokens_per_chunk
+        self.keep_log = log
+        self.sent: dict[str, list[int]] = {}
+
+    async def models(self, _: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    async def health(self, _: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        return web.Response(text="# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n")
+
+    async def log(self, _: web.Request) -> web.Response:
+        return web.json_response(self.sent)
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        text = body.get("prompt") or " ".join(m["content"] for m in body.get("messages", []))
+        tokens = [int(w[1:]) if w[1:].isdigit() else 0 for w in text.split()]
+        return web.json_response({"tokens": tokens, "count": len(tokens)})
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"prompt": " ".join(f"t{i}" for i in body["tokens"])})
+
+    async def complete(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.perf_counter_ns()
+        body: dict[str, Any] = json.loads(await request.read())
+        chat = "messages" in body
+        prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
+        n_prompt = len(prompt.split())
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        # Chunks pre-rendered so the send loop only sleeps and writes.
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        chunks: list[bytes] = []
+        if chat:
+            chunks.append(_event(kind, {"index": 0, "delta": {"role": "assistant", "content": ""}}, n_prompt, 0))
+        done = 0
+        while done < n:
+            k = min(self.k, n - done)
+            done += k
+            text = " t7" * k
+            choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+            choice["finish_reason"] = "length" if done == n else None
+            chunks.append(_event(kind, choice, n_prompt, done))
+        tail = _event(kind, None, n_prompt, n) + b"data: [DONE]\n\n"
+        sent: list[int] = []
+        for i, chunk in enumerate(chunks):
+            # The chat role chunk goes out with the first token, as vLLM sends it.
+            j = max(i - 1, 0) if chat else i
+            target = arrived + self.ttft_ns + j * self.itl_ns
+            wait = target - time.perf_counter_ns()
+            if wait > 0:
+                await asyncio.sleep(wait / 1e9)
+            sent.append(time.perf_counter_ns())
+            await resp.write(chunk)
+        await resp.write(tail)
+        if self.keep_log:
+            self.sent[prompt_key(prompt)] = sent
+        await resp.write_eof()
+        return resp
+
+
+def _event(kind: str, choice: dict[str, Any] | None, n_prompt: int, n_done: int) -> bytes:
+    obj = {"id": "cmpl-fake", "object": kind, "created": 0, "model": MODEL,
+           "choices": [choice] if choice is not None else [],
+           "usage": {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_done, "completion_tokens": n_done}}
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, log: bool = True) -> web.Application:
+    fake = FakeServer(ttft_ms, itl_ms, tokens_per_chunk, log)
+    app = web.Application()
+    app.add_routes([
+        web.get("/v1/models", fake.models), web.get("/health", fake.health), web.get("/metrics", fake.metrics),
+        web.get("/fake/log", fake.log), web.post("/tokenize", fake.tokenize), web.post("/detokenize", fake.detokenize),
+        web.post("/v1/completions", fake.complete), web.post("/v1/chat/completions", fake.complete),
+    ])
+    return app
+
+
+def _serve(args: argparse.Namespace) -> None:
+    web.run_app(make_app(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, not args.no_log),
+                host="127.0.0.1", port=args.port, reuse_port=args.processes > 1, print=None,
+                access_log=None, backlog=4096)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--ttft-ms", type=float, default=20.0)
+    p.add_argument("--itl-ms", type=float, default=10.0)
+    p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--processes", type=int, default=1, help="server processes sharing the port (SO_REUSEPORT)")
+    p.add_argument("--no-log", action="store_true", help="keep no send log (long benchmark runs)")
+    args = p.parse_args()
+    if args.processes > 1:
+        procs = [mp.Process(target=_serve, args=(args,)) for _ in range(args.processes)]
+        for pr in procs:
+            pr.start()
+        for pr in procs:
+            pr.join()
+    else:
+        _serve(args)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

@@ -1,0 +1,49 @@
+"""Server-side evidence -> advice, only where the evidence supports it."""
+
+from __future__ import annotations
+
+from servetune.engine.config import Config
+from servetune.report.advice import Evidence, advise_config
+
+BASE = Config.of({"gpu-memory-utilization": 0.45})
+MORE_MEMORY = Config.of({"gpu-memory-utilization": 0.55})
+
+
+def _topics(advice):
+    return [a.topic for a in advice]
+
+
+def test_evidence_reads_scraper_keys() -> None:
+    ev = Evidence.of({"preemptions": 2.0, "peak_kv_cache_usage": 0.95, "prefix_cache_queries": 200.0,
+                      "prefix_cache_hits": 50.0, "peak_waiting": 3.0, "peak_running": 16.0})
+    assert (ev.preemptions, ev.kv_usage_peak, ev.prefix_hit_rate, ev.waiting_peak, ev.running_peak) == \
+        (2.0, 0.95, 0.25, 3.0, 16.0)
+    assert ev.pool_tight and not Evidence.of({}).pool_tight and Evidence.of({}).empty
+
+
+def test_tight_pool_advises_more_memory() -> None:
+    ev = {"contention": Evidence.of({"preemptions": 5.0, "peak_kv_cache_usage": 0.99})}
+    advice = advise_config("baseline", BASE, None, ev, None)
+    assert "gpu-memory-utilization" in _topics(advice)
+    assert "raising --gpu-memory-utilization" in advice[0].text and "contention" in advice[0].text
+
+
+def test_raising_memory_without_pressure_is_called_useless() -> None:
+    ev = {"chat": Evidence.of({"preemptions": 0.0, "peak_kv_cache_usage": 0.2, "prefix_cache_queries": 10.0,
+                               "prefix_cache_hits": 5.0})}
+    advice = advise_config("gmu=0.55", MORE_MEMORY, BASE, ev, None)
+    assert len(advice) == 1 and "only helps when preemptions > 0" in advice[0].text
+
+
+def test_no_evidence_no_advice() -> None:
+    assert advise_config("x", MORE_MEMORY, BASE, {"chat": Evidence.of({})}, None) == []
+
+
+def test_zero_prefix_hits_and_mismatch() -> None:
+    ev = {"a": Evidence.of({"prefix_cache_queries": 100.0, "prefix_cache_hits": 0.0})}
+    mism = [{"flag": "mamba-cache-mode", "requested": "none", "applied": "align", "evidence_line": None,
+             "reason": "set by the model"}]
+    advice = advise_config("x", Config.of({"enable-prefix-caching": True}), None, ev, {"default_moe_config": True},
+                           mism)
+    assert _topics(advice) == ["prefix-caching", "moe-config", "applied-check"]
+    assert "--mamba-cache-mode: requested 'none', applied 'align' (set by the model)" in advice[-1].text

@@ -1,0 +1,79 @@
+"""report.md / report.html / winner/ from a hand-built analysis over a real StudyStore."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from report_study import FAST, OOM, build_study
+
+from servetune.report import write_report
+
+SECTIONS = ["## Headline", "### What was tried", "## Winning config", "## Trials", "## Per-parameter effects",
+            "## Plots", "## Server-side evidence", "## Study cost"]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Path], object]:
+    root = tmp_path_factory.mktemp("study")
+    store, analysis = build_study(root)
+    return write_report(analysis, store, root / "report"), analysis
+
+
+def test_markdown_has_every_section_with_the_numbers(written) -> None:
+    paths, analysis = written
+    md = paths["markdown"].read_text()
+    for section in SECTIONS:
+        assert section in md, section
+    eff = analysis.winner.objective_effect
+    assert f"{eff.effect_pct:+.1f} %" in md                       # the headline effect
+    assert f"[{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}]" in md  # and its CI
+    assert f"{eff.p_adjusted:.3g}" in md                          # Holm-adjusted p
+    assert "58,240" in md and "28.44" in md                       # BootFacts: KV tokens, max concurrency
+    assert "--max-num-seqs: requested 32, applied 16" in md        # applied-vs-requested mismatch
+    assert "oom" in md and "CUDA out of memory. Tried to allocate 2 GiB" in md  # failure + its log line
+    assert "| `max-num-seqs` | `4` | `32` |" in md                 # exact diff from the baseline
+    assert "| `env.VLLM_CPU_OMP_THREADS_BIND` | `(default)` | `all` |" in md
+    assert "preemptions 3, peak KV usage 97%" in md               # advice from server evidence
+    assert "+20 %" in md                                          # ETA accuracy from meta eta_log
+    for img in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md):
+        assert (paths["markdown"].parent / img).stat().st_size > 1000
+
+
+def test_every_plot_is_written(written) -> None:
+    paths, _ = written
+    names = {k.split(":", 1)[1] for k in paths if k.startswith("plot:")}
+    assert names == {"latency_distributions", "throughput_vs_latency", "objective_over_trials", "baseline_drift"}
+    for k in paths:
+        if k.startswith("plot:"):
+            assert paths[k].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_html_is_self_contained(written) -> None:
+    paths, analysis = written
+    html = paths["html"].read_text()
+    assert analysis.winner.objective_effect and "Winner: max-num-seqs=32" in html
+    assert html.count("data:image/png;base64,") == 4
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing fetched from elsewhere
+    assert "<script" not in html
+
+
+def test_winner_snippets_are_the_winning_config(written) -> None:
+    paths, _ = written
+    compose = yaml.safe_load(paths["winner:compose"].read_text())
+    assert compose["services"]["vllm"]["environment"] == {"VLLM_CPU_OMP_THREADS_BIND": "all"}
+    assert "32" in compose["services"]["vllm"]["command"]
+    assert "vllm serve ./models/tiny" in paths["winner:command"].read_text()
+    assert FAST.key() != OOM.key()
+
+
+def test_no_winner_says_so_and_lists_what_was_tried(tmp_path: Path) -> None:
+    store, analysis = build_study(tmp_path, with_winner=False)
+    paths = write_report(analysis, store, tmp_path / "report")
+    md = paths["markdown"].read_text()
+    assert "No config beat the baseline: 3 candidate config(s) tried, 1 failed" in md
+    assert "Recommended config (the baseline: nothing beat it)" in md
+    assert "max-num-batched-tokens=999999 | oom" in md
+    assert "baseline:command" in paths and "winner:command" not in paths
