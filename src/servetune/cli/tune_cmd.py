@@ -22,14 +22,22 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", "-o", help="study directory (store, logs, report); "
                                  "run the same command again to resume"),
         report: bool = typer.Option(True, help="write the report when the study ends"),
+        stop_after: float | None = typer.Option(
+            None, "--stop-after", metavar="SECONDS",
+            help="pause cleanly before a trial that would not finish within SECONDS of this session "
+                 "(from measured boot and run times); run the same command again to continue"),
     ) -> None:
         """Run (or resume) a tuning study: baseline, search, finalists, verdict."""
-        from ..study.spec import load_study
+        from ..study import load_study
         from ..tune.runner import StudyRunner
 
         spec = load_study(study_file)
-        runner = StudyRunner(spec, out, display=StudyDisplay(Console(stderr=True)))
+        runner = StudyRunner(spec, out, display=StudyDisplay(Console(stderr=True)), stop_after_s=stop_after)
         result = runner.run()
+        if runner.paused:
+            console.print(f"[yellow]paused[/] before the next trial (--stop-after {stop_after:g} s); "
+                          "run the same command again to continue")
+            return
         if result.winner is not None:
             console.print(f"[bold green]winner:[/] {result.winner.label}  ({result.winner_reason})")
         else:

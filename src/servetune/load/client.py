@@ -313,8 +313,8 @@ async def drive(
                 tasks = []
                 for job in jobs:
                     target = start_ns + (job.offset_ns or 0)
-                    wait = target - clock()
-                    if wait > 0:
+                    # Loop: timers may fire up to a clock tick early, and no request leaves early.
+                    while (wait := target - clock()) > 0:
                         await asyncio.sleep(wait / 1e9)
                     if deadline_ns is not None and clock() > deadline_ns:
                         break

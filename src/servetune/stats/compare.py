@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Literal
 
@@ -80,7 +81,10 @@ def compare(
             p_value = 1.0 if mb == mc else 0.0
             ratio_low = ratio_high = mc / mb if mb > 0 else math.nan
         else:
-            welch = sps.ttest_ind(c, b, equal_var=False)
+            with warnings.catch_warnings():
+                # raised when one side is constant; Welch's statistic is still well defined then
+                warnings.filterwarnings("ignore", "Precision loss", RuntimeWarning)
+                welch = sps.ttest_ind(c, b, equal_var=False)
             t_crit = float(sps.t.ppf(0.5 + confidence / 2.0, welch.df))
             ratio_low, ratio_high = fieller_ratio_ci(mc, vc, mb, vb, t_crit)
             if test == "welch":

@@ -291,7 +291,9 @@ def _objective_effects(candidates: list[ConfigResult], base_samples: list[float]
 
 
 def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult | None, str]:
-    finalists = [c for c in configs if c.is_finalist]
+    # Only re-validated configs may win; a study with `finalists: 0` opts out of re-validation.
+    finalists = [c for c in configs if c.is_finalist] if spec.finalists > 0 else \
+        [c for c in configs if not c.is_baseline]
     if not finalists:
         tried = len([c for c in configs if not c.is_baseline])
         return None, f"no config beat the baseline: {tried} tried, none was good enough to re-validate"

@@ -30,7 +30,7 @@ SPEC_KEYS_THAT_MAY_CHANGE = ("budget",)  # a resumed study may get more budget, 
 
 
 class StudyRunner:
-    def __init__(self, spec: StudySpec, out_dir: Path, *, display: StudyDisplay, spec_path: Path | None = None):
+    def __init__(self, spec: StudySpec, out_dir: Path, *, display: StudyDisplay, stop_after_s: float | None = None):
         self.spec = spec
         self.out_dir = Path(out_dir)
         self.display = display
@@ -47,6 +47,8 @@ class StudyRunner:
         self.baseline_config = spec.baseline_config()
         self._session = 0
         self._last_heartbeat = 0.0
+        self._deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
+        self.paused = False
 
     # --- entry point --------------------------------------------------------------------
 
@@ -58,17 +60,22 @@ class StudyRunner:
         reason = "interrupted"
         try:
             with self.display:
-                self._recover_unfinished()
-                self._ensure_baseline()
-                self._search()
-                self._validate_finalists()
-            reason = "finished"
+                try:
+                    self._recover_unfinished()
+                    self._ensure_baseline()
+                    self._search()
+                    self._validate_finalists()
+                    reason = "finished"
+                except _Pause:
+                    self.paused = True
+                    reason = "paused"
         finally:
             signal.signal(signal.SIGTERM, previous)
             self.store.end_session(self._session, reason)
         result = analysis.analyze(self.store, self.spec)
-        self.store.set_meta_json("verdict", {"winner": result.winner.key if result.winner else None,
-                                             "reason": result.winner_reason})
+        if not self.paused:
+            self.store.set_meta_json("verdict", {"winner": result.winner.key if result.winner else None,
+                                                 "reason": result.winner_reason})
         return result
 
     # --- phases -------------------------------------------------------------------------
@@ -125,6 +132,7 @@ class StudyRunner:
     # --- trials -------------------------------------------------------------------------
 
     def _start_trial(self, role: str, config: Config, params: dict[str, Any]) -> None:
+        self._pause_if_no_time()
         trial = self.store.begin_trial(role, config, params)
         self._execute(trial)
 
@@ -170,6 +178,16 @@ class StudyRunner:
         done = len([t for t in self.store.trials() if t.status == "done"])
         self.display.trials(done, self.planned_trials(), self._remaining_s())
 
+    def _pause_if_no_time(self) -> None:
+        """With --stop-after, do not start a boot that cannot finish: a cut trial costs a second boot."""
+        if self._deadline is None:
+            return
+        eta = estimate(self.store.trials(), self.store.runs())
+        needed = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
+        if time.monotonic() + needed > self._deadline:
+            self.display.note(f"pausing: the next trial needs ~{needed:.0f} s, fewer are left")
+            raise _Pause
+
     def _time_left_for_another(self) -> bool:
         eta = estimate(self.store.trials(), self.store.runs())
         if self.spec.budget.wall_minutes is None:
@@ -208,6 +226,10 @@ class StudyRunner:
                 "use another --out directory, or restore the study file it was started with"
             )
         self.store.set_meta_json("spec", new)
+
+
+class _Pause(Exception):
+    """Raised before a trial when --stop-after leaves too little time for it."""
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:

@@ -44,10 +44,11 @@ class TrialExecutor:
     def run(self, trial: TrialRow, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn) -> str:
         """Run the trial to its end and return its outcome. Failures are outcomes, never raised."""
         log_path = self._log_path(trial)
+        stored_log = str(log_path.relative_to(self.out_dir))  # relative: the study dir can move
         progress(trial, None, 0, 0, 0)
 
         def on_spawn(pid: int, pgid: int, create_time: float) -> None:
-            self.store.record_server(trial.id, pid=pid, pgid=pgid, create_time=create_time, log_path=str(log_path))
+            self.store.record_server(trial.id, pid=pid, pgid=pgid, create_time=create_time, log_path=stored_log)
 
         started = self.engine.start(trial.config, log_path, on_spawn=on_spawn)
         self.store.record_boot(
@@ -55,7 +56,7 @@ class TrialExecutor:
             healthy_at=(time.time() if started.outcome == Outcome.ok else None),
             boot_facts=started.boot_facts.model_dump(mode="json") if started.boot_facts else None,
             mismatches=[m.model_dump(mode="json") for m in started.mismatches],
-            log_path=str(log_path),
+            log_path=stored_log,
         )
         if started.outcome != Outcome.ok or started.server is None:
             self.store.finish_trial(trial.id, str(started.outcome), detail=started.detail, log_tail=started.log_tail)

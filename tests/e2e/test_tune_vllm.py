@@ -1,0 +1,142 @@
+"""End-to-end studies on the real vLLM CPU build, through the `servetune` command itself.
+
+Slow by nature (every trial boots a server): the example study from issue 4, an A/A study that
+must name no winner, and a study that is SIGKILLed mid-trial and resumed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from servetune.store import StudyStore
+from servetune.study import load_study
+from servetune.tune import analysis
+
+REPO = Path(__file__).resolve().parents[2]
+STUDIES = Path(__file__).parent / "studies"
+pytestmark = pytest.mark.vllm
+
+
+def servetune(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "servetune", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def example_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The issue's example study, run unchanged; shared with the report tests."""
+    out = tmp_path_factory.mktemp("tiny-cpu")
+    done = servetune("tune", "examples/tiny-cpu.yaml", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def test_example_study_runs_to_a_verdict(example_study: Path) -> None:
+    spec = load_study(REPO / "examples" / "tiny-cpu.yaml")
+    store = StudyStore.open_existing(example_study)
+    trials = store.trials()
+    assert trials[0].role == "baseline" and trials[0].outcome == "ok"
+    assert all(t.status == "done" for t in trials)
+    candidates = [t for t in trials if t.role == "candidate"]
+    assert 1 <= len(candidates) <= spec.budget.trials
+    # OFAT changes one parameter at a time from the incumbent
+    baseline = spec.baseline_config()
+    assert all(len(t.params) >= 1 for t in candidates)
+    # every ok trial measured every scenario at least min-replicates times
+    for t in trials:
+        if t.outcome == "ok":
+            runs = store.runs(t.id)
+            for name in spec.scenario_names:
+                assert len([r for r in runs if r.scenario == name]) >= spec.replicates.min
+                assert all(r.summary["completed"] > 0 for r in runs)
+    # the boot log was parsed and the applied check ran on every booted trial
+    assert trials[0].boot_facts["kv_cache_tokens"] > 0
+    result = analysis.analyze(store, spec)
+    assert result.baseline is not None and result.baseline.objective is not None
+    assert result.winner_reason
+    verdict = store.get_meta_json("verdict")
+    assert verdict["reason"] == result.winner_reason
+    assert (example_study / "report.md").is_file() and (example_study / "report.html").is_file()
+    assert baseline.key() == trials[0].config.key()
+    status = servetune("status", str(example_study))
+    assert status.returncode == 0 and "trials done" in status.stdout
+
+
+def test_aa_study_names_no_winner(tmp_path: Path) -> None:
+    done = servetune("tune", str(STUDIES / "aa.yaml"), "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    spec = load_study(STUDIES / "aa.yaml")
+    result = analysis.analyze(StudyStore.open_existing(tmp_path), spec)
+    compared = [c for c in result.configs if not c.is_baseline and c.objective_effect is not None]
+    assert len(compared) == 2  # both identical candidates were measured and tested
+    assert result.winner is None, result.winner_reason
+    assert "no winner" in done.stdout
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _count(db: Path, sql: str) -> int:
+    if not db.exists():
+        return 0
+    conn = sqlite3.connect(db, timeout=30)
+    try:
+        return conn.execute(sql).fetchone()[0]
+    except sqlite3.OperationalError:  # schema not created yet
+        return 0
+    finally:
+        conn.close()
+
+
+def test_sigkill_mid_trial_then_resume_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    study = STUDIES / "resume.yaml"
+    db = tmp_path / "study.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "servetune", "tune", str(study), "--out", str(tmp_path)],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # Kill while the second trial (first candidate) is measuring: its server is up and one run is stored.
+        _wait_for(lambda: _count(db, "SELECT COUNT(*) FROM runs r JOIN trials t ON r.trial_id = t.id"
+                                     " WHERE t.seq = 2") >= 1, 1800, "a run of trial 2")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    store = StudyStore.open_existing(tmp_path)
+    (orphaned,) = store.unfinished_trials()
+    left_pid = orphaned.server_pid
+    assert left_pid is not None and psutil.pid_exists(left_pid)  # the server outlived its tuner
+    runs_before = {(r.trial_id, r.scenario, r.replicate) for r in store.runs()}
+    store.close()
+
+    done = servetune("tune", str(study), "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not psutil.pid_exists(left_pid) or psutil.Process(left_pid).status() == psutil.STATUS_ZOMBIE
+
+    spec = load_study(study)
+    store = StudyStore.open_existing(tmp_path)
+    trials = store.trials()
+    assert [t.seq for t in trials] == list(range(1, len(trials) + 1))
+    assert all(t.status == "done" and t.outcome == "ok" for t in trials)
+    assert [t.role for t in trials] == ["baseline", "candidate", "candidate"]
+    assert len({t.config.key() for t in trials}) == 3  # no config ran twice
+    runs = store.runs()
+    keys = [(r.trial_id, r.scenario, r.replicate) for r in runs]
+    assert len(keys) == len(set(keys))                 # nothing duplicated
+    assert runs_before <= set(keys)                    # nothing lost
+    for t in trials:
+        assert sorted(r.replicate for r in runs if r.trial_id == t.id) == list(range(1, spec.replicates.max + 1))
+    assert [s.end_reason for s in store.sessions()] == [None, "finished"]
