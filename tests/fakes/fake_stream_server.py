@@ -66,6 +66,8 @@ class FakeServer:
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
         n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
         n_prompt = len(prompt.split())
+        if "FAIL" in prompt:  # a request the fake rejects, as a server does a bad one
+            return web.json_response({"error": {"message": "fake failure", "code": 500}}, status=500)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         # Chunks pre-rendered so the send loop only sleeps and writes.
@@ -92,6 +94,10 @@ class FakeServer:
                 await asyncio.sleep(wait / 1e9)
             sent.append(time.perf_counter_ns())
             await resp.write(chunk)
+            if "BREAK" in prompt and i == 1:  # a stream cut mid-way, as by a crashing server
+                assert request.transport is not None
+                request.transport.close()
+                return resp
         await resp.write(tail)
         if self.keep_log:
             self.sent[prompt_key(prompt)] = sent

@@ -57,6 +57,17 @@ def test_cpu_compilation_overrides_from_engine_config_line() -> None:
     assert "compilation-config.backend" not in found  # inductor is what it shows
 
 
+def test_parsed_request_matches_but_platform_overrides_compile_mode() -> None:
+    # non-default args show mode VLLM_COMPILE (3) as asked; the engine config line shows what ran.
+    f = facts("vllm032-cpu-async-compile-mode3.log")
+    config = Config.of({"load-format": "dummy", "kv-cache-memory-bytes": "1G", "max-model-len": 2048,
+                        "max-num-batched-tokens": 1024, "async-scheduling": True,
+                        "compilation-config": {"mode": 3}, "served-model-name": "x"})
+    found = check_applied(config, f)
+    assert [(m.flag, m.reason.split(":")[0]) for m in found] == [
+        ("async-scheduling", "overridden"), ("compilation-config.mode", "overridden")]
+
+
 def test_max_model_len_resolved_differently() -> None:
     f = facts("vllm032-cpu-async-mbt1024.log")
     found = by_flag(check_applied(Config.of({"max-model-len": 4096}), f))
@@ -80,7 +91,9 @@ def test_launcher_flags_are_not_checked() -> None:
     ([1, 2, 4], "[]", False), ([1, 2], [1, 2], True), ("FULL", "<CUDAGraphMode.NONE: 0>", False),
     (0, "<CUDAGraphMode.NONE: 0>", True),
     ({"mode": 3}, "CompilationConfig(mode=3, backend='inductor')", True),
-    ({"mode": 3}, "CompilationConfig(mode=<CompilationMode.NONE: 0>, backend='')", False), ({"a": 1}, {"a": 1, "b": 2}, True), ({"a": 1}, {"a": 2}, False),
+    ({"mode": 3}, "CompilationConfig(mode=<CompilationMode.NONE: 0>, backend='')", False),
+    ({"mode": 3}, "{'mode': <CompilationMode.VLLM_COMPILE: 3>, 'x': None}", True),
+    ({"mode": 3}, "{'mode': <CompilationMode.NONE: 0>, 'x': None}", False), ({"a": 1}, {"a": 1, "b": 2}, True), ({"a": 1}, {"a": 2}, False),
 ])
 def test_same_value(requested: object, applied: object, same: bool) -> None:
     assert same_value(requested, applied) is same

@@ -64,3 +64,11 @@ def test_unknown_death_is_crashed_with_exit_code() -> None:
     f = classify_failure("RuntimeError: something odd\n", -9)
     assert f.outcome is Outcome.crashed
     assert "-9" in f.detail and f.evidence == ["RuntimeError: something odd"]
+
+
+def test_engine_config_validation_error_is_invalid_arg() -> None:
+    # `--max-num-seqs 0` passes argparse and fails in vLLM's pydantic SchedulerConfig
+    f = classify_failure(log("vllm032-cpu-validation-error.log"), 1)
+    assert f.outcome is Outcome.invalid_arg
+    assert "2 validation errors for SchedulerConfig" in f.detail
+    assert "max_num_seqs" in [line.strip() for line in f.evidence]

@@ -63,3 +63,42 @@ def test_served_model_name() -> None:
     engine = VllmEngine(model="models/tiny")
     assert engine.served_model_name(Config()) == "models/tiny"
     assert engine.served_model_name(Config.of({"served_model_name": "tiny"})) == "tiny"
+
+
+def test_serve_flags_from_argv() -> None:
+    from servetune.cli.serve_cmd import flags_from_argv
+
+    argv = ["--max_num_seqs", "8", "--async-scheduling", "--no-enable-prefix-caching",
+            "--cudagraph-capture-sizes", "1", "2", '--compilation-config={"mode":3}']
+    assert flags_from_argv(argv) == {
+        "max-num-seqs": "8", "async-scheduling": True, "enable-prefix-caching": False,
+        "cudagraph-capture-sizes": ["1", "2"], "compilation-config": {"mode": 3},
+    }
+    # round trip through the renderer gives vLLM the same argv back
+    from servetune.engine.config import render_flags
+    assert render_flags(flags_from_argv(argv)) == [
+        "--max-num-seqs", "8", "--async-scheduling", "--no-enable-prefix-caching",
+        "--cudagraph-capture-sizes", "1", "2", "--compilation-config", '{"mode":3}']
+
+
+def test_serve_rejects_a_value_before_any_flag() -> None:
+    import pytest
+
+    from servetune.cli.serve_cmd import flags_from_argv
+    from servetune.errors import ServetuneError
+
+    with pytest.raises(ServetuneError, match="must start with --NAME"):
+        flags_from_argv(["8", "--max-num-seqs"])
+
+
+def test_serve_failed_start_exits_nonzero_with_failure_class(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from servetune.cli import app
+
+    script = "import sys; print('api_server.py: error: unrecognized arguments: --bogus'); sys.exit(2)"
+    result = CliRunner().invoke(app, ["serve", "--model", "m", "--log-dir", str(tmp_path),
+                                      "--command", f"python -c \"{script}\"", "--", "--bogus", "1"])
+    assert result.exit_code == 1
+    assert "start failed: invalid_arg" in result.output
+    assert "unrecognized arguments: --bogus" in result.output

@@ -52,11 +52,20 @@ def test_duration_only_closed_loop_stops_sending_at_the_deadline(fake_url: str) 
     assert 1.0 <= s["duration"] < 2.0
 
 
-def test_failed_requests_are_counted_not_raised(fake_url: str) -> None:
-    # a model name the fake accepts but a body it cannot parse: no prompt field at all
-    sc = Scenario(name="bad", input_len=10, output_len=4, concurrency=2, num_prompts=4, warmups=0,
-                  endpoint="completions")
+def test_failed_requests_are_counted_not_raised(fake_url: str, tmp_path: Path) -> None:
+    ds = tmp_path / "prompts.jsonl"
+    ds.write_text("\n".join(json.dumps({"prompt": p, "output_len": 6})
+                            for p in ["t1 t2", "t3 FAIL", "t4 BREAK t5", "t6 t7"]) + "\n")
+    sc = Scenario(name="mixed", dataset=ds, concurrency=2, num_prompts=4, warmups=0)
     r = run_scenario(fake_url, None, sc, tokenizer_dir=None)
-    assert r.summary["completed"] == 4  # sanity: the good path works on this fake
+    s = r.summary
+    assert r.outcome is Outcome.ok and r.error is None
+    assert s["completed"] == 2 and s["failed"] == 2
+    assert any("HTTP 500" in e for e in s["errors"])
+    assert s["total_input_tokens"] == (8 + 2) * 2  # nonce + the dataset prompt, from usage
+
+
+def test_dead_server_is_an_error_in_the_result() -> None:
+    sc = Scenario(name="dead", input_len=10, output_len=4, concurrency=2, num_prompts=4)
     dead = run_scenario(f"http://127.0.0.1:{free_port()}", "m", sc, tokenizer_dir=None)
     assert dead.outcome is Outcome.crashed and "unreachable" in (dead.error or "")

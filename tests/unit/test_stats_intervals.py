@@ -86,17 +86,28 @@ def test_bootstrap_coverage_iid_runs(statistic: str, q: float) -> None:
 
 
 def test_bootstrap_coverage_with_run_effects() -> None:
-    """Every run has its own level (log-normal shift, sd 5 %): with 10 runs the interval for the
-    p90 of the whole population reaches nominal coverage within binomial noise."""
-    rng = np.random.default_rng(99)
-    true = sps.lognorm(s=math.hypot(0.5, 0.05)).ppf(0.9)
+    """Every run has its own level (log-normal shift with sd 0.15 against a request spread of 0.5).
+
+    Resampling requests alone ignores that and covers the population p90 only about 60 % of the
+    time with 10 runs; the two-level bootstrap must stay close to nominal. It still undercovers
+    somewhat — 10 runs show only (R - 1) / R of the run-to-run variance and the percentile method
+    uses normal rather than t quantiles: 0.912 over 1500 simulations (3 runs: 0.82), documented
+    in hierarchical_bootstrap_ci — so the bound here is nominal minus 0.05, and the gain over the
+    request-only bootstrap must exceed 0.2.
+    """
+    rng = np.random.default_rng(17)
+    true = sps.lognorm(s=math.hypot(0.5, 0.15)).ppf(0.9)
     sims = 400
-    hits = sum(
-        hierarchical_bootstrap_ci([rng.lognormal(rng.normal(0.0, 0.05), 0.5, 200) for _ in range(10)],
-                                  "p90", n_boot=500, seed=rng).contains(true)
-        for _ in range(sims)
-    )
-    assert abs(hits / sims - 0.95) <= binomial_tolerance(0.95, sims), hits / sims
+    hier = flat = 0
+    for _ in range(sims):
+        runs = [rng.lognormal(rng.normal(0.0, 0.15), 0.5, 200) for _ in range(10)]
+        hier += hierarchical_bootstrap_ci(runs, "p90", n_boot=500, seed=rng).contains(true)
+        pooled = np.concatenate(runs)
+        one_level = np.percentile(pooled[rng.integers(0, pooled.size, (500, pooled.size))], 90, axis=1)
+        low, high = np.quantile(one_level, [0.025, 0.975])
+        flat += low <= true <= high
+    assert hier / sims >= 0.90, hier / sims
+    assert (hier - flat) / sims > 0.2, (hier / sims, flat / sims)
 
 
 def test_bootstrap_estimate_is_vllm_percentile_of_pooled_requests() -> None:

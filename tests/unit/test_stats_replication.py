@@ -60,6 +60,9 @@ def test_without_baseline_only_precision_counts() -> None:
     assert d.stop and d.rule == "precise"
     d = replication_decision([50.0, 60.0, 40.0], min_reps=3, max_reps=5, higher_is_better=True)
     assert not d.stop
+    for empty in (None, []):
+        d = replication_decision([50.0, 50.1, 49.9], empty, min_reps=3, max_reps=5, higher_is_better=True)
+        assert d.stop and d.rule == "precise"
 
 
 def test_zero_variance_and_single_replicate() -> None:

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..engine.base import StartResult
+from ..engine.bootfacts import log_message
 from ..engine.config import Config, FlagValue, normalize_flag_name
 from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
 from ..errors import ServetuneError
@@ -68,8 +69,11 @@ def _facts_table(result: StartResult) -> Table:
     data = result.boot_facts.model_dump(exclude={"evidence", "engine_config", "compilation_config", "warnings",
                                                  "notable"})
     for key, value in data.items():
-        if value not in (None, {}, [], False):
-            table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
+        if value in (None, {}, [], False):
+            continue
+        if isinstance(value, float):
+            value = round(value, 2)
+        table.add_row(key, json.dumps(value) if isinstance(value, (dict, list)) else str(value))
     return table
 
 
@@ -78,7 +82,7 @@ def _applied_table(result: StartResult) -> Table:
     for col in ("flag", "requested", "applied", "why", "log line"):
         table.add_column(col, overflow="fold")
     for m in result.mismatches:
-        line = (m.evidence_line or "")[:160]
+        line = log_message(m.evidence_line or "")[:160]
         table.add_row(m.flag, str(m.requested), str(m.applied), m.reason, line)
     return table
 
@@ -87,11 +91,11 @@ def _print_start(result: StartResult, config: Config) -> None:
     console.print(_facts_table(result))
     facts = result.boot_facts
     for line in facts.notable:
-        console.print(f"[yellow]notable:[/] {line}")
+        console.print("notable: " + line, style="yellow", markup=False)
     if facts.warnings:
         console.print(f"[dim]{len(facts.warnings)} warning(s) in the log:[/]")
         for line in facts.warnings:
-            console.print(f"  [dim]- {line[:200]}[/]")
+            console.print(f"  - {line[:200]}", style="dim", markup=False, highlight=False)
     if result.mismatches:
         console.print(_applied_table(result))
     elif config.flags:
@@ -102,11 +106,11 @@ def _print_start(result: StartResult, config: Config) -> None:
 def _print_failure(result: StartResult) -> None:
     console.print(f"[bold red]start failed: {result.outcome.value}[/] - {result.detail}")
     for line in result.evidence:
-        console.print(f"  [red]>[/] {line[:400]}")
+        console.print(f"  > {line[:400]}", style="red", markup=False, highlight=False)
     if result.log_tail:
         console.print("[dim]last log lines:[/]")
         for line in result.log_tail.splitlines()[-25:]:
-            console.print(f"  [dim]{line[:300]}[/]", highlight=False, markup=False)
+            console.print(f"  {line[:300]}", style="dim", highlight=False, markup=False)
     if result.log_path:
         console.print(f"full log: {result.log_path}")
 
@@ -137,8 +141,7 @@ def register(app: typer.Typer) -> None:
         engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
                             startup_timeout_s=startup_timeout, log_dir=log_dir)
         log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        console.print(f"starting: {' '.join(shlex.quote(a) for a in engine.build_command(config, port or 0))}")
-        console.print(f"log: {log_path}")
+        console.print(f"starting vLLM (log: {log_path}) ...")
 
         stop_requested = False
 
@@ -151,6 +154,8 @@ def register(app: typer.Typer) -> None:
         result: StartResult | None = None
         try:
             result = engine.start(config, log_path, port)
+            if result.argv:
+                console.print(" ".join(shlex.quote(a) for a in result.argv), style="dim", highlight=False)
             if not result.ok or result.server is None:
                 _print_failure(result)
                 raise typer.Exit(1)
@@ -163,7 +168,7 @@ def register(app: typer.Typer) -> None:
             failure = engine.diagnose(server)
             console.print(f"[bold red]server died: {failure.detail}[/]")
             for line in failure.evidence:
-                console.print(f"  [red]>[/] {line[:400]}")
+                console.print(f"  > {line[:400]}", style="red", markup=False, highlight=False)
             raise typer.Exit(1)
         except KeyboardInterrupt:
             console.print("stopping ..." if stop_requested else "interrupted, stopping ...")

@@ -10,13 +10,12 @@ report the resolved values (async scheduling, chunked prefill budget, max model 
 from __future__ import annotations
 
 import ast
-import json
 import re
 from typing import Any
 
 from pydantic import BaseModel
 
-from .bootfacts import BootFacts, split_engine_config
+from .bootfacts import BootFacts, split_engine_config, split_repr_dict
 from .config import Config, FlagValue, normalize_flag_name
 
 # Flags the launcher sets itself or that only name things; they say nothing about tuning.
@@ -177,11 +176,8 @@ def same_value(requested: Any, applied: Any) -> bool:
     if isinstance(requested, dict):
         if isinstance(applied, str) and (m := _OBJECT_REPR.fullmatch(applied.strip())):
             applied = split_engine_config(m["body"])  # "CompilationConfig(mode=3, ...)"
-        elif isinstance(applied, str):
-            try:
-                applied = json.loads(applied)
-            except ValueError:
-                return True  # a repr we cannot read: no claim either way
+        elif isinstance(applied, str) and applied.strip().startswith("{"):
+            applied = split_repr_dict(applied)  # "{'mode': <CompilationMode.VLLM_COMPILE: 3>, ...}"
         if isinstance(applied, dict):
             return all(k in applied and same_value(v, applied[k]) for k, v in requested.items())
         return True

@@ -90,6 +90,12 @@ def parse_boot_facts(text: str) -> BootFacts:
     return facts
 
 
+def log_message(line: str) -> str:
+    """A log line without vLLM's "(Proc pid=N) LEVEL date [file:line]" prefix."""
+    m = _LINE.match(line.rstrip())
+    return m["msg"] if m else line
+
+
 def _num(text: str) -> float:
     return float(text.replace(",", ""))
 

@@ -74,7 +74,7 @@ def _with_following(lines: list[str], evidence: list[str]) -> list[str]:
     if not evidence or "validation error" not in evidence[-1]:
         return evidence
     i = len(lines) - 1 - lines[::-1].index(evidence[-1])
-    return [*evidence, *lines[i + 1 : i + 4]]
+    return [*evidence, *lines[i + 1 : i + 9]]
 
 
 def _dedupe(lines: list[str]) -> list[str]:

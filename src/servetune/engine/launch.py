@@ -24,6 +24,9 @@ from pydantic import BaseModel
 from .outcome import Outcome
 from .ports import LOOPBACK, wait_port_free
 
+# The server is on loopback: never route the health check through an HTTP(S)_PROXY.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
 # psutil reports create_time rounded to clock ticks; equal processes agree far closer than this.
 _CREATE_TIME_TOLERANCE_S = 0.05
 
@@ -125,7 +128,7 @@ def wait_healthy(server: Server, timeout_s: float, path: str = "/health", poll_s
         if not server.is_alive():
             return HealthWait.exited
         try:
-            with urllib.request.urlopen(server.url + path, timeout=2.0) as resp:
+            with _DIRECT.open(server.url + path, timeout=2.0) as resp:
                 if resp.status == 200:
                     server.startup_seconds = time.time() - server.started_at
                     return HealthWait.healthy

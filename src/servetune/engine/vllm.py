@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .applied import check_applied
@@ -84,25 +85,36 @@ class VllmEngine:
         return str(name) if name else self.model
 
     # -- lifecycle -----------------------------------------------------------------------
-    def start(self, config: Config, log_path: Path | None = None, port: int | None = None) -> StartResult:
-        """Start a server and wait until it is healthy. Never raises for a failed start."""
+    def start(self, config: Config, log_path: Path | None = None, port: int | None = None,
+              on_spawn: Callable[[Server], None] | None = None) -> StartResult:
+        """Start a server and wait until it is healthy. Never raises for a failed start.
+
+        `on_spawn` sees the process before the (long) health wait, so a caller can record its
+        pid: if the caller is killed while waiting, a later run can still find and stop it."""
         if port is not None and not port_is_free(port, self.host):
             return StartResult(outcome=Outcome.port_in_use, detail=f"port {port} on {self.host} is already in use")
         log_path = log_path or self.log_dir / f"vllm-{config.key()}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        result = self._start_once(config, log_path, port or free_port(self.host))
+        result = self._start_once(config, log_path, port or free_port(self.host), on_spawn)
         if result.outcome is Outcome.port_in_use and port is None:
             # Another process took the free port between our probe and vLLM's bind: try once more.
-            result = self._start_once(config, log_path, free_port(self.host))
+            result = self._start_once(config, log_path, free_port(self.host), on_spawn)
         return result
 
-    def _start_once(self, config: Config, log_path: Path, port: int) -> StartResult:
+    def _start_once(self, config: Config, log_path: Path, port: int,
+                    on_spawn: Callable[[Server], None] | None) -> StartResult:
         argv = self.build_command(config, port)
         try:
             server = launch(argv, self.environment(config), log_path, port, self.host)
         except OSError as exc:
             return StartResult(outcome=Outcome.crashed, detail=f"cannot run {argv[0]!r}: {exc}",
                                log_path=log_path, argv=argv)
-        state = wait_healthy(server, self.startup_timeout_s)
+        try:
+            if on_spawn is not None:
+                on_spawn(server)
+            state = wait_healthy(server, self.startup_timeout_s)
+        except BaseException:  # Ctrl-C or SIGTERM while booting: leave nothing behind
+            self.stop(server)
+            raise
         text = _read(log_path)
         facts = parse_boot_facts(text)
         facts.startup_seconds = server.startup_seconds

@@ -104,6 +104,9 @@ def _split(total: int | None, parts: int) -> list[int | None]:
 async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, workers: int,
                    deadline_s: float | None, progress: Progress | None) -> tuple[list[client.DriveResult], int]:
     total = len(jobs)
+    # Each worker sends a fixed share of the jobs (every workers-th) with its share of the
+    # concurrency: a closed loop becomes `workers` independent closed loops of the same total.
+    workers = min(workers, total, concurrency or total)
     if workers <= 1:
         done = 0
 
@@ -118,7 +121,6 @@ async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, wo
         res = await client.drive(url, jobs, concurrency=concurrency, start_ns=start_ns,
                                  deadline_ns=deadline, on_done=on_done)
         return [res], start_ns
-    workers = min(workers, total)
     ctx = mp.get_context("spawn")
     counter = ctx.Value("i", 0)
     loop = asyncio.get_running_loop()
@@ -128,7 +130,7 @@ async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, wo
         start_ns = time.perf_counter_ns() + 4 * _START_LEAD_NS
         deadline = start_ns + int(deadline_s * 1e9) if deadline_s else None
         caps = _split(concurrency, workers)
-        futs = [loop.run_in_executor(pool, _worker, (url, jobs[w::workers], caps[w] or None, start_ns, deadline))
+        futs = [loop.run_in_executor(pool, _worker, (url, jobs[w::workers], caps[w], start_ns, deadline))
                 for w in range(workers)]
         gathered = asyncio.gather(*futs)
         while not gathered.done():

@@ -13,6 +13,7 @@ from scipy import stats as sps
 
 from servetune.stats._validate import check_confidence, clean, clean_runs
 from servetune.stats.intervals import (
+    StatFn,
     Statistic,
     hierarchical_bootstrap_distribution,
     percentile_interval,
@@ -68,6 +69,8 @@ def compare(
     A baseline mean <= 0 leaves the relative effect undefined (NaN).
     """
     confidence = check_confidence(confidence)
+    if test not in ("welch", "permutation"):
+        raise ValueError(f"unknown test {test!r}: use 'welch' or 'permutation'")
     b = clean(baseline, "baseline")
     c = clean(candidate, "candidate")
     mb, mc = float(b.mean()), float(c.mean())
@@ -89,14 +92,12 @@ def compare(
             ratio_low, ratio_high = fieller_ratio_ci(mc, vc, mb, vb, t_crit)
             if test == "welch":
                 p_value = float(welch.pvalue)
-            elif test == "permutation":
+            else:
                 res = sps.permutation_test(
                     (c, b), _mean_diff, permutation_type="independent", vectorized=True,
                     n_resamples=n_resamples, alternative="two-sided", rng=np.random.default_rng(seed),
                 )
                 p_value = float(res.pvalue)
-            else:
-                raise ValueError(f"unknown test {test!r}: use 'welch' or 'permutation'")
 
     if mb > 0:
         effect = 100.0 * (mc / mb - 1.0)
@@ -129,8 +130,14 @@ def compare_percentile(
       with a +1 correction, so that p < 1 - confidence exactly when the CI excludes 0 %.
     - ``permutation``: run labels permuted between the two sides (runs are the independent units;
       permuting requests would ignore run-to-run variation); with 3 vs 3 runs the smallest p is 0.1.
+
+    Like ``hierarchical_bootstrap_ci`` this is conservative when runs do not differ in level
+    (simulated, 3 vs 3 runs of 200 requests, p90: CI coverage 1.00, A/A rate of p < 0.05: 0.007)
+    and optimistic with few runs that do.
     """
     confidence = check_confidence(confidence)
+    if test not in ("bootstrap", "permutation"):
+        raise ValueError(f"unknown test {test!r}: use 'bootstrap' or 'permutation'")
     b_runs = clean_runs(baseline_runs, "baseline_runs")
     c_runs = clean_runs(candidate_runs, "candidate_runs")
     fn, label = statistic_fn(q)
@@ -145,18 +152,15 @@ def compare_percentile(
         effect = 100.0 * (est_c / est_b - 1.0)
         r_low, r_high = percentile_interval(ratio, confidence)
         ci_low, ci_high = 100.0 * (r_low - 1.0), 100.0 * (r_high - 1.0)
-    else:
-        ratio = None
+    else:  # a zero baseline percentile leaves the relative effect undefined
         effect = ci_low = ci_high = math.nan
 
     if test == "bootstrap":
         diff = boot_c - boot_b
         tail = min(np.count_nonzero(diff <= 0), np.count_nonzero(diff >= 0))
         p_value = min(1.0, 2.0 * (tail + 1) / (n_boot + 1))
-    elif test == "permutation":
-        p_value = _run_permutation_p(b_runs, c_runs, fn)
     else:
-        raise ValueError(f"unknown test {test!r}: use 'bootstrap' or 'permutation'")
+        p_value = _run_permutation_p(b_runs, c_runs, fn)
     return Comparison(
         effect_pct=effect, ci_low_pct=ci_low, ci_high_pct=ci_high, p_value=p_value,
         baseline_mean=est_b, candidate_mean=est_c, n_baseline=len(b_runs), n_candidate=len(c_runs),
@@ -164,7 +168,7 @@ def compare_percentile(
     )
 
 
-def _run_permutation_p(b_runs: list[np.ndarray], c_runs: list[np.ndarray], fn) -> float:
+def _run_permutation_p(b_runs: list[np.ndarray], c_runs: list[np.ndarray], fn: StatFn) -> float:
     """Two-sided permutation p-value of ``stat(pooled candidate runs) - stat(pooled baseline runs)``,
     with whole runs as the permuted units (exact for the few runs of a study)."""
     runs = b_runs + c_runs

@@ -121,6 +121,13 @@ def hierarchical_bootstrap_ci(
 ) -> Interval:
     """Statistic of the pooled requests of all runs, with a percentile interval from a two-level
     (runs, then requests within runs) bootstrap. ``n`` is the number of runs.
+
+    Coverage measured by simulation (95 % intervals, p50/p90 of log-normal request latencies):
+    runs without a run-to-run effect: 0.97-0.98 (conservative: request noise is counted at both
+    levels). Runs that differ in level (sd 0.15 on the log scale, request spread 0.5): 0.82 with
+    3 runs, 0.91 with 10, 0.94 with 20 (resampling requests alone: about 0.5-0.6) — a handful of
+    runs cannot reveal their own spread, so read 3-run percentile intervals as optimistic when
+    the runs visibly disagree.
     """
     confidence = check_confidence(confidence)
     clean_r = clean_runs(runs, "runs")

@@ -35,7 +35,7 @@ def _precision_half_width(c: np.ndarray, b: np.ndarray, confidence: float) -> fl
 
 def replication_decision(
     candidate_values: Sequence[float],
-    baseline_values: Sequence[float] = (),
+    baseline_values: Sequence[float] | None = None,
     *,
     min_reps: int,
     max_reps: int,
@@ -57,13 +57,13 @@ def replication_decision(
        ``_precision_half_width``);
     5. otherwise continue.
 
-    The baseline itself may be passed as the candidate with ``baseline_values=()``.
+    Without baseline values (None or empty; e.g. for the baseline itself) only rules 1, 2 and 4 apply.
     """
     if not 1 <= min_reps <= max_reps:
         raise ValueError(f"need 1 <= min_reps <= max_reps, got min_reps={min_reps}, max_reps={max_reps}")
     confidence = check_confidence(confidence)
     c = clean(candidate_values, "candidate_values", min_n=0)
-    b = clean(baseline_values, "baseline_values", min_n=0)
+    b = clean(() if baseline_values is None else baseline_values, "baseline_values", min_n=0)
     n = c.size
     if n < min_reps:
         return Decision(stop=False, reason=f"{n} of at least {min_reps} replicates", rule="min_reps",

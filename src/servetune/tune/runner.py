@@ -148,9 +148,13 @@ class StudyRunner:
             enough=lambda t, reps: analysis.enough_replicates(self.store, self.spec, t, reps),
             progress=lambda t, s, r, d, n: self._on_progress(t, label, s, r, d, n),
         )
+        done = self.store.trial(trial.id)
         if outcome != str(Outcome.ok):
-            detail = self.store.trial(trial.id).detail or ""
-            self.display.note(f"[yellow]#{trial.seq} {label}: {outcome}[/] {detail[:200]}")
+            self.display.note(f"[yellow]#{trial.seq} {trial.role} {label}: {outcome}[/] {(done.detail or '')[:300]}")
+        else:
+            boot = f"boot {done.boot_s:.0f} s, " if done.boot_s else ""
+            self.display.note(f"#{trial.seq} {trial.role} {label}: ok ({boot}"
+                              f"{len(self.store.runs(trial.id))} runs, {done.ended_at - done.started_at:.0f} s)")
         self._update_overview()
 
     def _on_progress(self, trial: TrialRow, label: str, scenario: str | None, replicate: int,

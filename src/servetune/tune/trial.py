@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..engine import Server
+from ..engine.classify import tail
 from ..engine.outcome import Outcome
 from ..load.bench import run_scenario
 from ..load.records import RunResult
@@ -31,7 +33,6 @@ class TrialPlan:
     scenarios: list[Scenario]
     min_replicates: int
     max_replicates: int
-    slo: dict[str, float] | None = None
 
 
 class TrialExecutor:
@@ -47,8 +48,9 @@ class TrialExecutor:
         stored_log = str(log_path.relative_to(self.out_dir))  # relative: the study dir can move
         progress(trial, None, 0, 0, 0)
 
-        def on_spawn(pid: int, pgid: int, create_time: float) -> None:
-            self.store.record_server(trial.id, pid=pid, pgid=pgid, create_time=create_time, log_path=stored_log)
+        def on_spawn(server: Server) -> None:
+            self.store.record_server(trial.id, pid=server.pid, pgid=server.pgid,
+                                     create_time=server.create_time, log_path=stored_log)
 
         started = self.engine.start(trial.config, log_path, on_spawn=on_spawn)
         self.store.record_boot(
@@ -59,16 +61,19 @@ class TrialExecutor:
             log_path=stored_log,
         )
         if started.outcome != Outcome.ok or started.server is None:
-            self.store.finish_trial(trial.id, str(started.outcome), detail=started.detail, log_tail=started.log_tail)
+            detail = "\n".join([started.detail, *started.evidence]).strip()
+            self.store.finish_trial(trial.id, str(started.outcome), detail=detail, log_tail=started.log_tail)
             return str(started.outcome)
 
         server = started.server
         try:
             outcome, detail = self._measure(trial, plan, server, enough, progress)
+            if outcome == str(Outcome.crashed):
+                detail = f"{detail}: {self.engine.diagnose(server).detail}"
         finally:
             self.engine.stop(server)
-        tail = self.engine.log_tail(log_path) if outcome != str(Outcome.ok) else None
-        self.store.finish_trial(trial.id, outcome, detail=detail, log_tail=tail)
+        log_tail = tail(log_path.read_text(errors="replace")) if outcome != str(Outcome.ok) else None
+        self.store.finish_trial(trial.id, outcome, detail=detail, log_tail=log_tail)
         return outcome
 
     def _measure(self, trial: TrialRow, plan: TrialPlan, server, enough: EnoughFn,
@@ -88,7 +93,6 @@ class TrialExecutor:
                     tokenizer_dir=self.tokenizer_dir,
                     out_dir=self.out_dir / "runs",
                     run_id=f"trial{trial.seq:03d}-{scenario.name}-r{replicate}",
-                    slo=plan.slo,
                     progress=lambda d, t, s=scenario.name, r=replicate: progress(trial, s, r, d, t),
                 )
                 if not server.is_alive():
