@@ -3,7 +3,8 @@
 Not vLLM: it speaks vLLM's streaming wire format (completions and chat, continuous usage
 stats, trailing usage chunk, [DONE]) and emits tokens at *known* times: the first chunk
 `ttft_ms` after the request arrives, then one chunk every `itl_ms`, each carrying
-`tokens_per_chunk` tokens. The perf_counter_ns of every chunk it writes is logged per
+`tokens_per_chunk` tokens (with both delays 0, the whole stream goes out in one write).
+The perf_counter_ns of every chunk it writes is logged per
 prompt (GET /fake/log), which is the truth a client on the same host is compared to
 (perf_counter is CLOCK_MONOTONIC, shared by all processes of a Linux host).
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hashlib
 import json
 import multiprocessing as mp
@@ -70,21 +72,14 @@ class FakeServer:
             return web.json_response({"error": {"message": "fake failure", "code": 500}}, status=500)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        # Chunks pre-rendered so the send loop only sleeps and writes.
-        kind = "chat.completion.chunk" if chat else "text_completion"
-        chunks: list[bytes] = []
-        if chat:
-            chunks.append(_event(kind, {"index": 0, "delta": {"role": "assistant", "content": ""}}, n_prompt, 0))
-        done = 0
-        while done < n:
-            k = min(self.k, n - done)
-            done += k
-            text = " t7" * k
-            choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
-            choice["finish_reason"] = "length" if done == n else None
-            chunks.append(_event(kind, choice, n_prompt, done))
-        tail = _event(kind, None, n_prompt, n) + b"data: [DONE]\n\n"
+        chunks, tail = _render(chat, n, n_prompt, self.k)
         sent: list[int] = []
+        if self.ttft_ns == 0 and self.itl_ns == 0 and "BREAK" not in prompt:
+            # Fastest mode: the whole stream in one write (many SSE events per read, as a
+            # client sees from a server that generates faster than it reads).
+            sent = [time.perf_counter_ns()] * len(chunks)
+            await resp.write(b"".join(chunks) + tail)
+            chunks = []
         for i, chunk in enumerate(chunks):
             # The chat role chunk goes out with the first token, as vLLM sends it.
             j = max(i - 1, 0) if chat else i
@@ -98,11 +93,30 @@ class FakeServer:
                 assert request.transport is not None
                 request.transport.close()
                 return resp
-        await resp.write(tail)
+        if chunks:
+            await resp.write(tail)
         if self.keep_log:
             self.sent[prompt_key(prompt)] = sent
         await resp.write_eof()
         return resp
+
+
+@functools.lru_cache(maxsize=1024)
+def _render(chat: bool, n: int, n_prompt: int, k: int) -> tuple[list[bytes], bytes]:
+    """A response's SSE events, rendered once per shape so that sending costs only writes."""
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    chunks: list[bytes] = []
+    if chat:
+        chunks.append(_event(kind, {"index": 0, "delta": {"role": "assistant", "content": ""}}, n_prompt, 0))
+    done = 0
+    while done < n:
+        step = min(k, n - done)
+        done += step
+        text = " t7" * step
+        choice: dict[str, Any] = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
+        choice["finish_reason"] = "length" if done == n else None
+        chunks.append(_event(kind, choice, n_prompt, done))
+    return chunks, _event(kind, None, n_prompt, n) + b"data: [DONE]\n\n"
 
 
 def _event(kind: str, choice: dict[str, Any] | None, n_prompt: int, n_done: int) -> bytes:

@@ -20,7 +20,7 @@ from tests.fakes.fake_stream_server import prompt_key
 from tests.fakes.launch import fake_server
 
 STREAMS = 256
-OUT_LEN = 20
+OUT_LEN = 48
 ATTEMPTS = 5
 QUIET_LAG_P99_MS = 2.0
 

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .bootfacts import BootFacts, split_engine_config, split_repr_dict
-from .config import Config, FlagValue, normalize_flag_name
+from .config import render_value, Config, FlagValue, normalize_flag_name
 
 # Flags the launcher sets itself or that only name things; they say nothing about tuning.
 _NOT_CHECKED = {"host", "port", "model", "served-model-name", "api-key", "uvicorn-log-level"}
@@ -161,6 +161,8 @@ _ENUM_REPR = re.compile(r"<\w+\.(?P<name>\w+): '?(?P<value>[^'>]*)'?>")
 
 def same_value(requested: Any, applied: Any) -> bool:
     """Does the value vLLM shows (parsed, or repr text) equal the requested one?"""
+    if isinstance(requested, str):
+        requested = render_value(requested)  # what was really passed: "2GiB" went in as bytes
     if isinstance(applied, str) and (m := _ENUM_REPR.fullmatch(applied.strip())):
         return str(requested).upper() in (m["name"], m["value"].upper())
     if isinstance(requested, (list, dict)) and isinstance(applied, str) and applied[:1] in "[{(":

@@ -27,6 +27,7 @@ from .records import RequestRecord
 READ_BUFSIZE = 1 << 20
 T = TypeVar("T")
 LAG_TICK_S = 0.01
+PREWARM_UNCAPPED = 64  # connections opened ahead of an open loop without a concurrency cap
 
 
 @dataclass
@@ -255,7 +256,7 @@ async def drive(
     own_session = session is None
     sess = session or make_session(concurrency or len(jobs))
     if own_session and jobs:
-        await prewarm(sess, url, min(concurrency or len(jobs), len(jobs)))
+        await prewarm(sess, url, min(concurrency or PREWARM_UNCAPPED, len(jobs)))
     hdrs = headers()
     pairs: list[tuple[RequestRecord, Raw]] = []
     delays: list[int] = []

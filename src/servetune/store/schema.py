@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS runs (
     trial_id           INTEGER NOT NULL REFERENCES trials(id),
     scenario           TEXT NOT NULL,
     replicate          INTEGER NOT NULL,
+    attempt            INTEGER NOT NULL DEFAULT 1,   -- > 1: an earlier attempt was rejected (client_bound)
     outcome            TEXT NOT NULL,
     summary_json       TEXT NOT NULL,
     server_stats_json  TEXT NOT NULL,
@@ -46,7 +47,7 @@ CREATE TABLE IF NOT EXISTS runs (
     error              TEXT,
     started_at         REAL NOT NULL,
     ended_at           REAL NOT NULL,
-    UNIQUE (trial_id, scenario, replicate)
+    UNIQUE (trial_id, scenario, replicate, attempt)
 );
 
 -- Wall-clock accounting across sessions of the same study (a resumed study adds a session).

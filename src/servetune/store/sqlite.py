@@ -53,6 +53,7 @@ class RunRow:
     trial_id: int
     scenario: str
     replicate: int
+    attempt: int
     outcome: str
     summary: dict[str, Any]
     server_stats: dict[str, Any]
@@ -187,11 +188,11 @@ class StudyStore:
     # --- runs ---------------------------------------------------------------------------
 
     def record_run(self, trial_id: int, replicate: int, result: RunResult, *, started_at: float,
-                   ended_at: float) -> None:
+                   ended_at: float, attempt: int = 1) -> None:
         self._write(
-            "INSERT INTO runs(trial_id, scenario, replicate, outcome, summary_json, server_stats_json,"
-            " client_health_json, records_path, error, started_at, ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (trial_id, result.scenario, replicate, str(result.outcome), json.dumps(result.summary),
+            "INSERT INTO runs(trial_id, scenario, replicate, attempt, outcome, summary_json, server_stats_json,"
+            " client_health_json, records_path, error, started_at, ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (trial_id, result.scenario, replicate, attempt, str(result.outcome), json.dumps(result.summary),
              json.dumps(result.server_stats), json.dumps(result.client_health), result.records_path,
              result.error, started_at, ended_at),
         )
@@ -252,7 +253,7 @@ def _trial(row: sqlite3.Row) -> TrialRow:
 def _run(row: sqlite3.Row) -> RunRow:
     return RunRow(
         id=row["id"], trial_id=row["trial_id"], scenario=row["scenario"], replicate=row["replicate"],
-        outcome=row["outcome"], summary=json.loads(row["summary_json"]),
+        attempt=row["attempt"], outcome=row["outcome"], summary=json.loads(row["summary_json"]),
         server_stats=json.loads(row["server_stats_json"]), client_health=json.loads(row["client_health_json"]),
         records_path=row["records_path"], error=row["error"], started_at=row["started_at"],
         ended_at=row["ended_at"],

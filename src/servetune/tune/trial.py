@@ -22,6 +22,10 @@ from ..load.records import RunResult
 from ..load.scenario import Scenario
 from ..store import StudyStore, TrialRow
 
+# A client-bound run (the load generator, not the server, was the bottleneck) is measured again
+# up to this many times in all before the replicate is given up.
+MAX_ATTEMPTS = 3
+
 # (trial, scenario name, replicate, done requests, total requests); None scenario = booting
 ProgressFn = Callable[[TrialRow, str | None, int, int, int], None]
 # Decides after each full replicate whether more are needed: (trial, replicates done) -> stop?
@@ -79,30 +83,41 @@ class TrialExecutor:
     def _measure(self, trial: TrialRow, plan: TrialPlan, server, enough: EnoughFn,
                  progress: ProgressFn) -> tuple[str, str | None]:
         model = served_model_name(server.url)
-        done = {(r.scenario, r.replicate) for r in self.store.runs(trial.id)}
         for replicate in range(1, plan.max_replicates + 1):
             for scenario in plan.scenarios:
-                if (scenario.name, replicate) in done:
+                attempts = [r for r in self.store.runs(trial.id)
+                            if (r.scenario, r.replicate) == (scenario.name, replicate)]
+                if any(r.outcome == str(Outcome.ok) for r in attempts):
                     continue
-                if not server.is_alive():
-                    return str(Outcome.crashed), f"server exited before {scenario.name} replicate {replicate}"
-                reset_prefix_cache(server.url)
-                started_at = time.time()
-                result = run_scenario(
-                    server.url, model, scenario,
-                    tokenizer_dir=self.tokenizer_dir,
-                    out_dir=self.out_dir / "runs",
-                    run_id=f"trial{trial.seq:03d}-{scenario.name}-r{replicate}",
-                    progress=lambda d, t, s=scenario.name, r=replicate: progress(trial, s, r, d, t),
-                )
-                if not server.is_alive():
-                    # Requests that died with the server are not a measurement of this config.
-                    return str(Outcome.crashed), f"server died during {scenario.name} replicate {replicate}"
-                self.store.record_run(trial.id, replicate, _relative(result, self.out_dir),
-                                      started_at=started_at, ended_at=time.time())
+                for attempt in range(len(attempts) + 1, MAX_ATTEMPTS + 1):
+                    if not server.is_alive():
+                        return str(Outcome.crashed), f"server exited before {scenario.name} replicate {replicate}"
+                    result, started_at = self._run_once(trial, server.url, model, scenario, replicate,
+                                                        attempt, progress)
+                    if not server.is_alive():
+                        # Requests that died with the server are not a measurement of this config.
+                        return str(Outcome.crashed), f"server died during {scenario.name} replicate {replicate}"
+                    self.store.record_run(trial.id, replicate, _relative(result, self.out_dir),
+                                          started_at=started_at, ended_at=time.time(), attempt=attempt)
+                    if result.outcome != Outcome.client_bound:
+                        break  # a client-bound run is kept as evidence but measured again
             if replicate >= plan.min_replicates and enough(trial, replicate):
                 break
         return str(Outcome.ok), None
+
+    def _run_once(self, trial: TrialRow, url: str, model: str, scenario: Scenario,
+                  replicate: int, attempt: int, progress: ProgressFn) -> tuple[RunResult, float]:
+        reset_prefix_cache(url)
+        started_at = time.time()
+        suffix = f"-a{attempt}" if attempt > 1 else ""
+        result = run_scenario(
+            url, model, scenario,
+            tokenizer_dir=self.tokenizer_dir,
+            out_dir=self.out_dir / "runs",
+            run_id=f"trial{trial.seq:03d}-{scenario.name}-r{replicate}{suffix}",
+            progress=lambda d, t: progress(trial, scenario.name, replicate, d, t),
+        )
+        return result, started_at
 
     def _log_path(self, trial: TrialRow) -> Path:
         logs = self.out_dir / "logs"
