@@ -187,6 +187,8 @@ class StudyRunner:
         if self._deadline is None:
             return
         eta = estimate(self.store.trials(), self.store.runs())
+        if not eta.measured:
+            return  # nothing measured yet: no basis for a decision, so try
         needed = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
         if time.monotonic() + needed > self._deadline:
             self.display.note(f"pausing: the next trial needs ~{needed:.0f} s, fewer are left")

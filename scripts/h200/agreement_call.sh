@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# bash scripts/h200/agreement_call.sh PRESET  -- on the H200 after device_env.sh.
+# 1. HBM bandwidth (benchmarks/hbm_bandwidth.py) -> $OUT/hbm-PRESET.json
+# 2. one server with vLLM's defaults (servetune serve), then servetune's client and vLLM's own
+#    `vllm bench serve` alternately on it (benchmarks/client_agreement.py) -> $OUT/agreement-PRESET.*
+# The default-flag boot also warms the compile cache that the study's baseline boot reuses.
+set -uo pipefail
+PRESET="${1:-qwen3-8b}"
+MODEL="/tmp/gpukit/models/$PRESET"
+DEST="${OUT:-/tmp/st-out}"; mkdir -p "$DEST"
+[ -f "$MODEL/tokenizer.json" ] || servetune model make "$PRESET" "$MODEL" >/dev/null
+python3 benchmarks/hbm_bandwidth.py --json "$DEST/hbm-$PRESET.json"
+servetune serve --model "$MODEL" --port 8000 --log-dir "$DEST/serve-$PRESET" -- --load-format dummy \
+  > "$DEST/serve-$PRESET.txt" 2>&1 &
+serve_pid=$!
+for _ in $(seq 1 300); do
+  curl -sf -o /dev/null http://127.0.0.1:8000/health && break
+  kill -0 "$serve_pid" 2>/dev/null || { echo "agreement: server did not start"; tail -40 "$DEST/serve-$PRESET.txt"; exit 1; }
+  sleep 1
+done
+echo "agreement: server healthy after ${SECONDS} s"
+python3 benchmarks/client_agreement.py --url http://127.0.0.1:8000 --model-dir "$MODEL" \
+  --scenario contention --scenario prefill-heavy --rounds 1 --json "$DEST/agreement-$PRESET-cp.json" \
+  | tee "$DEST/agreement-$PRESET.txt"
+python3 benchmarks/client_agreement.py --url http://127.0.0.1:8000 --model-dir "$MODEL" \
+  --scenario single-decode --num-prompts 6 --rounds 1 --json "$DEST/agreement-$PRESET-sd.json" \
+  | tee -a "$DEST/agreement-$PRESET.txt"
+kill -TERM "$serve_pid"; wait "$serve_pid"
+echo "agreement: done after ${SECONDS} s"
