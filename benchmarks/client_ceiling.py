@@ -7,7 +7,7 @@ Poisson schedules, at increasing offered rates. A client *sustains* a rate when 
 first-chunk stamp - the server's send stamp; same host, same monotonic clock). Its ceiling
 is the highest rate it sustains; streamed tokens/s are reported at that rate.
 
-    .venv/bin/python benchmarks/client_ceiling.py [--rates 250,500,1000,2000,4000,8000 --output-len 64]
+    .venv/bin/python benchmarks/client_ceiling.py [--rates 250,375,500,750,1000 --output-len 64]
 
 Target: servetune >= 2x vLLM's ceiling.
 """
@@ -102,7 +102,7 @@ async def _ours_round(url: str, prompts: list[str], offsets: np.ndarray, out_len
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rates", default="250,500,1000,2000,4000,8000", help="offered req/s, ascending")
+    ap.add_argument("--rates", default="250,375,500,750,1000,1500,2000,3000", help="offered req/s, ascending")
     ap.add_argument("--seconds", type=float, default=2.0, help="length of each round's schedule")
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--workers", type=int, default=2, help="also measure servetune with this many processes (0: no)")

@@ -4,7 +4,7 @@ Not vLLM: it speaks vLLM's streaming wire format (completions and chat, continuo
 stats, trailing usage chunk, [DONE]) and emits tokens at *known* times: the first chunk
 `ttft_ms` after the request arrives, then one chunk every `itl_ms`, each carrying
 `tokens_per_chunk` tokens (with both delays 0, the whole stream goes out in one write).
-The perf_counter_ns of every chunk it writes is logged per
+The perf_counter_ns of every chunk it writes (taken just before the write) is logged per
 prompt (GET /fake/log), which is the truth a client on the same host is compared to
 (perf_counter is CLOCK_MONOTONIC, shared by all processes of a Linux host).
 

@@ -110,7 +110,7 @@ def test_request_body_asks_for_per_chunk_usage() -> None:
 
 def test_client_bound_thresholds() -> None:
     quiet = dict(loop_lag_ns=[100_000] * 100, schedule_delay_ns=[50_000] * 100, cpu_busy=[0.3],
-                 requested_rate=10.0, sent=100, first_dispatch_ns=0, start_ns=0, last_dispatch_ns=10 * 10**9,
+                 requested_rate=10.0, sent=100, start_ns=0, last_dispatch_ns=10 * 10**9,
                  cap_waits=0, workers=1)
     assert health.assess(**quiet)["client_bound"] is False
     for change, word in [({"loop_lag_ns": [20_000_000] * 100}, "loop lag"),

@@ -222,7 +222,6 @@ async def arun_scenario(
     summary = metrics.summarize(records, duration_s, percentiles, slo)
     summary.update({"tokenizer_source": tok_source, "chat_template_tokens": info.chat_overhead,
                     "prompts_inexact": info.inexact, "nonce_salt": f"{salt:016x}"})
-    firsts = [p.first_dispatch_ns for p in parts if p.first_dispatch_ns]
     lasts = [p.last_dispatch_ns for p in parts if p.last_dispatch_ns]
     result.summary = summary
     result.server_stats = scraper.result()
@@ -230,7 +229,7 @@ async def arun_scenario(
         loop_lag_ns=[x for p in parts for x in p.loop_lag_ns],
         schedule_delay_ns=[x for p in parts for x in p.schedule_delay_ns],
         cpu_busy=[p.cpu_busy for p in parts], requested_rate=run_plan.rate, sent=len(records),
-        first_dispatch_ns=min(firsts, default=None), start_ns=start_ns,
+        start_ns=start_ns,
         last_dispatch_ns=max(lasts, default=None), cap_waits=sum(p.cap_waits for p in parts), workers=len(parts))
     if result.client_health["client_bound"]:
         result.outcome = Outcome.client_bound

@@ -36,7 +36,6 @@ def assess(
     cpu_busy: list[float],
     requested_rate: float | None,
     sent: int,
-    first_dispatch_ns: int | None,
     start_ns: int,
     last_dispatch_ns: int | None,
     cap_waits: int,
