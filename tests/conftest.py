@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -86,3 +88,19 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmTestSe
                              boot_facts=result.boot_facts, server=result.server)
     finally:
         engine.stop(result.server)
+
+
+def servetune(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    """Run the `servetune` command itself, from the repository root."""
+    return subprocess.run([sys.executable, "-m", "servetune", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def example_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Issue 4's example study (examples/tiny-cpu.yaml), run unchanged on the real CPU vLLM;
+    shared by the study and report end-to-end tests."""
+    out = tmp_path_factory.mktemp("tiny-cpu")
+    done = servetune("tune", "examples/tiny-cpu.yaml", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out

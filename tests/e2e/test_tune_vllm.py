@@ -20,24 +20,11 @@ import pytest
 from servetune.store import StudyStore
 from servetune.study import load_study
 from servetune.tune import analysis
+from tests.conftest import servetune
 
 REPO = Path(__file__).resolve().parents[2]
 STUDIES = Path(__file__).parent / "studies"
 pytestmark = pytest.mark.vllm
-
-
-def servetune(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "servetune", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-@pytest.fixture(scope="session")
-def example_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The issue's example study, run unchanged; shared with the report tests."""
-    out = tmp_path_factory.mktemp("tiny-cpu")
-    done = servetune("tune", "examples/tiny-cpu.yaml", "--out", str(out))
-    assert done.returncode == 0, done.stdout + done.stderr
-    return out
 
 
 def test_example_study_runs_to_a_verdict(example_study: Path) -> None:

@@ -113,11 +113,14 @@ def test_client_bound_thresholds() -> None:
                  requested_rate=10.0, sent=100, start_ns=0, last_dispatch_ns=10 * 10**9,
                  cap_waits=0, workers=1)
     assert health.assess(**quiet)["client_bound"] is False
-    for change, word in [({"loop_lag_ns": [20_000_000] * 100}, "loop lag"),
+    for change, word in [({"loop_lag_ns": [20_000_000] * 100, "cpu_busy": [0.7]}, "loop lag"),
                          ({"schedule_delay_ns": [50_000_000] * 100}, "schedule delay"),
                          ({"cpu_busy": [0.3, 0.97]}, "CPU"),
                          ({"last_dispatch_ns": 20 * 10**9}, "achieved")]:
         h = health.assess(**{**quiet, **change})
         assert h["client_bound"] and word in " ".join(h["reasons"])
+    # lag with an idle client: the machine is contended, the run is kept with a warning
+    contended = health.assess(**{**quiet, "loop_lag_ns": [20_000_000] * 100})
+    assert not contended["client_bound"] and contended["contended"] and "20.0 ms" in contended["warnings"][0]
     # a slow server that makes requests wait for a concurrency slot is not the client's fault
     assert not health.assess(**{**quiet, "last_dispatch_ns": 20 * 10**9, "cap_waits": 5})["client_bound"]
