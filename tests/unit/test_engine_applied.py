@@ -97,3 +97,13 @@ def test_launcher_flags_are_not_checked() -> None:
 ])
 def test_same_value(requested: object, applied: object, same: bool) -> None:
     assert same_value(requested, applied) is same
+
+
+def test_json_text_from_a_study_space_is_compared_as_json() -> None:
+    # H200 study trial: the space held the compilation config as JSON text (spaces hold scalars);
+    # vLLM applied PIECEWISE, so nothing must be reported, while FULL would have been overridden.
+    boot = facts("vllm026-h200-piecewise.log")
+    asked = Config.of({"load-format": "dummy", "compilation-config": '{"cudagraph_mode": "PIECEWISE"}'})
+    assert check_applied(asked, boot) == []
+    other = Config.of({"load-format": "dummy", "compilation-config": '{"cudagraph_mode": "FULL"}'})
+    assert [m.flag for m in check_applied(other, boot)][:1] == ["compilation-config"]

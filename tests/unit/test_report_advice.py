@@ -47,3 +47,15 @@ def test_zero_prefix_hits_and_mismatch() -> None:
                            mism)
     assert _topics(advice) == ["prefix-caching", "moe-config", "applied-check"]
     assert "--mamba-cache-mode: requested 'none', applied 'align' (set by the model)" in advice[-1].text
+
+
+def test_queueing_points_at_max_num_seqs_only_when_the_batch_sat_at_the_limit() -> None:
+    queued_at_limit = {"contention": Evidence.of({"preemptions": 0.0, "peak_kv_cache_usage": 0.1,
+                                                  "peak_waiting": 6.0, "peak_running": 16.0})}
+    limited = Config.of({"max-num-seqs": 16})
+    advice = advise_config("mns=16", limited, None, queued_at_limit, None)
+    assert "max-num-seqs" in _topics(advice) and "--max-num-seqs 16" in advice[-1].text
+    # the same queue with a limit far above the batch: a request waiting one step is normal
+    assert "max-num-seqs" not in _topics(advise_config("mns=64", Config.of({"max-num-seqs": 64}), None,
+                                                       queued_at_limit, None))
+    assert "max-num-seqs" not in _topics(advise_config("default", Config(), None, queued_at_limit, None))

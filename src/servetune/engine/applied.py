@@ -10,6 +10,7 @@ report the resolved values (async scheduling, chunked prefill budget, max model 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from typing import Any
 
@@ -162,7 +163,7 @@ _ENUM_REPR = re.compile(r"<\w+\.(?P<name>\w+): '?(?P<value>[^'>]*)'?>")
 def same_value(requested: Any, applied: Any) -> bool:
     """Does the value vLLM shows (parsed, or repr text) equal the requested one?"""
     if isinstance(requested, str):
-        requested = render_value(requested)  # what was really passed: "2GiB" went in as bytes
+        requested = _json_or_text(render_value(requested))  # "2GiB" went in as bytes, '{"a":1}' as JSON
     if isinstance(applied, str) and (m := _ENUM_REPR.fullmatch(applied.strip())):
         return str(requested).upper() in (m["name"], m["value"].upper())
     if isinstance(requested, (list, dict)) and isinstance(applied, str) and applied[:1] in "[{(":
@@ -186,6 +187,16 @@ def same_value(requested: Any, applied: Any) -> bool:
     if isinstance(requested, list) and isinstance(applied, (list, tuple)):
         return len(requested) == len(applied) and all(map(same_value, requested, applied))
     return _strip_torch(str(requested)) == _strip_torch(str(applied))
+
+
+def _json_or_text(text: str) -> Any:
+    """A JSON object or list given as text (study spaces hold scalars) is compared as what it says."""
+    if text[:1] in "{[":
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _strip_torch(text: str) -> str:

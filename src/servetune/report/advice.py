@@ -72,6 +72,10 @@ class Advice:
 _MEMORY_FLAGS = ("gpu-memory-utilization", "kv-cache-memory-bytes", "num-gpu-blocks-override")
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _truthy(value: Any) -> bool:
     return value is True or (isinstance(value, str) and value.lower() in ("1", "true", "yes"))
 
@@ -110,13 +114,17 @@ def advise_config(label: str, config: Config, baseline: Config | None,
         out.append(Advice(label, "prefix-caching",
                           "The prefix cache hit rate is ~0 in every scenario: prefix caching buys nothing on "
                           "this traffic (on hybrid models it also forces mamba 'align' mode, which costs 5-10 %)."))
-    waiting = sorted(s for s, e in ev.items() if (e.waiting_peak or 0) > 0 and not e.pool_tight)
+    facts = boot_facts or {}
+    # Waiting > 0 alone is normal (a request waits a scheduler step); it points at max-num-seqs
+    # only when the running batch sat at that limit while the KV pool had room.
+    limit = _number(config.flags.get("max-num-seqs", facts.get("max_num_seqs")))
+    waiting = sorted(s for s, e in ev.items() if (e.waiting_peak or 0) > 0 and not e.pool_tight
+                     and limit is not None and (e.running_peak or 0) >= limit)
     if waiting:
         out.append(Advice(label, "max-num-seqs",
-                          f"Requests queued (waiting > 0) in {', '.join(waiting)} while the KV pool had room: "
-                          "--max-num-seqs may be limiting concurrency."))
+                          f"Requests queued (waiting > 0) in {', '.join(waiting)} with the running batch at "
+                          f"--max-num-seqs {limit:g} while the KV pool had room: raising it should help."))
 
-    facts = boot_facts or {}
     if facts.get("default_moe_config"):
         out.append(Advice(label, "moe-config",
                           "vLLM used its default fused-MoE kernel config (no tuned config for this device). "
