@@ -76,3 +76,14 @@ def test_holm_can_turn_a_marginal_win_into_no_difference() -> None:
     assert alone.comparison.p_value < 0.05 and alone.verdict is Verdict.better
     together = compare_many(base, family, higher_is_better=True)["m"]
     assert together.adjusted_p >= 0.05 and together.verdict is Verdict.no_difference
+
+
+def test_a_significant_but_tiny_gain_is_no_difference_below_the_minimum_effect() -> None:
+    from servetune.stats import compare, verdict
+
+    base = [100.0, 100.01, 99.99, 100.0, 100.005]
+    cand = [100.1, 100.11, 100.09, 100.1, 100.105]  # +0.1 %, p << 0.05
+    cmp = compare(base, cand, higher_is_better=True)
+    assert cmp.p_value < 1e-6
+    assert verdict(cmp, alpha=0.05) == "better"
+    assert verdict(cmp, alpha=0.05, min_effect_pct=1.0) == "no_difference"

@@ -26,7 +26,7 @@ from .emit import Deployment, Snippets, snippets
 from .requests import resolve, runs_series_ms
 
 MAX_DISTRIBUTION_CONFIGS = 5
-MIN_CONFIGS_FOR_IMPORTANCE = 5
+MIN_CONFIGS_FOR_IMPORTANCE = 12  # PED-ANOVA ranks by the top quantile: noise with fewer configs
 # Log lines that say why a server failed (OOM, bad argument, context too long, crash).
 _EXPLAINS = re.compile(r"error|exception|out of memory|oom|killed|invalid|maximum model length|"
                        r"not supported|unrecognized|traceback|failed|cannot|must be", re.IGNORECASE)
@@ -234,7 +234,8 @@ def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
 
 
 def _importances(analysis: StudyAnalysis) -> dict[str, float]:
-    """fANOVA importance (Optuna) of each varied parameter for the objective, over feasible configs."""
+    """PED-ANOVA importance (Optuna) of each varied parameter for the objective, over feasible
+    configs; PED-ANOVA needs no scikit-learn, unlike Optuna's fANOVA."""
     pts = [c for c in analysis.configs if c.feasible and c.objective is not None and c.outcome == "ok"
            and math.isfinite(c.objective.estimate)]
     if len(pts) < MIN_CONFIGS_FOR_IMPORTANCE or analysis.baseline is None:
@@ -260,7 +261,7 @@ def _importances(analysis: StudyAnalysis) -> dict[str, float]:
     for c in pts:
         study.add_trial(optuna.trial.create_trial(params={n: value(c, n) for n in varied}, distributions=dists,
                                                   value=c.objective.estimate))  # type: ignore[union-attr]
-    evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
+    evaluator = optuna.importance.PedAnovaImportanceEvaluator()
     return dict(optuna.importance.get_param_importances(study, evaluator=evaluator))
 
 

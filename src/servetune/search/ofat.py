@@ -57,6 +57,7 @@ class OneFactorAtATime(SearchBase):
             {key: tried.samples(c) for key, (_, c) in usable.items()},
             higher_is_better=True,
             alpha=self.study.alpha,
+            min_effect_pct=self.study.min_effect_pct,
         )
         best = winners(assessments)
         return usable[best[0]] if best else None

@@ -10,25 +10,32 @@ from servetune.stats.multiple import holm
 from servetune.stats.types import Assessment, Comparison, Verdict
 
 
-def verdict(comparison: Comparison, alpha: float = 0.05, adjusted_p: float | None = None) -> Verdict:
+def verdict(comparison: Comparison, alpha: float = 0.05, adjusted_p: float | None = None,
+            min_effect_pct: float = 0.0) -> Verdict:
     """``better``/``worse`` when the (adjusted, if given) p-value is below ``alpha``, by the sign of
-    the difference and the metric's direction; otherwise ``no_difference`` (also for a NaN p)."""
+    the difference and the metric's direction; otherwise ``no_difference`` (also for a NaN p).
+
+    ``min_effect_pct``: a significant change smaller than this (in % of the baseline) is still
+    ``no_difference``: with tight replicates, +0.1 % can be significant and worth nothing."""
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     p = comparison.p_value if adjusted_p is None else adjusted_p
     diff = comparison.candidate_mean - comparison.baseline_mean
     if math.isnan(p) or p >= alpha or diff == 0:
         return Verdict.no_difference
+    if min_effect_pct > 0 and not abs(comparison.effect_pct) >= min_effect_pct:
+        return Verdict.no_difference
     return Verdict.better if (diff > 0) == comparison.higher_is_better else Verdict.worse
 
 
-def assess(comparisons: Mapping[str, Comparison], alpha: float = 0.05) -> dict[str, Assessment]:
+def assess(comparisons: Mapping[str, Comparison], alpha: float = 0.05,
+           min_effect_pct: float = 0.0) -> dict[str, Assessment]:
     """Holm-adjust the p-values of a family of comparisons against one baseline, then give verdicts."""
     names = list(comparisons)
     adjusted = holm([comparisons[n].p_value for n in names]) if names else []
     return {
         n: Assessment(name=n, comparison=comparisons[n], adjusted_p=float(adj),
-                      verdict=verdict(comparisons[n], alpha, float(adj)))
+                      verdict=verdict(comparisons[n], alpha, float(adj), min_effect_pct))
         for n, adj in zip(names, adjusted)
     }
 
@@ -40,13 +47,14 @@ def compare_many(
     higher_is_better: bool,
     alpha: float = 0.05,
     test: MeanTest = "welch",
+    min_effect_pct: float = 0.0,
 ) -> dict[str, Assessment]:
     """Compare every candidate's replicate values with the baseline's, Holm-corrected across candidates."""
     comps = {
         name: compare(baseline, values, higher_is_better=higher_is_better, confidence=1.0 - alpha, test=test)
         for name, values in candidates.items()
     }
-    return assess(comps, alpha)
+    return assess(comps, alpha, min_effect_pct)
 
 
 def winners(assessments: Mapping[str, Assessment]) -> list[str]:

@@ -179,6 +179,7 @@ class StudySpec(_Strict):
     finalists: int = Field(default=2, ge=0)
     baseline_every: int = Field(default=3, ge=1, description="re-measure the baseline every N candidate trials")
     alpha: float = Field(default=0.05, gt=0, lt=1)
+    min_effect_pct: float = Field(default=1.0, ge=0, description="smaller significant gains count as no difference")
     seed: int = 0
 
     @field_validator("space")

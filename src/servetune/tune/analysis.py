@@ -259,7 +259,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
             for metric, cand in values.items():
                 base = base_metrics.get(scenario.name, {}).get(metric, [])
                 if len(base) >= 2 and len(cand) >= 2:
-                    result.effects[metric] = _effect(metric, base, cand, spec.alpha)
+                    result.effects[metric] = _effect(metric, base, cand, spec)
         scenarios[scenario.name] = result
     return ConfigResult(
         key=key,
@@ -286,7 +286,8 @@ def _objective_effects(candidates: list[ConfigResult], base_samples: list[float]
         config.objective_effect = Effect(
             metric="objective", effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
             ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=float(p_adj),
-            verdict=str(stats.verdict(cmp, alpha=spec.alpha, adjusted_p=float(p_adj))),
+            verdict=str(stats.verdict(cmp, alpha=spec.alpha, adjusted_p=float(p_adj),
+                                      min_effect_pct=spec.min_effect_pct)),
         )
 
 
@@ -301,18 +302,20 @@ def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult 
             and c.objective_effect.verdict == "better"]
     if not good:
         return None, (f"no config beat the baseline significantly after re-validation "
-                      f"({len(finalists)} finalist(s), Holm-corrected alpha {spec.alpha})")
+                      f"({len(finalists)} finalist(s), Holm-corrected alpha {spec.alpha}, "
+                      f"minimum effect {spec.min_effect_pct:g} %)")
     best = max(good, key=lambda c: c.objective.estimate if c.objective else -math.inf)
     eff = best.objective_effect
     return best, (f"objective {eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}] vs baseline, "
-                  f"Holm-adjusted p = {eff.p_adjusted:.3g}, every SLO met")
+                  f"Holm-adjusted p = {eff.p_adjusted:.3g} (at least {spec.min_effect_pct:g} % needed), "
+                  "every SLO met")
 
 
-def _effect(metric: str, base: list[float], cand: list[float], alpha: float) -> Effect:
+def _effect(metric: str, base: list[float], cand: list[float], spec: StudySpec) -> Effect:
     cmp = stats.compare(base, cand, higher_is_better=higher_is_better(metric))
     return Effect(metric=metric, effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
                   ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=None,
-                  verdict=str(stats.verdict(cmp, alpha=alpha, adjusted_p=cmp.p_value)))
+                  verdict=str(stats.verdict(cmp, alpha=spec.alpha, min_effect_pct=spec.min_effect_pct)))
 
 
 def _estimate(values: list[float]) -> Estimate:

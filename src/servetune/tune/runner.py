@@ -224,8 +224,9 @@ class StudyRunner:
         if old is None:
             self.store.set_meta_json("spec", new)
             return
+        # A key the stored spec lacks was added by a newer servetune: its default is not a change.
         changed = [k for k in sorted(set(old) | set(new))
-                   if k not in SPEC_KEYS_THAT_MAY_CHANGE and old.get(k) != new.get(k)]
+                   if k not in SPEC_KEYS_THAT_MAY_CHANGE and k in old and old.get(k) != new.get(k)]
         if changed:
             raise ServetuneError(
                 f"{self.store.path}: this directory holds a different study (changed: {', '.join(changed)}); "

@@ -1,0 +1,2 @@
+#!/bin/sh
+exec vllm serve /tmp/gpukit/models/qwen3-8b --load-format dummy
