@@ -84,16 +84,24 @@ class Reference:
         return self._const.get(scenario, math.nan)
 
 
-def _reference(measured: list[_Measured], spec: StudySpec) -> Reference:
-    metric = spec.objective.metric
-    points: dict[str, list[tuple[float, float]]] = defaultdict(list)
+def _baseline_points(measured: list[_Measured], metric: str) -> list[DriftPoint]:
+    """Every baseline boot's mean of `metric` per scenario, in trial order."""
+    points = []
     for m in measured:
         if m.trial.role not in BASELINE_ROLES:
             continue
         for scenario, reps in m.by_scenario.items():
             values = [s[metric] for s in reps.values() if _finite(s.get(metric))]
             if values:
-                points[scenario].append((m.trial.started_at, float(np.mean(values))))
+                points.append(DriftPoint(m.trial.id, m.trial.seq, m.trial.started_at, scenario, metric,
+                                         float(np.mean(values))))
+    return points
+
+
+def _reference(measured: list[_Measured], spec: StudySpec) -> Reference:
+    points: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for p in _baseline_points(measured, spec.objective.metric):
+        points[p.scenario].append((p.at, p.value))
     return Reference(points, spec.alpha)
 
 
@@ -219,7 +227,7 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
         configs=configs,
         winner=winner,
         winner_reason=reason,
-        drift=_drift(measured, spec),
+        drift=_baseline_points(measured, spec.objective.metric),
         cost=_cost(store),
     )
 
@@ -343,20 +351,6 @@ def _violations(m: _Measured, spec: StudySpec) -> list[str]:
                 means[metric] = float(np.mean(vals))
         out += Objective(spec).slo_violations(scenario, means)
     return out
-
-
-def _drift(measured: list[_Measured], spec: StudySpec) -> list[DriftPoint]:
-    metric = spec.objective.metric
-    points = []
-    for m in measured:
-        if m.trial.role not in BASELINE_ROLES:
-            continue
-        for scenario, reps in m.by_scenario.items():
-            values = [s[metric] for s in reps.values() if _finite(s.get(metric))]
-            if values:
-                points.append(DriftPoint(m.trial.id, m.trial.seq, m.trial.started_at, scenario, metric,
-                                         float(np.mean(values))))
-    return points
 
 
 def _cost(store: StudyStore) -> dict[str, float]:

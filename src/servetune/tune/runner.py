@@ -25,7 +25,6 @@ from .display import StudyDisplay
 from .eta import estimate
 from .trial import TrialExecutor, TrialPlan
 
-BASELINE_ROLES = ("baseline", "baseline_check", "baseline_final")
 SPEC_KEYS_THAT_MAY_CHANGE = ("budget",)  # a resumed study may get more budget, nothing else
 
 
@@ -42,8 +41,13 @@ class StudyRunner:
             startup_timeout_s=spec.engine.startup_timeout_s,
         )
         model_dir = Path(spec.engine.model)
-        self.executor = TrialExecutor(self.engine, self.store, self.out_dir,
-                                      tokenizer_dir=model_dir if (model_dir / "tokenizer.json").is_file() else None)
+        served_name = spec.engine.served_model_name
+        self.executor = TrialExecutor(
+            self.engine, self.store, self.out_dir,
+            tokenizer_dir=model_dir if (model_dir / "tokenizer.json").is_file() else None,
+            port=spec.engine.port,
+            launch_flags={"served-model-name": served_name} if served_name else None,
+        )
         self.baseline_config = spec.baseline_config()
         self._session = 0
         self._last_heartbeat = 0.0
@@ -205,7 +209,7 @@ class StudyRunner:
     def _candidates_since_baseline(self) -> int:
         count = 0
         for trial in reversed(self.store.trials()):
-            if trial.role in BASELINE_ROLES:
+            if trial.role in analysis.BASELINE_ROLES:
                 break
             if trial.role == "candidate":
                 count += 1

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..engine import Server
 from ..engine.classify import tail
+from ..engine.config import Config
 from ..engine.outcome import Outcome
 from ..load.bench import run_scenario
 from ..load.records import RunResult
@@ -40,11 +41,15 @@ class TrialPlan:
 
 
 class TrialExecutor:
-    def __init__(self, engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None):
+    def __init__(self, engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None, *,
+                 port: int | None = None, launch_flags: dict[str, str] | None = None):
         self.engine = engine
         self.store = store
         self.out_dir = out_dir
         self.tokenizer_dir = tokenizer_dir
+        self.port = port
+        # Flags every server of the study gets that are not part of what is tuned (a served name).
+        self.launch = Config.of(launch_flags or {})
 
     def run(self, trial: TrialRow, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn) -> str:
         """Run the trial to its end and return its outcome. Failures are outcomes, never raised."""
@@ -56,7 +61,8 @@ class TrialExecutor:
             self.store.record_server(trial.id, pid=server.pid, pgid=server.pgid,
                                      create_time=server.create_time, log_path=stored_log)
 
-        started = self.engine.start(trial.config, log_path, on_spawn=on_spawn)
+        started = self.engine.start(trial.config.merged(self.launch), log_path, port=self.port,
+                                    on_spawn=on_spawn)
         self.store.record_boot(
             trial.id,
             healthy_at=(time.time() if started.outcome == Outcome.ok else None),
