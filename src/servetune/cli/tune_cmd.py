@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import typer
@@ -63,14 +64,27 @@ def register(app: typer.Typer) -> None:
         for col in ("#", "role", "config", "outcome", "boot s", "runs"):
             table.add_column(col)
         base_cfg = next((t.config for t in trials if t.role == "baseline"), None)
+        sessions = store.sessions()
+        # A live tuner heartbeats every few seconds; a silent open session was killed.
+        live = bool(sessions) and sessions[-1].ended_at is None and time.time() - sessions[-1].last_seen < 60
+        unfinished = "[green]running[/]" if live else "[yellow]interrupted (resume with the same command)[/]"
         for t in trials:
             n_runs = len([r for r in runs if r.trial_id == t.id])
             table.add_row(str(t.seq), t.role, t.config.label(base_cfg) if base_cfg else t.config.label(),
-                          t.outcome or "[yellow]running/interrupted[/]",
+                          t.outcome or unfinished,
                           f"{t.boot_s:.0f}" if t.boot_s else "-", str(n_runs))
         console.print(table)
-        console.print(f"trials done: {len(done)}; unfinished: {len(running)}; "
-                      f"median boot {eta.boot_s:.0f} s; wall time so far {_fmt_duration(store.elapsed_wall_s())}")
+        line = f"trials done: {len(done)}"
+        if spec:
+            from ..study import StudySpec
+            from ..tune import analysis
+
+            study = StudySpec.model_validate(spec)
+            planned = analysis.planned_trial_count(store, study)
+            left = max(planned - len(done), 0)
+            line += (f" of ~{planned}; ETA {_fmt_duration(left * eta.trial_s(study.scenario_names, study.replicates.min))}"
+                     f" ({'measured' if eta.measured else 'guessed'}: boot {eta.boot_s:.0f} s + runs)")
+        console.print(f"{line}; unfinished: {len(running)}; wall time so far {_fmt_duration(store.elapsed_wall_s())}")
         verdict = store.get_meta_json("verdict")
         if verdict:
             console.print(f"verdict: {verdict['reason']}")
