@@ -53,7 +53,9 @@ def test_report_of_a_real_study_has_every_section_with_numbers(example_study: Pa
 def test_emitted_serve_command_starts_a_server_that_applies_the_recommendation(example_study: Path,
                                                                               tmp_path: Path) -> None:
     folder, config = _recommended(example_study)
-    argv = shlex.split((folder / "serve.sh").read_text().strip().splitlines()[-1])
+    line = next(x for x in (folder / "serve.sh").read_text().splitlines() if "vllm serve" in x)
+    argv = shlex.split(line)
+    argv = argv[argv.index("vllm"):]  # the script runs it with `exec`
     assert argv[:2] == ["vllm", "serve"]
     model, flags = argv[2], argv[3:]
     assert flags == render_flags(config.flags)  # exactly what the study launched, minus host/port
