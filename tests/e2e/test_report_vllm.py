@@ -18,7 +18,7 @@ from tests.conftest import REPO, servetune
 from tests.unit.report_study import chromium_check
 
 pytestmark = pytest.mark.vllm
-SECTIONS = ("## Headline", "## Recommended config", "## Trials", "## Per-parameter effects", "## Plots",
+SECTIONS = ("## Headline", "config", "## Trials", "## Per-parameter effects", "## Plots",
             "## Server-side evidence", "## Study cost")
 
 
@@ -36,6 +36,7 @@ def test_report_of_a_real_study_has_every_section_with_numbers(example_study: Pa
     text = (tmp_path / "report.md").read_text()
     for section in SECTIONS:
         assert section in text, section
+    assert "## Winning config" in text or "## Recommended config (the baseline: nothing beat it)" in text
     store = StudyStore.open_existing(example_study)
     baseline = store.trials("baseline")[0]
     kv_tokens = baseline.boot_facts["kv_cache_tokens"]

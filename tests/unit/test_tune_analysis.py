@@ -91,3 +91,24 @@ def test_drift_of_the_baseline_is_detected_and_corrected(tmp_path):
     # what matters: the reference follows the trend, not the pooled mean.
     assert abs(reference.at("a", 1500.0) - 85.0) < 1.5
     assert abs(np.mean(samples) - 1.0) < 0.03
+
+
+def test_boots_not_replicates_decide_the_winner(tmp_path):
+    """Replicates on one boot share its luck: a config that is equal to the baseline but was booted
+    twice on lucky boots must not win against a baseline whose boots vary that much."""
+    spec = parse_study(STUDY)
+    store = StudyStore.in_dir(tmp_path)
+    rng = np.random.default_rng(11)
+    for mean in (100, 88, 106):  # boot-to-boot swings of the machine, tight replicates within a boot
+        _trial(store, spec, rng, "baseline" if mean == 100 else "baseline_final", {}, mean, noise=0.005)
+    _trial(store, spec, rng, "candidate", {"max-num-seqs": 8}, 109, noise=0.005)
+    _trial(store, spec, rng, "finalist", {"max-num-seqs": 8}, 111, noise=0.005)
+    result = analysis.analyze(store, spec)
+    lucky = next(c for c in result.configs if c.params == {"max-num-seqs": 8})
+    assert lucky.objective_effect.unit == "boot" and len(lucky.boot_samples) == 2
+    assert lucky.objective_effect.verdict == "no_difference"
+    assert result.winner is None
+    # the same samples judged replicate by replicate would have called it better
+    from servetune import stats
+    naive = stats.compare(result.baseline.objective_samples, lucky.objective_samples, higher_is_better=True)
+    assert naive.p_value < 0.05

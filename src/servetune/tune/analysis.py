@@ -208,7 +208,6 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
         groups[m.trial.config.key()].append(m)
 
     baseline_group = groups.get(baseline_key, [])
-    base_samples = [x for m in baseline_group for x in objective_samples(m, spec, reference)]
     base_metrics = _metric_samples(baseline_group)
 
     configs: list[ConfigResult] = []
@@ -217,7 +216,8 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
     configs.sort(key=lambda c: (not c.is_baseline, min(c.trial_ids)))
     baseline = next((c for c in configs if c.is_baseline), None)
 
-    _objective_effects([c for c in configs if not c.is_baseline], base_samples, spec)
+    if baseline is not None:
+        _objective_effects([c for c in configs if not c.is_baseline], baseline, spec)
     winner, reason = _winner(configs, spec)
     return StudyAnalysis(
         study_name=spec.name,
@@ -249,7 +249,8 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
     first = group[0].trial
     outcomes = [m.trial.outcome for m in group if m.trial.status == "done"]
     ok = any(o == str(Outcome.ok) for o in outcomes)
-    samples = [x for m in group for x in objective_samples(m, spec, reference)]
+    per_boot = [s for s in (objective_samples(m, spec, reference) for m in group) if s]
+    samples = [x for s in per_boot for x in s]
     metrics = _metric_samples(group)
     scenarios: dict[str, ScenarioResult] = {}
     for scenario in spec.scenarios:
@@ -279,23 +280,39 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         scenarios=scenarios,
         objective=_estimate(samples) if samples else None,
         objective_samples=samples,
+        boot_samples=[float(np.mean(s)) for s in per_boot],
         feasible=ok and not any(s.slo_violations for s in scenarios.values()),
         is_baseline=is_baseline,
         is_finalist=any(m.trial.role == "finalist" for m in group),
     )
 
 
-def _objective_effects(candidates: list[ConfigResult], base_samples: list[float], spec: StudySpec) -> None:
-    """Objective vs baseline for every candidate, Holm-corrected across all of them."""
-    comparable = [c for c in candidates if len(c.objective_samples) >= 2 and len(base_samples) >= 2]
-    comparisons = [stats.compare(base_samples, c.objective_samples, higher_is_better=True) for c in comparable]
+def _objective_effects(candidates: list[ConfigResult], baseline: ConfigResult, spec: StudySpec) -> None:
+    """Objective vs baseline for every candidate, Holm-corrected across all of them.
+
+    Replicates on one boot share that boot's luck (placement, compile, thermal state): when
+    both sides were booted at least twice, one sample is a boot's mean, so the verdict carries
+    the boot-to-boot variance; a single-boot candidate is compared replicate by replicate
+    (screening only: a winner must be re-validated on another boot)."""
+    comparable, comparisons, units = [], [], []
+    for config in candidates:
+        if len(config.boot_samples) >= 2 and len(baseline.boot_samples) >= 2:
+            base, cand, unit = baseline.boot_samples, config.boot_samples, "boot"
+        elif len(config.objective_samples) >= 2 and len(baseline.objective_samples) >= 2:
+            base, cand, unit = baseline.objective_samples, config.objective_samples, "replicate"
+        else:
+            continue
+        comparable.append(config)
+        comparisons.append(stats.compare(base, cand, higher_is_better=True))
+        units.append(unit)
     adjusted = stats.holm([cmp.p_value for cmp in comparisons]) if comparisons else []
-    for config, cmp, p_adj in zip(comparable, comparisons, adjusted):
+    for config, cmp, p_adj, unit in zip(comparable, comparisons, adjusted, units):
         config.objective_effect = Effect(
             metric="objective", effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
             ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=float(p_adj),
             verdict=str(stats.verdict(cmp, alpha=spec.alpha, adjusted_p=float(p_adj),
                                       min_effect_pct=spec.min_effect_pct)),
+            unit=unit,
         )
 
 
@@ -306,8 +323,10 @@ def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult 
     if not finalists:
         tried = len([c for c in configs if not c.is_baseline])
         return None, f"no config beat the baseline: {tried} tried, none was good enough to re-validate"
+    needs_boots = spec.finalists > 0  # re-validated: judged boot against boot
     good = [c for c in finalists if c.feasible and c.objective_effect is not None
-            and c.objective_effect.verdict == "better"]
+            and c.objective_effect.verdict == "better"
+            and (c.objective_effect.unit == "boot" or not needs_boots)]
     if not good:
         return None, (f"no config beat the baseline significantly after re-validation "
                       f"({len(finalists)} finalist(s), Holm-corrected alpha {spec.alpha}, "

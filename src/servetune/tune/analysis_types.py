@@ -29,6 +29,7 @@ class Effect:
     p_value: float
     p_adjusted: float | None      # Holm-adjusted across all configs compared (objective only)
     verdict: str                  # better | worse | no_difference
+    unit: str = "replicate"       # what one sample is: a replicate, or a boot's mean (objective)
 
 
 @dataclass
@@ -52,6 +53,7 @@ class ConfigResult:
     scenarios: dict[str, ScenarioResult] = field(default_factory=dict)
     objective: Estimate | None = None             # normalised to the baseline (baseline ~ 1.0)
     objective_samples: list[float] = field(default_factory=list)
+    boot_samples: list[float] = field(default_factory=list)   # one objective mean per boot
     objective_effect: Effect | None = None
     feasible: bool = True
     is_baseline: bool = False
