@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..store import StudyStore
-from ..tune.display import StudyDisplay, _fmt_duration
+from ..tune.display import StudyDisplay, format_duration
 from ..tune.eta import estimate
 
 console = Console()
@@ -81,10 +81,9 @@ def register(app: typer.Typer) -> None:
 
             study = StudySpec.model_validate(spec)
             planned = analysis.planned_trial_count(store, study)
-            left = max(planned - len(done), 0)
-            line += (f" of ~{planned}; ETA {_fmt_duration(left * eta.trial_s(study.scenario_names, study.replicates.min))}"
+            line += (f" of ~{planned}; ETA {format_duration(analysis.remaining_s(store, study))}"
                      f" ({'measured' if eta.measured else 'guessed'}: boot {eta.boot_s:.0f} s + runs)")
-        console.print(f"{line}; unfinished: {len(running)}; wall time so far {_fmt_duration(store.elapsed_wall_s())}")
+        console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
         verdict = store.get_meta_json("verdict")
         if verdict:
             console.print(f"verdict: {verdict['reason']}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,6 @@ class SessionInfo:
     last_seen: float
     ended_at: float | None = None
     end_reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class StudyStore:

@@ -19,13 +19,14 @@ from scipy import stats as scipy_stats
 from .. import stats
 from ..engine.outcome import Outcome
 from ..search.base import TrialView
-from ..store import RunRow, StudyStore, TrialRow
+from ..store import StudyStore, TrialRow
 from ..study.metrics import higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from .analysis_types import (
     ConfigResult, DriftPoint, Effect, Estimate, ScenarioResult, StudyAnalysis,
 )
+from .eta import estimate
 
 BASELINE_ROLES = ("baseline", "baseline_check", "baseline_final")
 REPORTED_METRICS = (
@@ -33,7 +34,6 @@ REPORTED_METRICS = (
     "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
     "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
 )
-SERVER_STATS = ("preemptions", "kv_cache_usage_peak", "prefix_cache_hit_rate", "num_waiting_peak")
 
 
 @dataclass(frozen=True)
@@ -182,6 +182,14 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
     expected_candidates = max(min(spec.budget.trials or 10**6, search_size(spec)), candidates)
     checks = expected_candidates // max(spec.baseline_every, 1)
     return 1 + expected_candidates + checks + 2 * spec.finalists
+
+
+def remaining_s(store: StudyStore, spec: StudySpec) -> float:
+    """Seconds the planned trials not yet done should take, from measured boot and run times."""
+    eta = estimate(store.trials(), store.runs())
+    done = len([t for t in store.trials() if t.status == "done"])
+    left = max(planned_trial_count(store, spec) - done, 0)
+    return left * eta.trial_s(spec.scenario_names, spec.replicates.min)
 
 
 def search_size(spec: StudySpec) -> int:

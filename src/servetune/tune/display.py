@@ -32,7 +32,7 @@ class StudyDisplay:
         self._progress.stop()
 
     def trials(self, done: int, total: int, eta_s: float | None) -> None:
-        info = f"ETA {_fmt_duration(eta_s)}" if eta_s is not None else ""
+        info = f"ETA {format_duration(eta_s)}" if eta_s is not None else ""
         self._progress.update(self._trials, completed=done, total=max(total, done, 1), info=info)
 
     def trial_step(self, trial: TrialRow, label: str, scenario: str | None, replicate: int,
@@ -50,7 +50,7 @@ class StudyDisplay:
         self._progress.console.print(message)
 
 
-def _fmt_duration(seconds: float | None) -> str:
+def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     seconds = max(0, int(seconds))

@@ -143,7 +143,7 @@ class StudyRunner:
     def _execute(self, trial: TrialRow) -> None:
         self._update_overview()
         label = self._label(trial.config)
-        eta_now = time.time() + (self._remaining_s() or 0.0)
+        eta_now = time.time() + analysis.remaining_s(self.store, self.spec)
         self._log_eta(trial, eta_now)
         outcome = self.executor.run(
             trial,
@@ -174,17 +174,10 @@ class StudyRunner:
 
     # --- budget and ETA -----------------------------------------------------------------
 
-    def planned_trials(self) -> int:
-        return analysis.planned_trial_count(self.store, self.spec)
-
-    def _remaining_s(self) -> float | None:
-        eta = estimate(self.store.trials(), self.store.runs())
-        remaining = max(self.planned_trials() - len([t for t in self.store.trials() if t.status == "done"]), 0)
-        return remaining * eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
-
     def _update_overview(self) -> None:
         done = len([t for t in self.store.trials() if t.status == "done"])
-        self.display.trials(done, self.planned_trials(), self._remaining_s())
+        self.display.trials(done, analysis.planned_trial_count(self.store, self.spec),
+                            analysis.remaining_s(self.store, self.spec))
 
     def _pause_if_no_time(self) -> None:
         """With --stop-after, do not start a boot that cannot finish: a cut trial costs a second boot."""
