@@ -61,9 +61,9 @@ def tiny_config(**flags: object) -> Config:
     return Config.of({**TINY_CPU_FLAGS, **flags}, env={"VLLM_SERVER_DEV_MODE": "1"})  # type: ignore[arg-type]
 
 
-def tiny_engine(log_dir: Path, startup_timeout_s: float = 900.0) -> VllmEngine:
+def tiny_engine(log_dir: Path, startup_timeout_s: float = 900.0, pin_engine_core: bool = False) -> VllmEngine:
     return VllmEngine(DEFAULT_COMMAND, model=str(tiny_model_dir()), startup_timeout_s=startup_timeout_s,
-                      log_dir=log_dir)
+                      log_dir=log_dir, pin_engine_core=pin_engine_core)
 
 
 @pytest.fixture(scope="session")
@@ -78,11 +78,13 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmTestSe
         return
 
     log_dir = tmp_path_factory.mktemp("vllm-server")
-    engine = tiny_engine(log_dir)
+    # pinned: on 2 cores the EngineCore otherwise starves the API server (engine/cpu_layout.py)
+    engine = tiny_engine(log_dir, pin_engine_core=True)
     config = tiny_config(served_model_name=SERVED_NAME)
     result = engine.start(config, log_dir / "server.log")
     if not result.ok or result.server is None:
         pytest.fail(f"tiny vLLM did not start: {result.outcome.value}: {result.detail}\n{result.log_tail}")
+    assert result.cpu_layout.startswith("pinned"), result.cpu_layout
     try:
         yield VllmTestServer(url=result.server.url, model=SERVED_NAME, model_dir=tiny_model_dir(),
                              boot_facts=result.boot_facts, server=result.server)

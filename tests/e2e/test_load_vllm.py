@@ -27,7 +27,7 @@ TINY = {
     "prefill-sweep": dict(sweep_input_lens=[128, 512, 1024], output_len=4),
 }
 MEASURED = {Outcome.ok, Outcome.client_bound}
-ROUNDS = 4  # alternating rounds per tool in the comparison with vllm bench serve
+ROUNDS = 3  # alternating rounds per tool in the comparison with vllm bench serve
 
 
 def _check_run(result: Any, scenario: Scenario, out_dir: Path, run_id: str) -> None:
@@ -126,8 +126,11 @@ def _vllm_bench(url: str, model: str, model_dir: Path, sc: Scenario, out: Path) 
 
 def test_numbers_agree_with_vllm_bench_serve(vllm_server: Any, tmp_path: Path) -> None:
     """Same server, same scenario, alternating rounds (the host is shared): token counts are
-    equal, the medians of each tool's mean TPOT agree within 25 %, servetune's TTFT is not above
-    vLLM's (see below)."""
+    equal, and the medians of each tool's mean TTFT and mean TPOT agree within 10 %.
+
+    This needs the pinned server layout (engine/cpu_layout.py): unpinned, vLLM's EngineCore
+    starves the API server on 2 cores and whole responses arrive in one burst, so TTFT jumped
+    between 52 and 304 ms from round to round for vLLM's client and ours alike."""
     sc = Scenario(name="cmp", input_len=512, output_len=64, concurrency=8, num_prompts=160, warmups=8)
     ours: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
@@ -144,14 +147,6 @@ def test_numbers_agree_with_vllm_bench_serve(vllm_server: Any, tmp_path: Path) -
         assert o["completed"] == t["completed"] == sc.num_prompts
         assert o["total_input_tokens"] == t["total_input_tokens"]
         assert o["total_output_tokens"] == t["total_output_tokens"]
-    # On this 2-core host the two clients do not offer the same load: vLLM's (JSON parsed per
-    # chunk, on the cores the server needs) re-dispatches later, so the server runs smaller
-    # batches: its mean TTFT came out higher (137 vs 108 ms, 116 vs 59 ms) and its throughput
-    # lower (1772 vs 2007 tok/s), TPOT within 3-15 %. On the H200 (16 cores) the two agreed within
-    # 1.8 % TTFT, 0.3 % TPOT, 0.1 % throughput at concurrency 16 (docs/results/h200.md). Here:
-    # TPOT within 25 % (a gross-error check; the formulas are checked exactly in unit tests) and
-    # servetune's TTFT not above vLLM's own.
-    a, b = rows["mean_tpot_ms"]
-    assert abs(a - b) <= 0.25 * b, f"mean_tpot_ms: servetune {a:.2f} vs vllm bench {b:.2f}"
-    a, b = rows["mean_ttft_ms"]
-    assert a <= 1.10 * b, f"mean_ttft_ms: servetune {a:.2f} vs vllm bench {b:.2f}"
+    for key in ("mean_ttft_ms", "mean_tpot_ms"):
+        a, b = rows[key]
+        assert abs(a - b) <= 0.10 * b, f"{key}: servetune {a:.2f} vs vllm bench {b:.2f}"

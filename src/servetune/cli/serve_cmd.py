@@ -128,6 +128,10 @@ def register(app: typer.Typer) -> None:
                  f"(default: {' '.join(DEFAULT_COMMAND)}; a bare python means this interpreter)"),
         log_dir: Path = typer.Option(Path("runs/serve"), "--log-dir", help="where the server log goes"),
         env: list[str] = typer.Option([], "--env", help="NAME=VALUE for the server's environment (repeatable)"),
+        pin_engine_core: bool = typer.Option(
+            False, "--pin-engine-core",
+            help="CPU build on few cores: pin vLLM's busy-waiting EngineCore to the workers' cores and the "
+                 "API server to the others (smooth streaming, repeatable runs)"),
     ) -> None:
         """Start one server with the engine flags after `--`, print what took effect, stay up until
         Ctrl-C or SIGTERM (then tear it down cleanly)."""
@@ -139,7 +143,7 @@ def register(app: typer.Typer) -> None:
             env_vars[name] = value
         config = Config.of(flags_from_argv(list(ctx.args)), env=env_vars)
         engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
-                            startup_timeout_s=startup_timeout, log_dir=log_dir)
+                            startup_timeout_s=startup_timeout, log_dir=log_dir, pin_engine_core=pin_engine_core)
         log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
         console.print(f"starting vLLM (log: {log_path}) ...")
 
@@ -160,6 +164,8 @@ def register(app: typer.Typer) -> None:
                 _print_failure(result)
                 raise typer.Exit(1)
             _print_start(result, config)
+            if result.cpu_layout:
+                console.print("cpu layout: " + result.cpu_layout, markup=False, highlight=False)
             server = result.server
             console.print(f"[bold green]serving[/] {engine.served_model_name(config)} at {server.url} "
                           f"(pid {server.pid}); Ctrl-C stops it")

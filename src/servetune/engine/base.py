@@ -29,6 +29,7 @@ class StartResult(BaseModel):
     estimated_max_model_len: int | None = None  # context_too_long: what vLLM says would fit
     log_path: Path | None = None
     argv: list[str] = Field(default_factory=list)
+    cpu_layout: str = ""  # what pinning did, when the engine was asked to pin (cpu_layout.py)
 
     @property
     def ok(self) -> bool:

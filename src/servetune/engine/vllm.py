@@ -13,6 +13,7 @@ from .base import StartResult
 from .bootfacts import parse_boot_facts
 from .classify import Failure, classify_failure, tail
 from .config import Config, normalize_flag_name, render_flags
+from .cpu_layout import pin_engine_core
 from .launch import HealthWait, Server, StopReport, launch, terminate, wait_healthy
 from .outcome import Outcome
 from .ports import LOOPBACK, free_port, port_is_free
@@ -45,6 +46,7 @@ class VllmEngine:
         log_dir: Path | str = Path("runs/logs"),
         grace_s: float = 20.0,
         host: str = LOOPBACK,
+        pin_engine_core: bool = False,
     ) -> None:
         self.command = list(command or DEFAULT_COMMAND)
         self.model = str(model)
@@ -52,6 +54,7 @@ class VllmEngine:
         self.log_dir = Path(log_dir)
         self.grace_s = grace_s
         self.host = host
+        self.pin_engine_core = pin_engine_core  # CPU build on few cores: see cpu_layout
 
     # -- command -------------------------------------------------------------------------
     def base_command(self) -> list[str]:
@@ -120,8 +123,9 @@ class VllmEngine:
         facts.startup_seconds = server.startup_seconds
         common = {"boot_facts": facts, "log_path": log_path, "argv": argv}
         if state is HealthWait.healthy:
+            layout = pin_engine_core(server.pgid, server.pid) if self.pin_engine_core else ""
             return StartResult(outcome=Outcome.ok, server=server, mismatches=check_applied(config, facts),
-                               detail=f"healthy after {server.startup_seconds:.1f} s", **common)
+                               detail=f"healthy after {server.startup_seconds:.1f} s", cpu_layout=layout, **common)
         exit_code = server.exit_code()
         self.stop(server)  # also after an exit: children (the engine core) may outlive the API server
         text = _read(log_path)

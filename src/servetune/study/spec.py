@@ -60,6 +60,9 @@ class EngineSpec(_Strict):
     startup_timeout_s: float = Field(default=600, gt=0)
     port: int | None = Field(default=None, ge=1, le=65535)
     served_model_name: str | None = None
+    # CPU build on a few cores: pin the busy-waiting EngineCore to the workers' cores so it does
+    # not starve the API server (engine/cpu_layout.py says why); a no-op where nothing is reserved.
+    pin_engine_core: bool = False
 
     @field_validator("args")
     @classmethod

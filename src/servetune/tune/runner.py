@@ -39,6 +39,7 @@ class StudyRunner:
             command=list(spec.engine.command),
             model=str(spec.engine.model),
             startup_timeout_s=spec.engine.startup_timeout_s,
+            pin_engine_core=spec.engine.pin_engine_core,
         )
         model_dir = Path(spec.engine.model)
         served_name = spec.engine.served_model_name

@@ -80,6 +80,7 @@ class TrialExecutor:
             outcome, detail = self._measure(trial, plan, server, enough, progress)
             if outcome == str(Outcome.crashed):
                 detail = f"{detail}: {self.engine.diagnose(server).detail}"
+            detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
         finally:
             self.engine.stop(server)
         log_tail = tail(log_path.read_text(errors="replace")) if outcome != str(Outcome.ok) else None

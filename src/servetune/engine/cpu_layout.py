@@ -1,0 +1,56 @@
+"""The CPU build of vLLM on a few cores: keep the EngineCore off the API server's cores.
+
+vLLM's CPU build binds the worker's OpenMP threads to some cores and leaves the rest ("reserved
+CPUs") to everything else. The EngineCore process runs unpinned and busy-waits on the worker
+for most of each step; on a 2-core host it lands beside the API server and starves it for up to
+~100 ms at a time, so a whole response reaches the client in one burst at the end (measured:
+TTFT jumping between 12 and 95 ms at concurrency 1, by the same client, from one run to the
+next). Moving the EngineCore onto the worker's cores and the API server onto the reserved ones
+makes streaming smooth and runs repeatable (TTFT 13.9-14.4 ms over the same runs).
+
+Only processes of the server's own process group (which servetune started) are touched.
+"""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+from .launch import group_members
+
+ENGINE_CORE_NAME = "VLLM::EngineCor"  # setproctitle names, cut to 15 characters by the kernel
+WORKER_PREFIX = "VLLM::Worker"
+
+
+def _set_all_threads(proc: psutil.Process, cpus: set[int]) -> None:
+    for thread in proc.threads():
+        try:
+            os.sched_setaffinity(thread.id, cpus)
+        except (ProcessLookupError, PermissionError):
+            continue  # a thread that ended meanwhile
+
+
+def pin_engine_core(pgid: int, leader_pid: int) -> str:
+    """Pin the EngineCore of the server group `pgid` to its worker's cores and the API server
+    (`leader_pid`) to the other cores. Returns what was done, or why nothing was."""
+    procs = {p.pid: p for p in group_members(pgid)}
+    try:
+        names = {pid: p.name() for pid, p in procs.items()}
+    except psutil.NoSuchProcess:
+        return "not pinned: a server process ended while looking"
+    engine = [procs[pid] for pid, name in names.items() if name.startswith(ENGINE_CORE_NAME)]
+    workers = [procs[pid] for pid, name in names.items() if name.startswith(WORKER_PREFIX)]
+    if len(engine) != 1 or not workers or leader_pid not in procs:
+        return f"not pinned: expected one EngineCore and its workers, found {sorted(set(names.values()))}"
+    worker_cpus: set[int] = set()
+    for worker in workers:
+        worker_cpus |= set(worker.cpu_affinity())
+    allowed = set(os.sched_getaffinity(leader_pid))
+    others = allowed - worker_cpus
+    if not worker_cpus or not others:
+        return f"not pinned: the workers use cores {sorted(worker_cpus)} of {sorted(allowed)}, none are left over"
+    _set_all_threads(engine[0], worker_cpus)
+    _set_all_threads(procs[leader_pid], others)
+    return (f"pinned EngineCore (pid {engine[0].pid}) to the workers' cores {sorted(worker_cpus)}, "
+            f"API server (pid {leader_pid}) to {sorted(others)}")

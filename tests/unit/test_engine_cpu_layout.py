@@ -1,0 +1,90 @@
+"""Pinning the EngineCore beside its workers, on a stand-in process group named like vLLM's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from servetune.engine.cpu_layout import pin_engine_core
+from servetune.engine.launch import Server, launch, terminate
+
+CPUS = sorted(os.sched_getaffinity(0))
+pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs two cores to pin apart")
+
+# A leader (the "API server") with an EngineCore child and a Worker child; each child renames
+# itself the way vLLM's setproctitle does, the worker binds itself like vLLM's OpenMP setup.
+_GROUP = """
+import os, subprocess, sys, time
+child = '''
+import os, sys, time
+open("/proc/self/comm", "w").write(sys.argv[1])
+if sys.argv[2]:
+    os.sched_setaffinity(0, {int(c) for c in sys.argv[2].split(",")})
+time.sleep(600)
+'''
+worker_cpus = sys.argv[1]
+subprocess.Popen([sys.executable, "-c", child, "VLLM::EngineCore", ""])
+subprocess.Popen([sys.executable, "-c", child, "VLLM::Worker_TP0", worker_cpus])
+time.sleep(600)
+"""
+
+
+def _start_group(tmp_path: Path, worker_cpus: list[int]) -> Server:
+    argv = [sys.executable, "-c", _GROUP, ",".join(map(str, worker_cpus))]
+    server = launch(argv, dict(os.environ), tmp_path / "group.log", port=1)
+    names: set[str] = set()
+    for _ in range(100):  # until both children have renamed themselves
+        out = subprocess.run(["ps", "-o", "comm=", "-g", str(server.pgid)], capture_output=True, text=True).stdout
+        names = set(out.split())
+        if {"VLLM::EngineCor", "VLLM::Worker_TP"} <= names:
+            return server
+        time.sleep(0.1)
+    terminate(server, grace_s=2, port_wait_s=0)
+    raise AssertionError(f"stand-in group did not come up: {names}")
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[Server]:
+    server = _start_group(tmp_path, CPUS[:1])
+    yield server
+    terminate(server, grace_s=2, port_wait_s=0)
+
+
+def _pid_named(pgid: int, prefix: str) -> int:
+    out = subprocess.run(["ps", "-o", "pid=,comm=", "-g", str(pgid)], capture_output=True, text=True).stdout
+    return next(int(line.split()[0]) for line in out.splitlines() if line.split()[1].startswith(prefix))
+
+
+def test_engine_core_joins_the_workers_and_the_api_server_gets_the_rest(group: Server) -> None:
+    note = pin_engine_core(group.pgid, group.pid)
+    assert note.startswith("pinned"), note
+    engine_pid = _pid_named(group.pgid, "VLLM::EngineCor")
+    assert os.sched_getaffinity(engine_pid) == set(CPUS[:1])
+    assert os.sched_getaffinity(group.pid) == set(CPUS[1:])
+
+
+def test_nothing_is_pinned_when_the_workers_hold_every_core(tmp_path: Path) -> None:
+    server = _start_group(tmp_path, CPUS)
+    try:
+        note = pin_engine_core(server.pgid, server.pid)
+        assert note.startswith("not pinned") and "none are left over" in note
+        assert os.sched_getaffinity(server.pid) == set(CPUS)
+    finally:
+        terminate(server, grace_s=2, port_wait_s=0)
+
+
+def test_a_group_without_vllm_processes_is_left_alone(tmp_path: Path) -> None:
+    server = launch([sys.executable, "-c", "import time; time.sleep(600)"], dict(os.environ),
+                    tmp_path / "plain.log", port=1)
+    try:
+        note = pin_engine_core(server.pgid, server.pid)
+        assert note.startswith("not pinned: expected one EngineCore")
+        assert os.sched_getaffinity(server.pid) == set(CPUS)
+    finally:
+        terminate(server, grace_s=2, port_wait_s=0)
