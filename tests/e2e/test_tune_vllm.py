@@ -67,6 +67,9 @@ def test_aa_study_names_no_winner(tmp_path: Path) -> None:
     assert len(compared) == 2  # both identical candidates were measured and tested
     assert result.winner is None, result.winner_reason
     assert "no winner" in done.stdout
+    # engine.pin_engine_core went through the runner to every boot
+    details = [t.detail or "" for t in StudyStore.open_existing(tmp_path).trials() if t.outcome == "ok"]
+    assert details and all("pinned EngineCore" in d for d in details), details
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:

@@ -90,6 +90,20 @@ def test_parse_stream_stamps_each_event_with_the_read_that_completed_it() -> Non
     assert r.prompt_tokens == 4 and r.output_tokens == 3
 
 
+def test_parse_stream_on_a_whole_body_with_the_reads_it_arrived_in() -> None:
+    body = _sse(_chunk(1), _chunk(3), {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 3}},
+                b"[DONE]")
+    first_end = body.index(b"\n\n") + 2
+    # four reads: event 1 and a bit; framing only (the body did not grow); the rest of event 2; the tail
+    second_end = body.index(b"\n\n", first_end) + 2
+    # the body as buffered (pieces need not match reads)
+    raw = client.Raw(chunks=[body[:7], body[7:]], times=[100, 150, 200, 300],
+                     read_ends=[first_end + 5, first_end + 5, second_end, len(body)], status=200)
+    r = client.parse_stream(RequestRecord(index=0, input_len=4, output_len=3, scheduled_ns=0), raw)
+    assert r.error is None
+    assert r.chunk_ns == [100, 200] and r.chunk_tokens == [1, 2] and r.output_tokens == 3
+
+
 def test_parse_stream_reports_server_errors_and_truncation() -> None:
     rec = lambda: RequestRecord(index=0, input_len=4, output_len=3, scheduled_ns=0)  # noqa: E731
     err = client.Raw(times=[1], chunks=[_sse({"error": {"message": "overloaded", "code": 503}})])
