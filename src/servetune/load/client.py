@@ -132,7 +132,7 @@ class _StampingHandler(ResponseHandler):
         super().data_received(data)
         if not data:  # aiohttp's own call when its reader is drained, not a socket read
             return
-        body = self._payload  # the current response's body; kept after it ends
+        body = getattr(self, "_payload", None)  # this response's body; kept after it ends
         if body is None:
             return
         if body is not self._marked:
