@@ -198,7 +198,9 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, hdrs: dict
                 raw.chunks = list(buffered) if buffered is not None else [content.read_nowait(-1)]
                 raw.times, raw.read_ends = proto.marks_for(content)
                 size = content.total_bytes
-                if not raw.read_ends or raw.read_ends[-1] < size:  # bytes no read stamped: not expected
+                if size and not raw.read_ends:  # never stamped: fail loudly, not TTFT = E2EL
+                    raw.error = "no socket read of this response was stamped (has aiohttp's ResponseHandler changed?)"
+                elif raw.read_ends and raw.read_ends[-1] < size:  # bytes no read stamped: not expected
                     raw.times, raw.read_ends = [*raw.times, clock()], [*raw.read_ends, size]
                 return
             while True:  # the response is complete already, or the protocol is not ours
