@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from servetune.engine.cpu_layout import pin_engine_core
-from servetune.engine.launch import Server, launch, terminate
+from servetune.engine.launch import Server, group_members, launch, terminate
 
 CPUS = sorted(os.sched_getaffinity(0))
 pytestmark = pytest.mark.skipif(len(CPUS) < 2, reason="needs two cores to pin apart")
@@ -35,13 +34,17 @@ time.sleep(600)
 """
 
 
+def _names(pgid: int) -> dict[int, str]:
+    """pid -> name (as the kernel keeps it: 15 characters) of the group's live processes."""
+    return {p.pid: p.name() for p in group_members(pgid)}
+
+
 def _start_group(tmp_path: Path, worker_cpus: list[int]) -> Server:
     argv = [sys.executable, "-c", _GROUP, ",".join(map(str, worker_cpus))]
     server = launch(argv, dict(os.environ), tmp_path / "group.log", port=1)
     names: set[str] = set()
     for _ in range(100):  # until both children have renamed themselves
-        out = subprocess.run(["ps", "-o", "comm=", "-g", str(server.pgid)], capture_output=True, text=True).stdout
-        names = set(out.split())
+        names = set(_names(server.pgid).values())
         if {"VLLM::EngineCor", "VLLM::Worker_TP"} <= names:
             return server
         time.sleep(0.1)
@@ -56,15 +59,10 @@ def group(tmp_path: Path) -> Iterator[Server]:
     terminate(server, grace_s=2, port_wait_s=0)
 
 
-def _pid_named(pgid: int, prefix: str) -> int:
-    out = subprocess.run(["ps", "-o", "pid=,comm=", "-g", str(pgid)], capture_output=True, text=True).stdout
-    return next(int(line.split()[0]) for line in out.splitlines() if line.split()[1].startswith(prefix))
-
-
 def test_engine_core_joins_the_workers_and_the_api_server_gets_the_rest(group: Server) -> None:
     note = pin_engine_core(group.pgid, group.pid)
     assert note.startswith("pinned"), note
-    engine_pid = _pid_named(group.pgid, "VLLM::EngineCor")
+    engine_pid = next(pid for pid, name in _names(group.pgid).items() if name == "VLLM::EngineCor")
     assert os.sched_getaffinity(engine_pid) == set(CPUS[:1])
     assert os.sched_getaffinity(group.pid) == set(CPUS[1:])
 

@@ -186,8 +186,9 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
 
 def remaining_s(store: StudyStore, spec: StudySpec) -> float:
     """Seconds the planned trials not yet done should take, from measured boot and run times."""
-    eta = estimate(store.trials(), store.runs())
-    done = len([t for t in store.trials() if t.status == "done"])
+    trials = store.trials()
+    eta = estimate(trials, store.runs())
+    done = sum(t.status == "done" for t in trials)
     left = max(planned_trial_count(store, spec) - done, 0)
     return left * eta.trial_s(spec.scenario_names, spec.replicates.min)
 
