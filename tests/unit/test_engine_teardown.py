@@ -83,7 +83,14 @@ store = StudyStore.in_dir(out)
 session = store.begin_session(pid=os.getpid(), host=socket.gethostname(),
                               pid_create_time=psutil.Process().create_time())
 trial = store.begin_trial("baseline", Config(), {}, session_id=session)
-store.record_server = lambda *args, **kwargs: os._exit(9)  # dies as a SIGKILL would: no cleanup
+
+
+def killed(trial_id, *, pid, **recorded):
+    (out / "spawned.pid").write_text(str(pid))  # for the test's cleanup only, never for recovery
+    os._exit(9)  # dies as a SIGKILL would: no cleanup, the pid never reaches the store
+
+
+store.record_server = killed
 engine = VllmEngine([sys.executable, "-c", "import time; time.sleep(600)"], model="m", startup_timeout_s=600)
 TrialExecutor(engine, store, out, None).run(trial, TrialPlan([], 1, 1), enough=lambda t, r: True,
                                              progress=lambda *a: None)
@@ -230,21 +237,20 @@ def test_kill_between_spawn_and_record_leaves_a_server_recovery_finds(tmp_path: 
     tuner = subprocess.run([PY, "-c", KILLED_AFTER_SPAWN, str(tmp_path)], env={**os.environ, "PYTHONPATH": SRC},
                            capture_output=True, text=True, timeout=120)
     assert tuner.returncode == 9, tuner.stderr
-    store = StudyStore.open_existing(tmp_path)
-    (trial,) = store.unfinished_trials()
-    assert trial.server_pid is None and trial.launch_token  # the pid never reached the store
-    orphans = carrying_token(trial.launch_token)
+    orphan = psutil.Process(int((tmp_path / "spawned.pid").read_text()))
+    started = {orphan.pid: orphan.create_time()}
     try:
-        assert len(orphans) == 1 and orphans[0].is_running()
+        store = StudyStore.open_existing(tmp_path)
+        (trial,) = store.unfinished_trials()
+        assert trial.server_pid is None and trial.launch_token  # the pid never reached the store
+        assert carrying_token(trial.launch_token) == [orphan]
 
         notes: list[str] = []
         (reopened,) = reclaim_unfinished(store, store.begin_session(), notes.append)
 
-        assert not orphans[0].is_running()
+        assert not orphan.is_running()
         assert carrying_token(trial.launch_token) == []
         assert reopened.id == trial.id and reopened.launch_token is None and reopened.status == "running"
         assert notes and "interrupted run of trial #1" in notes[0]
     finally:
-        for proc in orphans:  # only the orphan this test's tuner started (it carries the token)
-            if proc.is_running():
-                proc.kill()
+        _kill_pids(list(started), started)
