@@ -20,8 +20,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import IO
 
