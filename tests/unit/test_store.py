@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -74,4 +76,64 @@ def test_wall_time_counts_killed_sessions_to_last_heartbeat(tmp_path, monkeypatc
 
 def test_open_existing_without_store_is_a_clear_error(tmp_path):
     with pytest.raises(ServetuneError, match="no study store"):
+        StudyStore.open_existing(tmp_path)
+
+
+# The trials and sessions tables as schema version 1 wrote them (before owners and launch tokens).
+SCHEMA_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE trials (
+    id INTEGER PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, role TEXT NOT NULL, config_key TEXT NOT NULL,
+    config_json TEXT NOT NULL, params_json TEXT NOT NULL, status TEXT NOT NULL, outcome TEXT, detail TEXT,
+    log_path TEXT, log_tail TEXT, boot_facts_json TEXT, mismatches_json TEXT, server_pid INTEGER,
+    server_pgid INTEGER, server_create_time REAL, started_at REAL NOT NULL, healthy_at REAL, ended_at REAL
+);
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY, trial_id INTEGER NOT NULL REFERENCES trials(id), scenario TEXT NOT NULL,
+    replicate INTEGER NOT NULL, attempt INTEGER NOT NULL DEFAULT 1, outcome TEXT NOT NULL,
+    summary_json TEXT NOT NULL, server_stats_json TEXT NOT NULL, client_health_json TEXT NOT NULL,
+    records_path TEXT, error TEXT, started_at REAL NOT NULL, ended_at REAL NOT NULL,
+    UNIQUE (trial_id, scenario, replicate, attempt)
+);
+CREATE TABLE sessions (id INTEGER PRIMARY KEY, started_at REAL NOT NULL, last_seen REAL NOT NULL,
+                       ended_at REAL, end_reason TEXT);
+INSERT INTO meta VALUES ('schema_version', '1');
+INSERT INTO trials(seq, role, config_key, config_json, params_json, status, server_pid, server_pgid,
+                   server_create_time, started_at)
+    VALUES (1, 'baseline', 'k', '{"flags": {}, "env": {}}', '{}', 'running', 99, 99, 2.0, 1.0);
+INSERT INTO sessions(started_at, last_seen) VALUES (1.0, 5.0);
+"""
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_rows(tmp_path):
+    old = sqlite3.connect(tmp_path / StudyStore.FILENAME)
+    old.executescript(SCHEMA_V1)
+    old.close()
+
+    store = StudyStore.open_existing(tmp_path)
+    assert store.get_meta("schema_version") == "2"
+    (trial,) = store.unfinished_trials()
+    assert (trial.server_pid, trial.session_id, trial.launch_token) == (99, None, None)  # owner unknown
+    (old_session,) = store.sessions()
+    assert (old_session.last_seen, old_session.pid) == (5.0, None)
+    session = store.begin_session(pid=7, host="h", pid_create_time=3.0)
+    store.reopen_trial(trial.id, session_id=session)
+    assert store.trial(trial.id).session_id == session and store.session(session).pid == 7
+
+
+def test_the_published_h200_study_still_opens(tmp_path):
+    archive = Path(__file__).resolve().parents[2] / "docs/results/h200/qwen3-8b-ofat.tar.gz"
+    with tarfile.open(archive) as tar:
+        member = tar.getmember("qwen3-8b-ofat/study.sqlite")
+        tar.extractall(tmp_path, members=[member], filter="data")
+    store = StudyStore.open_existing(tmp_path / "qwen3-8b-ofat")
+    assert store.get_meta("schema_version") == "2"
+    trials = store.trials()
+    assert len(trials) >= 9 and all(t.session_id is None for t in trials)
+    assert store.runs() and store.sessions()
+
+
+def test_a_store_from_a_newer_servetune_is_refused(tmp_path):
+    StudyStore.in_dir(tmp_path).set_meta("schema_version", "99")
+    with pytest.raises(ServetuneError, match="store schema version 99, this servetune reads 2"):
         StudyStore.open_existing(tmp_path)

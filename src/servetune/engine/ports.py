@@ -1,9 +1,11 @@
-"""Loopback ports: pick a free one, ask whether one is free, wait until one is released."""
+"""Loopback ports: pick a free one, ask whether one is free, wait until one is released, who holds one."""
 
 from __future__ import annotations
 
 import socket
 import time
+
+import psutil
 
 LOOPBACK = "127.0.0.1"
 
@@ -35,3 +37,17 @@ def wait_port_free(port: int, timeout_s: float, host: str = LOOPBACK) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
+
+
+def listening_pids(port: int, host: str = LOOPBACK) -> list[int]:
+    """Pids listening on `port` (on `host` or any address) that this user may see."""
+    pids = set()
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:
+        return []
+    for conn in connections:
+        if (conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port
+                and conn.laddr.ip in (host, "0.0.0.0", "::") and conn.pid is not None):
+            pids.add(conn.pid)
+    return sorted(pids)

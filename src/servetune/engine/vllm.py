@@ -89,25 +89,27 @@ class VllmEngine:
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self, config: Config, log_path: Path | None = None, port: int | None = None,
-              on_spawn: Callable[[Server], None] | None = None) -> StartResult:
+              on_spawn: Callable[[Server], None] | None = None, launch_token: str | None = None) -> StartResult:
         """Start a server and wait until it is healthy. Never raises for a failed start.
 
         `on_spawn` sees the process before the (long) health wait, so a caller can record its
-        pid: if the caller is killed while waiting, a later run can still find and stop it."""
+        pid: if the caller is killed while waiting, a later run can still find and stop it.
+        `launch_token` (recorded by the caller before this call) marks the server's environment,
+        which covers a kill before `on_spawn` (see launch.py)."""
         if port is not None and not port_is_free(port, self.host):
             return StartResult(outcome=Outcome.port_in_use, detail=f"port {port} on {self.host} is already in use")
         log_path = log_path or self.log_dir / f"vllm-{config.key()}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        result = self._start_once(config, log_path, port or free_port(self.host), on_spawn)
+        result = self._start_once(config, log_path, port or free_port(self.host), on_spawn, launch_token)
         if result.outcome is Outcome.port_in_use and port is None:
             # Another process took the free port between our probe and vLLM's bind: try once more.
-            result = self._start_once(config, log_path, free_port(self.host), on_spawn)
+            result = self._start_once(config, log_path, free_port(self.host), on_spawn, launch_token)
         return result
 
     def _start_once(self, config: Config, log_path: Path, port: int,
-                    on_spawn: Callable[[Server], None] | None) -> StartResult:
+                    on_spawn: Callable[[Server], None] | None, launch_token: str | None) -> StartResult:
         argv = self.build_command(config, port)
         try:
-            server = launch(argv, self.environment(config), log_path, port, self.host)
+            server = launch(argv, self.environment(config), log_path, port, self.host, launch_token=launch_token)
         except OSError as exc:
             return StartResult(outcome=Outcome.crashed, detail=f"cannot run {argv[0]!r}: {exc}",
                                log_path=log_path, argv=argv)
@@ -127,13 +129,16 @@ class VllmEngine:
             return StartResult(outcome=Outcome.ok, server=server, mismatches=check_applied(config, facts),
                                detail=f"healthy after {server.startup_seconds:.1f} s", cpu_layout=layout, **common)
         exit_code = server.exit_code()
-        self.stop(server)  # also after an exit: children (the engine core) may outlive the API server
+        # also after an exit: children (the engine core) may outlive the API server
+        left = self.stop(server).problem()
         text = _read(log_path)
         if state is HealthWait.timeout:
+            detail = f"not healthy within {self.startup_timeout_s:.0f} s"
             return StartResult(outcome=Outcome.startup_timeout, log_tail=tail(text),
-                               detail=f"not healthy within {self.startup_timeout_s:.0f} s", **common)
+                               detail="; ".join(x for x in (detail, left) if x), **common)
         failure = classify_failure(tail(text, 400), exit_code)
-        return StartResult(outcome=failure.outcome, detail=failure.detail, evidence=failure.evidence,
+        return StartResult(outcome=failure.outcome, detail="; ".join(x for x in (failure.detail, left) if x),
+                           evidence=failure.evidence,
                            estimated_max_model_len=failure.estimated_max_model_len,
                            log_tail=tail(text), **common)
 

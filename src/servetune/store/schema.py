@@ -1,6 +1,6 @@
 """The SQLite schema of a study store. One file per study; every write is one transaction."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -26,6 +26,8 @@ CREATE TABLE IF NOT EXISTS trials (
     server_pid         INTEGER,
     server_pgid        INTEGER,
     server_create_time REAL,
+    session_id         INTEGER,                -- the session (tuner process) running it: recovery leaves live ones alone
+    launch_token       TEXT,                   -- written before the server is spawned; in its env as SERVETUNE_TRIAL_TOKEN
     started_at         REAL NOT NULL,
     healthy_at         REAL,
     ended_at           REAL
@@ -56,6 +58,25 @@ CREATE TABLE IF NOT EXISTS sessions (
     started_at REAL NOT NULL,
     last_seen  REAL NOT NULL,
     ended_at   REAL,
-    end_reason TEXT
+    end_reason TEXT,
+    pid        INTEGER,   -- the tuner process: with host and pid_create_time, tells a live owner from a dead one
+    host       TEXT,
+    pid_create_time REAL
 );
 """
+
+# Columns added after version 1, in order: (version it came with, table, column definition).
+# A store of an older version gets them on open; their NULLs read as "unknown" (see recovery).
+ADDED_COLUMNS = (
+    (2, "trials", "session_id INTEGER"),
+    (2, "trials", "launch_token TEXT"),
+    (2, "sessions", "pid INTEGER"),
+    (2, "sessions", "host TEXT"),
+    (2, "sessions", "pid_create_time REAL"),
+)
+
+
+def migration_sql(from_version: int) -> list[str]:
+    """ALTER TABLE statements that bring a store of `from_version` to SCHEMA_VERSION."""
+    return [f"ALTER TABLE {table} ADD COLUMN {column}"
+            for version, table, column in ADDED_COLUMNS if version > from_version]

@@ -2,8 +2,10 @@
 
 Every write is a single transaction (WAL, synchronous=FULL), so a SIGKILL at any moment
 leaves either the whole run/trial row or none of it. A trial row is written as `running`
-before its server starts (with the server's pid and create time as soon as they exist), so a
-resumed study can find and stop a server its killed predecessor left behind.
+before its server starts, with a launch token that goes into the server's environment (and the
+server's pid and create time as soon as they exist), so a resumed study can find and stop a server
+its killed predecessor left behind. Each trial names the session (tuner process) that runs it, so
+recovery never takes a live tuner's trial for abandoned.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from ..engine.config import Config
 from ..errors import ServetuneError
 from ..load.records import RunResult
-from .schema import SCHEMA, SCHEMA_VERSION
+from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class TrialRow:
     started_at: float
     healthy_at: float | None
     ended_at: float | None
+    session_id: int | None = None  # the session running it (None: a store from before owners were kept)
+    launch_token: str | None = None  # in the server's env; recorded before the spawn
 
     @property
     def boot_s(self) -> float | None:
@@ -75,6 +79,9 @@ class SessionInfo:
     last_seen: float
     ended_at: float | None = None
     end_reason: str | None = None
+    pid: int | None = None  # the tuner process that ran the session (None: older store)
+    host: str | None = None
+    pid_create_time: float | None = None
 
 
 class StudyStore:
@@ -91,8 +98,18 @@ class StudyStore:
         version = self.get_meta("schema_version")
         if version is None:
             self.set_meta("schema_version", str(SCHEMA_VERSION))
-        elif int(version) != SCHEMA_VERSION:
+        elif int(version) > SCHEMA_VERSION:
             raise ServetuneError(f"{self.path}: store schema version {version}, this servetune reads {SCHEMA_VERSION}")
+        elif int(version) < SCHEMA_VERSION:
+            self._migrate(int(version))
+
+    def _migrate(self, from_version: int) -> None:
+        """Bring an older store up to date in one transaction (a kill leaves it old, never half-new)."""
+        with self._conn:
+            self._conn.execute("BEGIN IMMEDIATE")
+            for statement in migration_sql(from_version):
+                self._conn.execute(statement)
+            self._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     @classmethod
     def in_dir(cls, out_dir: Path) -> StudyStore:
@@ -135,17 +152,24 @@ class StudyStore:
 
     # --- trials -------------------------------------------------------------------------
 
-    def begin_trial(self, role: str, config: Config, params: dict[str, Any]) -> TrialRow:
+    def begin_trial(self, role: str, config: Config, params: dict[str, Any], *,
+                    session_id: int | None = None) -> TrialRow:
         now = time.time()
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
             seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM trials").fetchone()[0]
             cur = self._conn.execute(
-                "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at)"
-                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                (seq, role, config.key(), config.canonical_json(), json.dumps(params, sort_keys=True), now),
+                "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at, session_id)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
+                (seq, role, config.key(), config.canonical_json(), json.dumps(params, sort_keys=True), now,
+                 session_id),
             )
         return self.trial(int(cur.lastrowid))
+
+    def record_launch(self, trial_id: int, *, launch_token: str, log_path: str) -> None:
+        """The intent to spawn a server, written before the spawn: a tuner killed before it could
+        record the pid leaves a token that recovery finds in the server's environment."""
+        self._write("UPDATE trials SET launch_token = ?, log_path = ? WHERE id = ?", (launch_token, log_path, trial_id))
 
     def record_server(self, trial_id: int, *, pid: int, pgid: int, create_time: float, log_path: str) -> None:
         self._write("UPDATE trials SET server_pid = ?, server_pgid = ?, server_create_time = ?, log_path = ?"
@@ -162,11 +186,13 @@ class StudyStore:
         self._write("UPDATE trials SET status = 'done', outcome = ?, detail = ?, log_tail = COALESCE(?, log_tail),"
                     " ended_at = ? WHERE id = ?", (outcome, detail, log_tail, time.time(), trial_id))
 
-    def reopen_trial(self, trial_id: int) -> None:
-        """A trial interrupted by a kill: keep its runs, clear the dead server, boot it again."""
+    def reopen_trial(self, trial_id: int, *, session_id: int | None = None) -> None:
+        """A trial interrupted by a kill: keep its runs, clear the dead server, boot it again
+        (owned by `session_id` from now on)."""
         self._write("UPDATE trials SET status = 'running', server_pid = NULL, server_pgid = NULL,"
-                    " server_create_time = NULL, started_at = ?, healthy_at = NULL WHERE id = ?",
-                    (time.time(), trial_id))
+                    " server_create_time = NULL, launch_token = NULL, started_at = ?, healthy_at = NULL,"
+                    " session_id = ? WHERE id = ?",
+                    (time.time(), session_id, trial_id))
 
     def trial(self, trial_id: int) -> TrialRow:
         row = self._conn.execute("SELECT * FROM trials WHERE id = ?", (trial_id,)).fetchone()
@@ -205,9 +231,13 @@ class StudyStore:
 
     # --- sessions (wall-clock budget across resumes) -------------------------------------
 
-    def begin_session(self) -> int:
+    def begin_session(self, *, pid: int | None = None, host: str | None = None,
+                      pid_create_time: float | None = None) -> int:
+        """A tuner process starts working on the study; pid, host and the pid's create time let
+        a later process tell whether this one is still alive."""
         now = time.time()
-        cur = self._write("INSERT INTO sessions(started_at, last_seen) VALUES (?, ?)", (now, now))
+        cur = self._write("INSERT INTO sessions(started_at, last_seen, pid, host, pid_create_time)"
+                          " VALUES (?, ?, ?, ?, ?)", (now, now, pid, host, pid_create_time))
         return int(cur.lastrowid)
 
     def heartbeat(self, session_id: int) -> None:
@@ -220,7 +250,11 @@ class StudyStore:
 
     def sessions(self) -> list[SessionInfo]:
         rows = self._conn.execute("SELECT * FROM sessions ORDER BY id").fetchall()
-        return [SessionInfo(r["id"], r["started_at"], r["last_seen"], r["ended_at"], r["end_reason"]) for r in rows]
+        return [_session(r) for r in rows]
+
+    def session(self, session_id: int) -> SessionInfo | None:
+        row = self._conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        return None if row is None else _session(row)
 
     def elapsed_wall_s(self) -> float:
         """Wall time spent by all sessions so far (a killed session counts up to its last heartbeat)."""
@@ -246,7 +280,19 @@ def _trial(row: sqlite3.Row) -> TrialRow:
         server_pid=row["server_pid"], server_pgid=row["server_pgid"],
         server_create_time=row["server_create_time"], started_at=row["started_at"],
         healthy_at=row["healthy_at"], ended_at=row["ended_at"],
+        session_id=_optional(row, "session_id"), launch_token=_optional(row, "launch_token"),
     )
+
+
+def _session(row: sqlite3.Row) -> SessionInfo:
+    return SessionInfo(row["id"], row["started_at"], row["last_seen"], row["ended_at"], row["end_reason"],
+                       pid=_optional(row, "pid"), host=_optional(row, "host"),
+                       pid_create_time=_optional(row, "pid_create_time"))
+
+
+def _optional(row: sqlite3.Row, column: str) -> Any:
+    """A column added by a later schema version: None where a store was opened without migrating."""
+    return row[column] if column in row.keys() else None
 
 
 def _run(row: sqlite3.Row) -> RunRow:

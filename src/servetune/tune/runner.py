@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..engine import VllmEngine, stop_if_ours
+from ..engine import VllmEngine
 from ..engine.config import Config
 from ..engine.outcome import Outcome
 from ..errors import ServetuneError
@@ -23,6 +23,8 @@ from ..study.spec import StudySpec
 from . import analysis
 from .display import StudyDisplay
 from .eta import estimate
+from .lock import StudyLock, TunerProcess
+from .recovery import reclaim_unfinished
 from .trial import TrialExecutor, TrialPlan
 
 SPEC_KEYS_THAT_MAY_CHANGE = ("budget",)  # a resumed study may get more budget, nothing else
@@ -33,8 +35,15 @@ class StudyRunner:
         self.spec = spec
         self.out_dir = Path(out_dir)
         self.display = display
-        self.store = StudyStore.in_dir(self.out_dir)
-        self._check_same_study()
+        # Before anything is read or written: a second tuner on this directory stops here, and the
+        # first one's live trial is never mistaken for one a killed tuner left behind.
+        self._lock = StudyLock(self.out_dir).acquire()
+        try:
+            self.store = StudyStore.in_dir(self.out_dir)
+            self._check_same_study()
+        except BaseException:
+            self._lock.release()
+            raise
         self.engine = VllmEngine(
             command=list(spec.engine.command),
             model=str(spec.engine.model),
@@ -60,7 +69,8 @@ class StudyRunner:
     def run(self) -> analysis.StudyAnalysis:
         # /reset_prefix_cache exists only in dev mode; it is a launch detail, not part of a Config.
         os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")
-        self._session = self.store.begin_session()
+        me = TunerProcess.current()
+        self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         reason = "interrupted"
         try:
@@ -77,6 +87,7 @@ class StudyRunner:
         finally:
             signal.signal(signal.SIGTERM, previous)
             self.store.end_session(self._session, reason)
+            self._lock.release()
         result = analysis.analyze(self.store, self.spec)
         if not self.paused:
             self.store.set_meta_json("verdict", {"winner": result.winner.key if result.winner else None,
@@ -87,13 +98,9 @@ class StudyRunner:
 
     def _recover_unfinished(self) -> None:
         """A killed predecessor may have left a trial `running` and its server alive."""
-        for trial in self.store.unfinished_trials():
-            if trial.server_pid is not None and trial.server_create_time is not None:
-                if stop_if_ours(trial.server_pid, trial.server_pgid, trial.server_create_time):
-                    self.display.note(f"stopped server pid {trial.server_pid} left by an interrupted run")
-            self.store.reopen_trial(trial.id)
+        for trial in reclaim_unfinished(self.store, self._session, self.display.note):
             self.display.note(f"resuming trial #{trial.seq} ({trial.role}: {self._label(trial.config)})")
-            self._execute(self.store.trial(trial.id))
+            self._execute(trial)
 
     def _ensure_baseline(self) -> None:
         if not self.store.trials("baseline"):
@@ -138,7 +145,7 @@ class StudyRunner:
 
     def _start_trial(self, role: str, config: Config, params: dict[str, Any]) -> None:
         self._pause_if_no_time()
-        trial = self.store.begin_trial(role, config, params)
+        trial = self.store.begin_trial(role, config, params, session_id=self._session)
         self._execute(trial)
 
     def _execute(self, trial: TrialRow) -> None:

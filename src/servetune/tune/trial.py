@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine import Server
+from ..engine.launch import new_launch_token
 from ..engine.classify import tail
 from ..engine.config import Config
 from ..engine.outcome import Outcome
@@ -61,8 +62,11 @@ class TrialExecutor:
             self.store.record_server(trial.id, pid=server.pid, pgid=server.pgid,
                                      create_time=server.create_time, log_path=stored_log)
 
+        # Stored before the spawn: a kill before on_spawn leaves a server recovery finds by this token.
+        token = new_launch_token()
+        self.store.record_launch(trial.id, launch_token=token, log_path=stored_log)
         started = self.engine.start(trial.config.merged(self.launch), log_path, port=self.port,
-                                    on_spawn=on_spawn)
+                                    on_spawn=on_spawn, launch_token=token)
         self.store.record_boot(
             trial.id,
             healthy_at=(time.time() if started.outcome == Outcome.ok else None),
@@ -82,7 +86,9 @@ class TrialExecutor:
                 detail = f"{detail}: {self.engine.diagnose(server).detail}"
             detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
         finally:
-            self.engine.stop(server)
+            stopped = self.engine.stop(server)
+        # Measurements stay valid; a user must still see that a process or the port was left.
+        detail = "; ".join(x for x in (detail, stopped.problem()) if x) or None
         log_tail = tail(log_path.read_text(errors="replace")) if outcome != str(Outcome.ok) else None
         self.store.finish_trial(trial.id, outcome, detail=detail, log_tail=log_tail)
         return outcome

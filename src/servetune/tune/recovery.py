@@ -1,0 +1,54 @@
+"""Recovery after a killed tuner: stop what its unfinished trials left running, reopen them.
+
+Only trials whose owning session is gone are touched. A trial owned by a live tuner (one that
+did not take the study lock: an older servetune, or another host on a shared file system) is
+refused with an error, never taken for abandoned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..engine import stop_if_ours
+from ..errors import ServetuneError
+from ..store import StudyStore, TrialRow
+from .lock import describe_holder, session_is_live
+
+
+def reclaim_unfinished(store: StudyStore, session_id: int, note: Callable[[str], None]) -> list[TrialRow]:
+    """Stop the leftovers of every unfinished trial and reopen it under `session_id`; returns
+    the reopened trials, to be run again (their stored runs count)."""
+    unfinished = store.unfinished_trials()
+    for trial in unfinished:
+        _refuse_if_owner_lives(store, trial, session_id)
+    reopened = []
+    for trial in unfinished:
+        if stop_leftovers(store, trial):
+            note(f"stopped server pid {trial.server_pid or '?'} left by an interrupted run of trial #{trial.seq}")
+        store.reopen_trial(trial.id, session_id=session_id)
+        reopened.append(store.trial(trial.id))
+    return reopened
+
+
+def stop_leftovers(store: StudyStore, trial: TrialRow) -> bool:
+    """Stop the server (and whatever it started) of an abandoned trial; True when something was.
+
+    Found by the recorded pid/pgid/create time, by the launch token in the processes' environment
+    (which also finds a server whose pid was never recorded), and, for stores without a token, by
+    creation time between the leader's and the owner's last heartbeat."""
+    owner = store.session(trial.session_id) if trial.session_id is not None else None
+    return stop_if_ours(trial.server_pid, trial.server_pgid, trial.server_create_time,
+                        launch_token=trial.launch_token,
+                        created_before=owner.last_seen if owner is not None else None)
+
+
+def _refuse_if_owner_lives(store: StudyStore, trial: TrialRow, session_id: int) -> None:
+    if trial.session_id is None or trial.session_id == session_id:
+        return
+    owner = store.session(trial.session_id)
+    if owner is not None and session_is_live(owner):
+        holder = (describe_holder(owner.pid, owner.host, owner.started_at) if owner.pid is not None
+                  else f"a servetune session that heartbeated {time.time() - owner.last_seen:.0f} s ago")
+        raise ServetuneError(f"{store.path.parent}: trial #{trial.seq} is being run by {holder}; "
+                             "wait for it or stop it")

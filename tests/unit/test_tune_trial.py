@@ -1,0 +1,47 @@
+"""TrialExecutor around a boot: what it stores before the spawn and after the teardown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from servetune.engine.base import StartResult
+from servetune.engine.config import Config
+from servetune.engine.launch import Server, StopReport
+from servetune.engine.outcome import Outcome
+from servetune.store import StudyStore
+from servetune.tune.trial import TrialExecutor, TrialPlan
+from tests.fakes.launch import fake_server
+
+
+class LeakyEngine:
+    """Boots nothing: hands out the fake server and reports a teardown that left the port held."""
+
+    def __init__(self, url: str, store: StudyStore):
+        self.url = url
+        self.store = store
+        self.token_stored_before_start: str | None = None
+
+    def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
+              launch_token: str | None = None) -> StartResult:
+        self.token_stored_before_start = self.store.trial(1).launch_token
+        assert self.token_stored_before_start == launch_token
+        server = Server(url=self.url, port=int(self.url.rsplit(":", 1)[1]), pid=1, pgid=1, create_time=0.0,
+                        log_path=log_path, started_at=0.0, launch_token=launch_token)
+        return StartResult(outcome=Outcome.ok, server=server)
+
+    def stop(self, server: Server) -> StopReport:
+        return StopReport(left_pids=[4242], port_free=False, forced=True, port=server.port, port_holders=[4243])
+
+
+def test_a_teardown_that_left_a_process_and_the_port_is_in_the_trial_detail(tmp_path: Path) -> None:
+    store = StudyStore.in_dir(tmp_path)
+    trial = store.begin_trial("baseline", Config(), {})
+    with fake_server(ttft_ms=1, itl_ms=1) as url:
+        engine = LeakyEngine(url, store)
+        outcome = TrialExecutor(engine, store, tmp_path, None).run(
+            trial, TrialPlan([], 1, 1), enough=lambda t, r: True, progress=lambda *a: None)
+    done = store.trial(trial.id)
+    port = url.rsplit(":", 1)[1]
+    assert outcome == "ok" and done.outcome == "ok"  # the measurements stand
+    assert done.detail == f"teardown left process(es) 4242 still running and port {port} still held by pid 4243"
+    assert engine.token_stored_before_start  # the launch intent reached the store before the spawn
