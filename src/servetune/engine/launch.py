@@ -12,7 +12,6 @@ import signal
 import subprocess
 import time
 import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -21,11 +20,9 @@ from typing import IO
 import psutil
 from pydantic import BaseModel
 
+from ..server_http import DIRECT as _DIRECT  # the server is on loopback: never through a proxy
 from .outcome import Outcome
 from .ports import LOOPBACK, wait_port_free
-
-# The server is on loopback: never route the health check through an HTTP(S)_PROXY.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 # psutil reports create_time rounded to clock ticks; equal processes agree far closer than this.
 _CREATE_TIME_TOLERANCE_S = 0.05
