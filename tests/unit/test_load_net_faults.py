@@ -5,18 +5,24 @@ client (run_scenario), then whole trials through TrialExecutor with a stand-in v
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import psutil
 import pytest
+from click.testing import Result
 from pydantic import ValidationError
+from typer.testing import CliRunner
 
+from servetune.cli import app
 from servetune.engine.config import Config, render_flags
 from servetune.engine.launch import group_members
 from servetune.engine.outcome import Outcome
 from servetune.engine.ports import free_port
 from servetune.engine.vllm import VllmEngine
+from servetune.errors import ServetuneError
 from servetune.load.bench import run_scenario
 from servetune.load.records import RequestRecord
 from servetune.load.scenario import Scenario
@@ -170,3 +176,49 @@ def test_failing_servers_end_their_trials_with_an_outcome_and_the_study_goes_on(
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_direct_requests_ignore_proxy_variables_set_before_servetune_starts(tmp_path: Path) -> None:
+    # A proxy in the environment from the start (as a user's shell has it), not only after import.
+    probe = "import sys; from servetune import server_http as h; print(h.get_json(sys.argv[1], None)['data'][0]['id'])"
+    with fake_server(ttft_ms=0, itl_ms=0) as url:
+        done = subprocess.run([sys.executable, "-c", probe, url + "/v1/models"], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0 and done.stdout.strip() == "fake-model", done.stderr
+
+
+# --- servetune bench -------------------------------------------------------------------------
+
+def _bench(url: str, out: Path, *extra: str) -> Result:
+    return CliRunner().invoke(app, ["bench", "--url", url, "--scenario", "single-decode", "--input-len", "6",
+                                    "--output-len", "6", "--num-prompts", "2", "--warmups", "0",
+                                    "--out", str(out), *extra])
+
+
+@pytest.mark.timeout(120)
+def test_bench_takes_the_key_from_the_named_variable_and_prints_it_nowhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVER_KEY", KEY)
+    with fake_server(ttft_ms=0, itl_ms=0, api_key=KEY) as url:
+        done = _bench(url, tmp_path / "r.json", "--api-key-env", "MY_SERVER_KEY")
+        monkeypatch.setenv("VLLM_API_KEY", KEY)  # the default variable, without the option
+        default = _bench(url, tmp_path / "d.json")
+    assert done.exit_code == 0 and default.exit_code == 0, done.output + default.output
+    assert KEY not in done.output + default.output
+    assert json.loads((tmp_path / "r.json").read_text())["completed"] == 2
+    for path in tmp_path.rglob("*"):
+        assert KEY not in path.read_text(), path
+
+
+def test_bench_names_a_missing_key_variable_without_running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    done = _bench("http://127.0.0.1:9", tmp_path / "r.json", "--api-key-env", "NO_SUCH_KEY_VAR")
+    assert isinstance(done.exception, ServetuneError) and "NO_SUCH_KEY_VAR" in str(done.exception)
+
+
+@pytest.mark.timeout(120)
+def test_bench_against_a_stalling_server_ends_with_a_failed_run(tmp_path: Path) -> None:
+    with fake_server(ttft_ms=0, itl_ms=0, stall_after_chunks=1) as url:
+        done = _bench(url, tmp_path / "r.json", "--stall-timeout", "0.5")
+    assert done.exit_code == 1 and "stalled" in done.output
+    assert json.loads((tmp_path / "r.json").read_text())["outcome"] == "stalled"
