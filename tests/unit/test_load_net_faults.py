@@ -222,3 +222,13 @@ def test_bench_against_a_stalling_server_ends_with_a_failed_run(tmp_path: Path) 
         done = _bench(url, tmp_path / "r.json", "--stall-timeout", "0.5")
     assert done.exit_code == 1 and "stalled" in done.output
     assert json.loads((tmp_path / "r.json").read_text())["outcome"] == "stalled"
+
+
+def test_the_client_key_is_the_one_vllm_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    engine = VllmEngine(model="m")
+    assert engine.client_api_key(Config.of({})) is None
+    assert engine.client_api_key(Config.of({}, env={"VLLM_API_KEY": "from-config"})) == "from-config"
+    monkeypatch.setenv("VLLM_API_KEY", "from-servetune")
+    assert engine.client_api_key(Config.of({})) == "from-servetune"
+    assert engine.client_api_key(Config.of({"api-key": ["first", "second"]})) == "first"  # the flag wins, as in vLLM
