@@ -205,7 +205,8 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
         try:
             served = server_http.model_ids(await server_http.aget_json(session, models_url), models_url)
         except server_http.ServerAnswerError as exc:
-            result.outcome, result.error = for_http_status(exc.status), f"server at {base_url}: {exc}"
+            state = "unreachable" if exc.status is None else "answered with an error"
+            result.outcome, result.error = for_http_status(exc.status), f"server at {base_url} {state}: {exc}"
             return result
         model = model or served[0]
         tok, tok_source = _pick_tokenizer(session, base_url, model, tokenizer_dir)
