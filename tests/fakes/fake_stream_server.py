@@ -8,6 +8,12 @@ The perf_counter_ns of every chunk it writes (taken just before the write) is lo
 prompt (GET /fake/log), which is the truth a client on the same host is compared to
 (perf_counter is CLOCK_MONOTONIC, shared by all processes of a Linux host).
 
+Faults, for the client's failure handling: `--stall-after-chunks N` stops every stream after N
+chunks and holds the connection open; `--api-key KEY` (or VLLM_API_KEY) answers 401 to any request but
+/health without `Authorization: Bearer KEY` (stricter than vLLM, which guards only /v1, so that a test
+sees every request carry it); `--models-status CODE` answers /v1/models with that error.
+GET /fake/seen counts the 401s answered and the prefix-cache resets.
+
 Run: python tests/fakes/fake_stream_server.py --port P [--ttft-ms 20 --itl-ms 10 --processes 2]
 """
 
@@ -33,14 +39,36 @@ def prompt_key(prompt: str) -> str:
 
 
 class FakeServer:
-    def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, log: bool) -> None:
+    def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, log: bool, *,
+                 stall_after_chunks: int | None = None, api_key: str | None = None, models_status: int = 200) -> None:
         self.ttft_ns, self.itl_ns = int(ttft_ms * 1e6), int(itl_ms * 1e6)
         self.k = tokens_per_chunk
         self.keep_log = log
         self.sent: dict[str, list[int]] = {}
+        self.stall_after_chunks = stall_after_chunks
+        self.api_key = api_key
+        self.models_status = models_status
+        self.seen = {"unauthorized": 0, "resets": 0}
+
+    @web.middleware
+    async def require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.api_key is not None and request.path not in ("/health", "/fake/seen"):
+            if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+                self.seen["unauthorized"] += 1
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
 
     async def models(self, _: web.Request) -> web.Response:
+        if self.models_status != 200:
+            return web.json_response({"error": {"message": "fake models failure"}}, status=self.models_status)
         return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    async def reset_prefix_cache(self, _: web.Request) -> web.Response:
+        self.seen["resets"] += 1
+        return web.Response(text="")
+
+    async def seen_counts(self, _: web.Request) -> web.Response:
+        return web.json_response(self.seen)
 
     async def health(self, _: web.Request) -> web.Response:
         return web.Response(text="")
@@ -74,6 +102,10 @@ class FakeServer:
         await resp.prepare(request)
         chunks, tail = _render(chat, n, n_prompt, self.k)
         sent: list[int] = []
+        if self.stall_after_chunks is not None:  # a server that stops sending, connection open
+            for chunk in chunks[:self.stall_after_chunks]:
+                await resp.write(chunk)
+            await asyncio.sleep(3600)
         if self.ttft_ns == 0 and self.itl_ns == 0 and "BREAK" not in prompt:
             # Fastest mode: the whole stream in one write (many SSE events per read, as a
             # client sees from a server that generates faster than it reads).
@@ -126,10 +158,13 @@ def _event(kind: str, choice: dict[str, Any] | None, n_prompt: int, n_done: int)
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, log: bool = True) -> web.Application:
-    fake = FakeServer(ttft_ms, itl_ms, tokens_per_chunk, log)
-    app = web.Application()
+def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, log: bool = True,
+             **faults: Any) -> web.Application:
+    """`faults`: FakeServer's keyword options (stall_after_chunks, api_key, models_status)."""
+    fake = FakeServer(ttft_ms, itl_ms, tokens_per_chunk, log, **faults)
+    app = web.Application(middlewares=[fake.require_key])
     app.add_routes([
+        web.post("/reset_prefix_cache", fake.reset_prefix_cache), web.get("/fake/seen", fake.seen_counts),
         web.get("/v1/models", fake.models), web.get("/health", fake.health), web.get("/metrics", fake.metrics),
         web.get("/fake/log", fake.log), web.post("/tokenize", fake.tokenize), web.post("/detokenize", fake.detokenize),
         web.post("/v1/completions", fake.complete), web.post("/v1/chat/completions", fake.complete),
@@ -138,7 +173,9 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, log: bool
 
 
 def _serve(args: argparse.Namespace) -> None:
-    web.run_app(make_app(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, not args.no_log),
+    web.run_app(make_app(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, not args.no_log,
+                         stall_after_chunks=args.stall_after_chunks, api_key=args.api_key,
+                         models_status=args.models_status),
                 host="127.0.0.1", port=args.port, reuse_port=args.processes > 1, print=None,
                 access_log=None, backlog=4096)
 
@@ -151,6 +188,10 @@ def main() -> None:
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     p.add_argument("--processes", type=int, default=1, help="server processes sharing the port (SO_REUSEPORT)")
     p.add_argument("--no-log", action="store_true", help="keep no send log (long benchmark runs)")
+    p.add_argument("--stall-after-chunks", type=int, default=None, help="stop every stream after N chunks")
+    p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY") or None,
+                   help="answer 401 without this bearer token (all but /health); default: VLLM_API_KEY, as vLLM")
+    p.add_argument("--models-status", type=int, default=200, help="HTTP status of /v1/models")
     args = p.parse_args()
     if args.processes > 1:
         procs = [mp.Process(target=_serve, args=(args,)) for _ in range(args.processes)]

@@ -7,32 +7,40 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from servetune.engine.ports import free_port
+from servetune.server_http import DIRECT
 
 SCRIPT = Path(__file__).with_name("fake_stream_server.py")
 
 
 @contextmanager
 def fake_server(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, processes: int = 1,
-                log: bool = True) -> Iterator[str]:
-    """Yields the base URL of a running fake server; stops exactly the processes it started."""
+                log: bool = True, *, stall_after_chunks: int | None = None, api_key: str | None = None,
+                models_status: int = 200) -> Iterator[str]:
+    """Yields the base URL of a running fake server; stops exactly the processes it started.
+    The keyword options switch on the fake's faults (see fake_stream_server.py)."""
     port = free_port()
     argv = [sys.executable, str(SCRIPT), "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
-            "--tokens-per-chunk", str(tokens_per_chunk), "--processes", str(processes)]
+            "--tokens-per-chunk", str(tokens_per_chunk), "--processes", str(processes),
+            "--models-status", str(models_status)]
     if not log:
         argv.append("--no-log")
-    proc = subprocess.Popen(argv, start_new_session=True)
+    if stall_after_chunks is not None:
+        argv += ["--stall-after-chunks", str(stall_after_chunks)]
+    if api_key is not None:
+        argv += ["--api-key", api_key]
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}  # the key is api_key's alone
+    proc = subprocess.Popen(argv, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                urllib.request.urlopen(url + "/health", timeout=1).read()
+                DIRECT.open(url + "/health", timeout=1).read()  # direct: a test may set a dead proxy
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:

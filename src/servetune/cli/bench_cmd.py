@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from pathlib import Path
@@ -48,6 +49,22 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     if not values or any(not 0 < p <= 100 for p in values):
         raise ServetuneError(f"--percentiles {text!r}: each must be in (0, 100]")
     return values
+
+
+# Where the client's key comes from when no --api-key-env is given: vLLM's own variable, then
+# the OpenAI clients' (what servetune read before --api-key-env existed).
+DEFAULT_KEY_VARIABLES = ("VLLM_API_KEY", "OPENAI_API_KEY")
+
+
+def api_key_from_env(name: str | None) -> str | None:
+    """The value of environment variable `name` (None: the first of DEFAULT_KEY_VARIABLES
+    that is set). The key is only ever passed to the client; messages name the variable."""
+    if name is None:
+        return next((os.environ[n] for n in DEFAULT_KEY_VARIABLES if os.environ.get(n)), None)
+    key = os.environ.get(name)
+    if not key:
+        raise ServetuneError(f"--api-key-env {name}: no variable {name!r} (or an empty one) in the environment")
+    return key
 
 
 def build_scenario(name: str, **overrides: Any) -> Scenario:
@@ -129,6 +146,9 @@ def register(app: typer.Typer) -> None:
         slo: list[str] = typer.Option([], "--slo", help="goodput SLO NAME=MS (ttft, tpot, e2el); repeatable"),
         percentiles: str = typer.Option("50,90,95,99", "--percentiles"),
         workers: int = typer.Option(1, "--workers", min=1, help="client processes"),
+        stall_timeout: float | None = typer.Option(None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
+        run_timeout: float | None = typer.Option(None, "--run-timeout", help="seconds the whole run may take (default: from the scenario)"),
+        api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the server's API key (default: VLLM_API_KEY, else OPENAI_API_KEY, when set)"),
     ) -> None:
         """Measure one scenario; prints a summary and writes vllm-bench-compatible JSON."""
         if (url is None) == (serve is None):
@@ -139,13 +159,15 @@ def register(app: typer.Typer) -> None:
         pcts = parse_percentiles(percentiles)
         sc = build_scenario(scenario, input_len=input_len, output_len=output_len, concurrency=concurrency,
                             rate=rate, burstiness=burstiness, num_prompts=num_prompts, duration_s=duration,
-                            warmups=warmups, seed=seed, endpoint=endpoint)
+                            warmups=warmups, seed=seed, endpoint=endpoint, stall_timeout_s=stall_timeout,
+                            run_timeout_s=run_timeout)
+        api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
         run_id = out.name.removesuffix(".json")
         if serve is not None:
-            result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer)
+            result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer, api_key)
         else:
             assert url is not None
-            result = _bench(url, model, sc, tokenizer, out.parent, run_id, slo_ms, pcts, workers)
+            result = _bench(url, model, sc, tokenizer, out.parent, run_id, slo_ms, pcts, workers, api_key)
         console.print(summary_table(result, pcts))
         console.print(totals_table(result))
         if result.client_health.get("reasons"):
@@ -158,7 +180,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, out_dir: Path, run_id: str,
-           slo: dict[str, float], pcts: tuple[float, ...], workers: int) -> RunResult:
+           slo: dict[str, float], pcts: tuple[float, ...], workers: int, api_key: str | None) -> RunResult:
     total = len(sc.sweep_input_lens) if sc.sweep_input_lens else (sc.num_prompts or 0)
     with Progress(TextColumn(f"[bold]{sc.name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
@@ -168,11 +190,13 @@ def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, ou
             bar.update(task, completed=done, total=n)
 
         return run_scenario(url, model, sc, tokenizer_dir=tokenizer, out_dir=out_dir, run_id=run_id, slo=slo or None,
-                            percentiles=pcts, progress=progress, workers=workers)
+                            percentiles=pcts, progress=progress, workers=workers, api_key=api_key)
 
 
 def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Path, run_id: str,
-                  slo: dict[str, float], pcts: tuple[float, ...], workers: int, tokenizer: Path | None) -> RunResult:
+                  slo: dict[str, float], pcts: tuple[float, ...], workers: int, tokenizer: Path | None,
+                  api_key: str | None) -> RunResult:
+    """`api_key`: from --api-key-env; None: the key the launched server itself uses, if any."""
     from ..engine.config import Config
     from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
     from .serve_cmd import flags_from_argv
@@ -182,14 +206,17 @@ def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Pat
     flags = flags_from_argv([a for arg in serve_args for a in shlex.split(arg)])
     log_dir = out.parent / "logs"
     engine = VllmEngine(DEFAULT_COMMAND, model=str(model_dir), startup_timeout_s=900, log_dir=log_dir)
+    config = Config.of(flags)
+    api_key = api_key or engine.client_api_key(config)
     console.print(f"starting vLLM on {model_dir} ...")
     t0 = time.monotonic()
-    started = engine.start(Config.of(flags), log_dir / f"{run_id}.server.log")
+    started = engine.start(config, log_dir / f"{run_id}.server.log")
     if not started.ok or started.server is None:
         raise ServetuneError(f"the server did not start: {started.outcome.value}: {started.detail}")
     console.print(f"server up at {started.server.url} after {time.monotonic() - t0:.0f} s")
     try:
-        return _bench(started.server.url, None, sc, tokenizer or model_dir, out.parent, run_id, slo, pcts, workers)
+        return _bench(started.server.url, None, sc, tokenizer or model_dir, out.parent, run_id, slo, pcts, workers,
+                      api_key)
     finally:
         engine.stop(started.server)
 

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -28,12 +27,10 @@ from typing import IO
 import psutil
 from pydantic import BaseModel
 
+from ..server_http import DIRECT as _DIRECT  # the server is on loopback: never through a proxy
 from .outcome import Outcome
 from .ports import LOOPBACK, listening_pids, wait_port_free
 from .uninterruptible import signals_deferred
-
-# The server is on loopback: never route the health check through an HTTP(S)_PROXY.
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 # psutil reports create_time rounded to clock ticks; equal processes agree far closer than this.
 _CREATE_TIME_TOLERANCE_S = 0.05

@@ -81,6 +81,17 @@ class VllmEngine:
     def environment(self, config: Config) -> dict[str, str]:
         return {**os.environ, **config.env}
 
+    def client_api_key(self, config: Config) -> str | None:
+        """The key the server started with `config` wants on its /v1 requests, as vLLM picks
+        it: the `--api-key` flag (the first of several), else `VLLM_API_KEY` in its environment.
+        Read when needed and passed to the client only: never stored."""
+        flag = next((v for k, v in config.flags.items() if normalize_flag_name(k) == "api-key"), None)
+        if isinstance(flag, list):
+            flag = flag[0] if flag else None
+        if flag:
+            return str(flag)
+        return self.environment(config).get("VLLM_API_KEY") or None
+
     def served_model_name(self, config: Config) -> str:
         name = config.flags.get("served-model-name")
         if isinstance(name, list) and name:

@@ -16,6 +16,7 @@ import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from ..engine.outcome import Outcome
+from .. import server_http
+from ..engine.outcome import Outcome, for_http_status
 from ..errors import ServetuneError
 from . import arrivals, client, health, metrics
 from .dataset import RequestSpec, request_specs
@@ -35,17 +37,15 @@ from .scrape import Scraper
 Progress = Callable[[int, int], None]
 _START_LEAD_NS = 50_000_000          # schedule origin this far ahead, so worker 0 is not late
 _MAX_DURATION_PROMPTS = 100_000
+_API_TIMEOUT = aiohttp.ClientTimeout(total=120)
+# The measured phase ends itself at the run's deadline (client.drive); this much later the
+# whole run is given up, wherever it is (a hung /tokenize while preparing prompts).
+_BACKSTOP_GRACE_S = 30.0
 
 
-async def _server_model(session: aiohttp.ClientSession, base_url: str) -> list[str]:
-    async with session.get(base_url + "/v1/models") as resp:
-        resp.raise_for_status()
-        return [m["id"] for m in (await resp.json())["data"]]
-
-
-async def _alive(base_url: str) -> bool:
+async def _alive(base_url: str, api_key: str | None) -> bool:
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+        async with server_http.session(api_key, aiohttp.ClientTimeout(total=10)) as s:
             async with s.get(base_url + "/health") as resp:
                 return resp.status == 200
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
@@ -76,15 +76,29 @@ async def _make_jobs(factory: PromptFactory, scenario: Scenario, model: str, spe
     return jobs
 
 
-def _worker(args: tuple[str, list[client.Job], int | None, int, int | None]) -> client.DriveResult:
-    url, jobs, concurrency, start_ns, deadline_ns = args
+@dataclass(frozen=True)
+class _Limits:
+    """What bounds a Run, passed to every client process: the server's key rides along here
+    (in memory and through the worker pipe, never into a file)."""
+
+    api_key: str | None
+    stall_timeout_s: float
+    end_by_ns: int  # perf_counter_ns: the run's deadline
+
+
+def _worker(args: tuple[str, list[client.Job], int | None, int, int | None, _Limits]) -> client.DriveResult:
+    url, jobs, concurrency, start_ns, deadline_ns, limits = args
 
     def tick() -> None:
         with _COUNTER.get_lock():  # type: ignore[union-attr]
             _COUNTER.value += 1  # type: ignore[union-attr]
 
     return client.run(client.drive(url, jobs, concurrency=concurrency, start_ns=start_ns,
-                                    deadline_ns=deadline_ns, on_done=tick))
+                                    deadline_ns=deadline_ns, on_done=tick, **_drive_limits(limits)))
+
+
+def _drive_limits(limits: _Limits) -> dict[str, Any]:
+    return {"end_by_ns": limits.end_by_ns, "api_key": limits.api_key, "stall_timeout_s": limits.stall_timeout_s}
 
 
 _COUNTER: Any = None
@@ -102,7 +116,8 @@ def _split(total: int | None, parts: int) -> list[int | None]:
 
 
 async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, workers: int,
-                   deadline_s: float | None, progress: Progress | None) -> tuple[list[client.DriveResult], int]:
+                   deadline_s: float | None, progress: Progress | None,
+                   limits: _Limits) -> tuple[list[client.DriveResult], int]:
     total = len(jobs)
     # Each worker sends a fixed share of the jobs (every workers-th) with its share of the
     # concurrency: a closed loop becomes `workers` independent closed loops of the same total.
@@ -119,7 +134,7 @@ async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, wo
         start_ns = time.perf_counter_ns() + _START_LEAD_NS
         deadline = start_ns + int(deadline_s * 1e9) if deadline_s else None
         res = await client.drive(url, jobs, concurrency=concurrency, start_ns=start_ns,
-                                 deadline_ns=deadline, on_done=on_done)
+                                 deadline_ns=deadline, on_done=on_done, **_drive_limits(limits))
         return [res], start_ns
     ctx = mp.get_context("spawn")
     counter = ctx.Value("i", 0)
@@ -130,7 +145,7 @@ async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, wo
         start_ns = time.perf_counter_ns() + 4 * _START_LEAD_NS
         deadline = start_ns + int(deadline_s * 1e9) if deadline_s else None
         caps = _split(concurrency, workers)
-        futs = [loop.run_in_executor(pool, _worker, (url, jobs[w::workers], caps[w], start_ns, deadline))
+        futs = [loop.run_in_executor(pool, _worker, (url, jobs[w::workers], caps[w], start_ns, deadline, limits))
                 for w in range(workers)]
         gathered = asyncio.gather(*futs)
         while not gathered.done():
@@ -159,18 +174,39 @@ async def arun_scenario(
     percentiles: tuple[float, ...] | list[float] = (50, 90, 95, 99),
     progress: Progress | None = None,
     workers: int = 1,
+    api_key: str | None = None,
 ) -> RunResult:
     """The async core of `run_scenario`."""
     base_url = base_url.rstrip("/")
     bad = [k for k in (slo or {}) if k not in metrics.SLO_NAMES]
     if bad:
         raise ServetuneError(f"unknown SLO name(s) {bad}; known: {', '.join(metrics.SLO_NAMES)}")
+    run_timeout_s = scenario.effective_run_timeout_s
+    limits = _Limits(api_key, scenario.effective_stall_timeout_s,
+                     time.perf_counter_ns() + int(run_timeout_s * 1e9))
+    try:
+        return await asyncio.wait_for(
+            _run(base_url, model, scenario, tokenizer_dir, out_dir, run_id, slo, percentiles, progress, workers,
+                 limits),
+            run_timeout_s + _BACKSTOP_GRACE_S)
+    except asyncio.TimeoutError:
+        return RunResult(scenario=scenario.name, outcome=Outcome.run_timeout,
+                         error=f"the run passed its deadline of {run_timeout_s:.0f} s (run_timeout_s) "
+                               f"before its measured phase ended")
+
+
+async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_dir: Path | None,
+               out_dir: Path | None, run_id: str, slo: dict[str, float] | None,
+               percentiles: tuple[float, ...] | list[float], progress: Progress | None, workers: int,
+               limits: _Limits) -> RunResult:
     result = RunResult(scenario=scenario.name)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+    async with server_http.session(limits.api_key, _API_TIMEOUT) as session:
+        models_url = base_url + "/v1/models"
         try:
-            served = await _server_model(session, base_url)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, KeyError, ValueError) as exc:
-            result.outcome, result.error = Outcome.crashed, f"server at {base_url} unreachable: {exc}"
+            served = server_http.model_ids(await server_http.aget_json(session, models_url), models_url)
+        except server_http.ServerAnswerError as exc:
+            state = "unreachable" if exc.status is None else "answered with an error"
+            result.outcome, result.error = for_http_status(exc.status), f"server at {base_url} {state}: {exc}"
             return result
         model = model or served[0]
         tok, tok_source = _pick_tokenizer(session, base_url, model, tokenizer_dir)
@@ -189,31 +225,36 @@ async def arun_scenario(
                 warm_specs = request_specs(scenario, n_warm, np.random.default_rng(scenario.seed + 1))
                 specs = request_specs(scenario, scenario.num_prompts or 0, rng)
             warm_jobs = await _make_jobs(factory, scenario, model, warm_specs, rng, -n_warm, True, info)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            result.outcome, result.error = Outcome.crashed, f"tokenizing through {base_url} failed: {exc}"
-            return result
+        except _TOKENIZE_ERRORS as exc:
+            return _tokenizing_failed(result, base_url, exc)
         if scenario.endpoint == "chat":
             info.chat_overhead = await factory.chat_overhead()
 
     url = base_url + client.endpoint_path(scenario.endpoint)
     warm = await client.drive(url, warm_jobs, concurrency=scenario.concurrency or max(n_warm, 1),
-                              start_ns=time.perf_counter_ns()) if warm_jobs else None
+                              start_ns=time.perf_counter_ns(), **_drive_limits(limits)) if warm_jobs else None
+    if warm is not None and (warm.timed_out or warm.stalled):
+        return _ended_early(result, [warm], limits, base_url, "warmup")
 
     if not specs:  # duration only: size the prompt pool from the warmups' pace
         specs = request_specs(scenario, _duration_pool(scenario, warm), rng)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+    async with server_http.session(limits.api_key, _API_TIMEOUT) as session:
         if isinstance(tok, RemoteTokenizer):
             tok = RemoteTokenizer(session, base_url, model)
             factory.tok = tok
-        jobs = await _make_jobs(factory, scenario, model, specs, rng, 0, False, info)
+        try:
+            jobs = await _make_jobs(factory, scenario, model, specs, rng, 0, False, info)
+        except _TOKENIZE_ERRORS as exc:
+            return _tokenizing_failed(result, base_url, exc)
     run_plan = arrivals.plan(scenario, len(jobs), rng)
     if run_plan.offsets is not None:
         for job, off in zip(jobs, run_plan.offsets):
             job.offset_ns = int(off * 1e9)
 
-    scraper = Scraper(base_url)
+    scraper = Scraper(base_url, limits.api_key)
     await scraper.before()
-    parts, start_ns = await _measure(url, jobs, run_plan.concurrency, workers, scenario.duration_s, progress)
+    parts, start_ns = await _measure(url, jobs, run_plan.concurrency, workers, scenario.duration_s, progress,
+                                     limits)
     await scraper.after()
 
     records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
@@ -233,13 +274,43 @@ async def arun_scenario(
         last_dispatch_ns=max(lasts, default=None), cap_waits=sum(p.cap_waits for p in parts), workers=len(parts))
     if result.client_health["client_bound"]:
         result.outcome = Outcome.client_bound
-    if summary["completed"] == 0 or summary["failed"]:
-        if not await _alive(base_url):
+    if any(p.timed_out or p.stalled for p in parts):
+        _ended_early(result, parts, limits, base_url, "measured phase")
+    elif summary["completed"] == 0 or summary["failed"]:
+        if not await _alive(base_url, limits.api_key):
             result.outcome, result.error = Outcome.crashed, f"server at {base_url} stopped answering during the run"
         elif summary["completed"] == 0:
             result.error = f"all {len(records)} requests failed: {summary['errors'][:1]}"
     if out_dir is not None:
         _write(out_dir, run_id, result, scenario, model, records, (warm.records if warm else []), run_plan)
+    return result
+
+
+# /tokenize failing while prompts are made: RemoteTokenizer raises ServetuneError for an error status
+_TOKENIZE_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError, ServetuneError)
+
+
+def _tokenizing_failed(result: RunResult, base_url: str, exc: Exception) -> RunResult:
+    result.outcome = Outcome.bad_response if isinstance(exc, ServetuneError) else Outcome.crashed
+    result.error = f"tokenizing through {base_url} failed: {exc}"
+    return result
+
+
+def _ended_early(result: RunResult, parts: list[client.DriveResult], limits: _Limits, base_url: str,
+                 phase: str) -> RunResult:
+    """A run the client ended: the deadline passed (in-flight requests cancelled), or streams
+    stalled. The server did not crash (its connections stayed open); it stopped serving."""
+    sent = sum(len(p.records) for p in parts)
+    stalled = sum(p.stalled for p in parts)
+    if any(p.timed_out for p in parts):
+        cancelled = sum(1 for p in parts for r in p.records if (r.error or "").startswith(client.RUN_TIMEOUT))
+        result.outcome = Outcome.run_timeout
+        result.error = (f"{phase}: the run's deadline (run_timeout_s) passed with {cancelled} of {sent} "
+                        f"requests in flight, cancelled; server at {base_url}")
+    else:
+        result.outcome = Outcome.stalled
+        result.error = (f"{phase}: {stalled} of {sent} requests stalled (no data for "
+                        f"{limits.stall_timeout_s:g} s, stall_timeout_s); server at {base_url}")
     return result
 
 
@@ -295,6 +366,7 @@ def run_scenario(
     percentiles: tuple[float, ...] | list[float] = (50, 90, 95, 99),
     progress: Progress | None = None,
     workers: int = 1,
+    api_key: str | None = None,
 ) -> RunResult:
     """Measure `scenario` once against the server at `base_url` (sync wrapper).
 
@@ -302,7 +374,10 @@ def run_scenario(
     directory with tokenizer.json (None: the server's /tokenize). `out_dir`: where
     `<run_id>.json` (vllm-bench fields + extras) and `<run_id>.requests.jsonl` go.
     `workers`: client processes for the measured phase (more when one core cannot keep up).
+    `api_key`: sent as a bearer token with every request (never written anywhere).
+    A stream silent for the scenario's stall timeout fails as `stalled`; a run past its
+    deadline is ended as `run_timeout` (see Scenario.effective_*_timeout_s).
     """
     return client.run(arun_scenario(
         base_url, model, scenario, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id, slo=slo,
-        percentiles=percentiles, progress=progress, workers=workers))
+        percentiles=percentiles, progress=progress, workers=workers, api_key=api_key))

@@ -14,7 +14,6 @@ import asyncio
 import functools
 import json
 import math
-import os
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Coroutine
@@ -27,6 +26,7 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.streams import StreamReader
 from yarl import URL
 
+from .. import server_http
 from .records import RequestRecord
 
 # A response is read once, at its end (see _StampingHandler), so the body buffer must hold a
@@ -35,6 +35,10 @@ READ_BUFSIZE = 1 << 28
 T = TypeVar("T")
 LAG_TICK_S = 0.01
 PREWARM_UNCAPPED = 64  # connections opened ahead of an open loop without a concurrency cap
+# Error classes of requests the client ended itself, named as the run outcomes they lead to.
+STALLED = "stalled"
+RUN_TIMEOUT = "run_timeout"
+_JSON = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -58,6 +62,7 @@ class Raw:
     read_ends: list[int] = field(default_factory=list)  # or: the body's length after each read
     status: int = 0
     error: str | None = None
+    cancelled: bool = False  # still in flight when the run was ended
 
 
 @dataclass
@@ -69,6 +74,8 @@ class DriveResult:
     first_dispatch_ns: int | None
     last_dispatch_ns: int | None
     cpu_busy: float                    # this process's CPU seconds / wall seconds
+    stalled: int = 0                   # requests that got no data for the stall timeout
+    timed_out: bool = False            # the run's deadline passed; what was in flight was cancelled
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -101,14 +108,6 @@ def request_body(endpoint: str, model: str, prompt: str, max_tokens: int, ignore
 
 def endpoint_path(endpoint: str) -> str:
     return "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
-
-
-def headers() -> dict[str, str]:
-    h = {"Content-Type": "application/json"}
-    key = os.environ.get("OPENAI_API_KEY")
-    if key:
-        h["Authorization"] = f"Bearer {key}"
-    return h
 
 
 class _StampingHandler(ResponseHandler):
@@ -146,17 +145,18 @@ class _StampingHandler(ResponseHandler):
         return (self._times, self._sizes) if body is self._marked else ([], [])
 
 
-def make_session(concurrency: int) -> aiohttp.ClientSession:
+def make_session(concurrency: int, api_key: str | None = None,
+                 stall_timeout_s: float | None = None) -> aiohttp.ClientSession:
+    """The streaming session: `stall_timeout_s` bounds every wait for the next read of a
+    response (headers included); the run's deadline (`drive`) bounds the whole."""
     # limit 0 = unbounded; otherwise the pool never makes a request wait for a connection.
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60, force_close=False)
     # aiohttp has no public hook for the protocol class; without one `send` stamps in the task.
     if hasattr(connector, "_factory"):
         connector._factory = functools.partial(_StampingHandler, loop=asyncio.get_running_loop())
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=6 * 3600, sock_connect=30),
-        read_bufsize=READ_BUFSIZE,
-        auto_decompress=False,
+    return server_http.session(
+        api_key, aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=stall_timeout_s),
+        connector=connector, read_bufsize=READ_BUFSIZE, auto_decompress=False,
     )
 
 
@@ -177,7 +177,8 @@ async def prewarm(session: aiohttp.ClientSession, url: str, n: int) -> None:
 
 async def send(session: aiohttp.ClientSession, url: str, body: bytes, hdrs: dict[str, str], rec: RequestRecord,
                raw: Raw) -> None:
-    """Stream one response into `raw`; stamps dispatch and end on `rec`."""
+    """Stream one response into `raw`; stamps dispatch and end on `rec`. A read that waits
+    longer than the session's `sock_read` ends the request as stalled."""
     times, chunks = raw.times, raw.chunks
     clock = time.perf_counter_ns
     rec.dispatch_ns = clock()
@@ -209,8 +210,13 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, hdrs: dict
                     break
                 times.append(clock())
                 chunks.append(data)
+    except aiohttp.SocketTimeoutError:
+        raw.error = f"{STALLED}: no data for {session.timeout.sock_read:g} s (stall_timeout_s)"
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         raw.error = f"{type(exc).__name__}: {exc}"
+    except asyncio.CancelledError:
+        raw.cancelled = True
+        raise
     finally:
         rec.end_ns = clock()
 
@@ -218,7 +224,9 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, hdrs: dict
 def parse_stream(rec: RequestRecord, raw: Raw) -> RequestRecord:
     """Fill token times and counts from the raw SSE bytes (after the run)."""
     rec.error = raw.error
-    if raw.error is not None:
+    if raw.cancelled and rec.error is None:
+        rec.error = f"{RUN_TIMEOUT}: cancelled when the run's deadline passed (run_timeout_s)"
+    if rec.error is not None:
         return rec
     data = b"".join(raw.chunks)
     ends = raw.read_ends or list(accumulate(len(c) for c in raw.chunks))
@@ -303,21 +311,26 @@ async def drive(
     concurrency: int | None,
     start_ns: int,
     deadline_ns: int | None = None,
+    end_by_ns: int | None = None,
     on_done: Callable[[], None] | None = None,
     session: aiohttp.ClientSession | None = None,
+    api_key: str | None = None,
+    stall_timeout_s: float | None = None,
 ) -> DriveResult:
     """Send `jobs` (closed loop when their offsets are None) and return parsed records.
 
     `start_ns` is the schedule's origin (perf_counter_ns, system-wide on Linux, so worker
-    processes share it); no request starts after `deadline_ns`.
+    processes share it); no request starts after `deadline_ns`; at `end_by_ns` (the run's
+    deadline) requests in flight are cancelled and recorded as failed. `api_key` and
+    `stall_timeout_s` configure the session made here (none is passed).
     """
     import psutil
 
     own_session = session is None
-    sess = session or make_session(concurrency or len(jobs))
+    sess = session or make_session(concurrency or len(jobs), api_key, stall_timeout_s)
     if own_session and jobs:
         await prewarm(sess, url, min(concurrency or PREWARM_UNCAPPED, len(jobs)))
-    hdrs = headers()
+    hdrs = _JSON
     pairs: list[tuple[RequestRecord, Raw]] = []
     delays: list[int] = []
     cap_waits = 0
@@ -363,24 +376,32 @@ async def drive(
         if on_done:
             on_done()
 
+    async def send_all() -> None:
+        if jobs and jobs[0].offset_ns is None:
+            await asyncio.sleep(max(start_ns - clock(), 0) / 1e9)
+            it = iter(jobs)
+            await asyncio.gather(*(closed_slot(it) for _ in range(min(concurrency or 1, len(jobs)))))
+        else:
+            sem = asyncio.Semaphore(concurrency) if concurrency else None
+            tasks = []
+            for job in jobs:
+                target = start_ns + (job.offset_ns or 0)
+                # Loop: timers may fire up to a clock tick early, and no request leaves early.
+                while (wait := target - clock()) > 0:
+                    await asyncio.sleep(wait / 1e9)
+                if deadline_ns is not None and clock() > deadline_ns:
+                    break
+                tasks.append(asyncio.create_task(open_one(job, target, sem)))
+            await asyncio.gather(*tasks)
+
+    timed_out = False
     try:
         with _LagMonitor() as lag:
-            if jobs and jobs[0].offset_ns is None:
-                await asyncio.sleep(max(start_ns - clock(), 0) / 1e9)
-                it = iter(jobs)
-                await asyncio.gather(*(closed_slot(it) for _ in range(min(concurrency or 1, len(jobs)))))
-            else:
-                sem = asyncio.Semaphore(concurrency) if concurrency else None
-                tasks = []
-                for job in jobs:
-                    target = start_ns + (job.offset_ns or 0)
-                    # Loop: timers may fire up to a clock tick early, and no request leaves early.
-                    while (wait := target - clock()) > 0:
-                        await asyncio.sleep(wait / 1e9)
-                    if deadline_ns is not None and clock() > deadline_ns:
-                        break
-                    tasks.append(asyncio.create_task(open_one(job, target, sem)))
-                await asyncio.gather(*tasks)
+            try:
+                # wait_for cancels what is in flight (gather passes the cancel on to each send)
+                await asyncio.wait_for(send_all(), None if end_by_ns is None else max(end_by_ns - clock(), 0) / 1e9)
+            except asyncio.TimeoutError:
+                timed_out = True
     finally:
         if own_session:
             await sess.close()
@@ -392,4 +413,5 @@ async def drive(
         records=records, schedule_delay_ns=delays, loop_lag_ns=lag.samples, cap_waits=cap_waits,
         first_dispatch_ns=min(dispatches, default=None), last_dispatch_ns=max(dispatches, default=None),
         cpu_busy=busy if math.isfinite(busy) else 0.0,
+        stalled=sum(1 for r in records if (r.error or "").startswith(STALLED)), timed_out=timed_out,
     )

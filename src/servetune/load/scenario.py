@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -72,6 +73,10 @@ class Scenario(BaseModel):
     dataset: Path | None = Field(default=None, description="JSONL of {prompt} or {input_len, output_len}")
     # One request per prompt size, in order (the prefill sweep).
     sweep_input_lens: list[int] | None = None
+    # A stream that sends nothing for stall_timeout_s is a failed request ("stalled"); a run
+    # still going after run_timeout_s is ended. Default: derived from the traffic (below).
+    stall_timeout_s: float | None = Field(default=None, gt=0)
+    run_timeout_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
@@ -86,6 +91,58 @@ class Scenario(BaseModel):
         if self.warmups is not None:
             return self.warmups
         return max(self.concurrency or 1, 1)
+
+    @property
+    def effective_stall_timeout_s(self) -> float:
+        """The longest silence of a healthy server is the wait for a first token: queueing plus
+        the prefill of the longest prompt, at a pessimistic pace (a large model on a CPU)."""
+        if self.stall_timeout_s is not None:
+            return self.stall_timeout_s
+        return _STALL_BASE_S + self._upper_lens()[0] / _PREFILL_FLOOR_TOK_S
+
+    @property
+    def effective_run_timeout_s(self) -> float:
+        """A bound a healthy run does not reach: every request (warmups included) in waves of
+        `concurrency` slots, each prefilled and decoded at the floor pace, after the arrivals."""
+        if self.run_timeout_s is not None:
+            return self.run_timeout_s
+        n = self.effective_warmups + (len(self.sweep_input_lens) if self.sweep_input_lens else self.num_prompts or 0)
+        slots = self.concurrency or _UNCAPPED_SLOTS
+        input_len, output_len = self._upper_lens()
+        per_request = input_len / _PREFILL_FLOOR_TOK_S + output_len / _DECODE_FLOOR_TOK_S
+        arrivals = n / self.rate if self.rate and math.isfinite(self.rate) else 0.0
+        waves = math.ceil(n / slots) + 1  # + 1: the requests still in flight when a duration ends
+        return _RUN_BASE_S + (self.duration_s or 0.0) + arrivals + waves * per_request
+
+    def _upper_lens(self) -> tuple[float, float]:
+        """The largest input and output lengths this scenario sends."""
+        if self.dataset is not None:
+            return _UNKNOWN_LEN, _UNKNOWN_LEN
+        inputs = max(self.sweep_input_lens) if self.sweep_input_lens else _upper(self.input_len)
+        return inputs, _upper(self.output_len)
+
+
+# Floors for the derived limits: slower than any server worth tuning, so only a broken one
+# reaches them (the stall timeout is what ends a server that stops sending); both overridable.
+_STALL_BASE_S = 300.0
+_PREFILL_FLOOR_TOK_S = 50.0
+_DECODE_FLOOR_TOK_S = 2.0
+_RUN_BASE_S = 120.0
+_UNCAPPED_SLOTS = 8          # an open loop without a cap: assume the server batches at least this many
+_UNKNOWN_LEN = 8192          # lengths read from a file, not known before the run
+
+
+def _upper(length: Length) -> float:
+    """The largest length a distribution gives (mean + 4 sd for a normal one)."""
+    if isinstance(length, int):
+        return length
+    if isinstance(length, Fixed):
+        return length.value
+    if isinstance(length, Uniform):
+        return max(length.low, length.high)
+    if isinstance(length, Normal):
+        return length.mean + 4 * length.std
+    return _UNKNOWN_LEN
 
 
 PRESETS: dict[str, Scenario] = {

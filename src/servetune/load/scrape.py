@@ -15,6 +15,8 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from .. import server_http
+
 # family name (as the parser reports it, counters without _total) -> result key
 COUNTERS = {
     "vllm:num_preemptions": "preemptions",
@@ -55,8 +57,9 @@ def parse_values(text: str, wanted: dict[str, str]) -> dict[str, float]:
 class Scraper:
     """before() / start sampling / after(); `result()` gives deltas and peaks."""
 
-    def __init__(self, base_url: str) -> None:
+    def __init__(self, base_url: str, api_key: str | None = None) -> None:
         self.url = base_url.rstrip("/") + "/metrics"
+        self._api_key = api_key
         self._session: aiohttp.ClientSession | None = None
         self._before: dict[str, float] | None = None
         self._after: dict[str, float] | None = None
@@ -66,7 +69,7 @@ class Scraper:
 
     async def _get(self) -> bytes | None:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+            self._session = server_http.session(self._api_key, aiohttp.ClientTimeout(total=5))
         try:
             async with self._session.get(self.url) as resp:
                 if resp.status != 200:

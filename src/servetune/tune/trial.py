@@ -6,19 +6,17 @@ flight; a resumed trial boots again and measures only what is missing.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import server_http
 from ..engine import Server
 from ..engine.launch import new_launch_token
 from ..engine.classify import tail
 from ..engine.config import Config
-from ..engine.outcome import Outcome
+from ..engine.outcome import Outcome, for_http_status
 from ..load.bench import run_scenario
 from ..load.records import RunResult
 from ..load.scenario import Scenario
@@ -27,6 +25,10 @@ from ..store import StudyStore, TrialRow
 # A client-bound run (the load generator, not the server, was the bottleneck) is measured again
 # up to this many times in all before the replicate is given up.
 MAX_ATTEMPTS = 3
+
+# Run outcomes that say the server stopped serving: the trial ends with them (evidence kept).
+ENDS_TRIAL = frozenset({Outcome.crashed, Outcome.stalled, Outcome.run_timeout, Outcome.unauthorized,
+                        Outcome.bad_response})
 
 # (trial, scenario name, replicate, done requests, total requests); None scenario = booting
 ProgressFn = Callable[[TrialRow, str | None, int, int, int], None]
@@ -65,8 +67,8 @@ class TrialExecutor:
         # Stored before the spawn: a kill before on_spawn leaves a server recovery finds by this token.
         token = new_launch_token()
         self.store.record_launch(trial.id, launch_token=token, log_path=stored_log)
-        started = self.engine.start(trial.config.merged(self.launch), log_path, port=self.port,
-                                    on_spawn=on_spawn, launch_token=token)
+        config = trial.config.merged(self.launch)
+        started = self.engine.start(config, log_path, port=self.port, on_spawn=on_spawn, launch_token=token)
         self.store.record_boot(
             trial.id,
             healthy_at=(time.time() if started.outcome == Outcome.ok else None),
@@ -81,7 +83,8 @@ class TrialExecutor:
 
         server = started.server
         try:
-            outcome, detail = self._measure(trial, plan, server, enough, progress)
+            api_key = self.engine.client_api_key(config)  # from the server's environment, never stored
+            outcome, detail = self._measure(trial, plan, server, api_key, enough, progress)
             if outcome == str(Outcome.crashed):
                 detail = f"{detail}: {self.engine.diagnose(server).detail}"
             detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
@@ -93,9 +96,12 @@ class TrialExecutor:
         self.store.finish_trial(trial.id, outcome, detail=detail, log_tail=log_tail)
         return outcome
 
-    def _measure(self, trial: TrialRow, plan: TrialPlan, server, enough: EnoughFn,
+    def _measure(self, trial: TrialRow, plan: TrialPlan, server, api_key: str | None, enough: EnoughFn,
                  progress: ProgressFn) -> tuple[str, str | None]:
-        model = served_model_name(server.url)
+        try:
+            model = served_model_name(server.url, api_key)
+        except server_http.ServerAnswerError as exc:
+            return str(for_http_status(exc.status)), f"asking the server for its model: {exc}"
         for replicate in range(1, plan.max_replicates + 1):
             for scenario in plan.scenarios:
                 attempts = [r for r in self.store.runs(trial.id)
@@ -105,22 +111,24 @@ class TrialExecutor:
                 for attempt in range(len(attempts) + 1, MAX_ATTEMPTS + 1):
                     if not server.is_alive():
                         return str(Outcome.crashed), f"server exited before {scenario.name} replicate {replicate}"
-                    result, started_at = self._run_once(trial, server.url, model, scenario, replicate,
+                    result, started_at = self._run_once(trial, server.url, api_key, model, scenario, replicate,
                                                         attempt, progress)
                     if not server.is_alive():
                         # Requests that died with the server are not a measurement of this config.
                         return str(Outcome.crashed), f"server died during {scenario.name} replicate {replicate}"
                     self.store.record_run(trial.id, replicate, _relative(result, self.out_dir),
                                           started_at=started_at, ended_at=time.time(), attempt=attempt)
+                    if result.outcome in ENDS_TRIAL:
+                        return str(result.outcome), f"{scenario.name} replicate {replicate}: {result.error}"
                     if result.outcome != Outcome.client_bound:
                         break  # a client-bound run is kept as evidence but measured again
             if replicate >= plan.min_replicates and enough(trial, replicate):
                 break
         return str(Outcome.ok), None
 
-    def _run_once(self, trial: TrialRow, url: str, model: str, scenario: Scenario,
+    def _run_once(self, trial: TrialRow, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn) -> tuple[RunResult, float]:
-        reset_prefix_cache(url)
+        reset_prefix_cache(url, api_key)
         started_at = time.time()
         suffix = f"-a{attempt}" if attempt > 1 else ""
         result = run_scenario(
@@ -129,6 +137,7 @@ class TrialExecutor:
             out_dir=self.out_dir / "runs",
             run_id=f"trial{trial.seq:03d}-{scenario.name}-r{replicate}{suffix}",
             progress=lambda d, t: progress(trial, scenario.name, replicate, d, t),
+            api_key=api_key,
         )
         return result, started_at
 
@@ -154,17 +163,16 @@ def _relative(result: RunResult, base: Path) -> RunResult:
         return result
 
 
-def served_model_name(url: str) -> str:
-    with urllib.request.urlopen(f"{url}/v1/models", timeout=30) as resp:
-        return json.load(resp)["data"][0]["id"]
+def served_model_name(url: str, api_key: str | None) -> str:
+    """The server's first model; ServerAnswerError when it does not say."""
+    models_url = f"{url}/v1/models"
+    return server_http.model_ids(server_http.get_json(models_url, api_key), models_url)[0]
 
 
-def reset_prefix_cache(url: str) -> bool:
+def reset_prefix_cache(url: str, api_key: str | None) -> bool:
     """Empty vLLM's prefix cache between runs (needs VLLM_SERVER_DEV_MODE=1). Without it,
     the nonce at the start of every prompt still keeps runs from hitting each other's cache."""
-    request = urllib.request.Request(f"{url}/reset_prefix_cache", method="POST", data=b"")
     try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return resp.status == 200
-    except (urllib.error.HTTPError, urllib.error.URLError):
+        return server_http.post(f"{url}/reset_prefix_cache", api_key) == 200
+    except server_http.ServerAnswerError:
         return False
