@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -96,11 +97,13 @@ class Server:
         )
 
 
-def launch(argv: list[str], env: dict[str, str], log_path: Path, port: int, host: str = LOOPBACK) -> Server:
-    """Start `argv` (no shell) in a new session, stdout+stderr into `log_path`."""
+def launch(argv: list[str], env: dict[str, str], log_path: Path, port: int, host: str = LOOPBACK,
+           redact: Callable[[str], str] = str) -> Server:
+    """Start `argv` (no shell) in a new session, stdout+stderr into `log_path`. The launch line
+    servetune writes at the top of the log goes through `redact` (secret values masked)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - owned by the Server, closed at teardown
-    log.write(f"# servetune launch: {argv!r}\n".encode())
+    log.write(redact(f"# servetune launch: {argv!r}\n").encode())
     log.flush()
     started_at = time.time()
     try:
