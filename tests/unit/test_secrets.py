@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 from report_study import OOM_LOG, build_study
+from typer.testing import CliRunner
 
+from servetune.cli import app
 from servetune.engine.config import Config
 from servetune.engine.launch import launch, terminate
 from servetune.engine.vllm import VllmEngine
@@ -178,3 +180,10 @@ def test_the_report_masks_log_tails_of_a_store_that_holds_a_secret(tmp_path: Pat
     for name in ("markdown", "html"):
         text = paths[name].read_text()
         assert "HF_TOKEN=***" in text and "hf_old_store" not in text
+
+
+def test_serve_rejects_a_hostile_env_name_in_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["serve", "--model", "m", "--log-dir", str(tmp_path), "--env", "X; id=1"])
+    assert isinstance(result.exception, ServetuneError)
+    assert str(result.exception) == "--env expects NAME=VALUE with NAME of letters, digits and _, got 'X; id=1'"
+    assert list(tmp_path.iterdir()) == []

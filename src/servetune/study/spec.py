@@ -14,8 +14,8 @@ from pydantic_core import PydanticCustomError
 
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..errors import ServetuneError
-from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
 from ..load.scenario import PRESETS, Scenario
+from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
 from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
 from .metrics import check_metric, metric_problem
@@ -128,9 +128,10 @@ def _split_secrets(data: Any) -> tuple[Any, dict[str, str]]:
     env = data.get("env")
     if isinstance(env, dict):
         for name, value in env.items():
-            # A boolean is a switch, never a credential.
-            if (is_env_name(name) and (is_secret_name(name) or name in named)
-                    and isinstance(value, (str, int, float)) and not isinstance(value, bool)):
+            if not is_env_name(name) or not isinstance(value, (str, int, float)):
+                continue
+            # A boolean is a switch, not a credential, unless the study names it secret.
+            if name in named or (is_secret_name(name) and not isinstance(value, bool)):
                 values[name] = env_text(value)
         env = {k: v for k, v in env.items() if k not in values}
     args = data.get("args")
