@@ -187,3 +187,9 @@ def test_serve_rejects_a_hostile_env_name_in_one_line(tmp_path: Path) -> None:
     assert isinstance(result.exception, ServetuneError)
     assert str(result.exception) == "--env expects NAME=VALUE with NAME of letters, digits and _, got 'X; id=1'"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_named_secret_leaves_env_whatever_its_type_a_lookalike_switch_stays() -> None:
+    text = study(env="    MINE: true\n    PROXY_AUTH: false\n").replace("  env:\n", "  secret_env: [MINE]\n  env:\n")
+    engine = parse_study(text).engine
+    assert engine.secrets.literal == {"MINE": "1"} and engine.env == {"VLLM_USE_V1": "1", "PROXY_AUTH": "0"}
