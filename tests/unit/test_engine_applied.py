@@ -107,3 +107,10 @@ def test_json_text_from_a_study_space_is_compared_as_json() -> None:
     assert check_applied(asked, boot) == []
     other = Config.of({"load-format": "dummy", "compilation-config": '{"cudagraph_mode": "FULL"}'})
     assert [m.flag for m in check_applied(other, boot)][:1] == ["compilation-config"]
+
+
+def test_secret_flags_are_not_checked_they_reach_the_server_as_variables() -> None:
+    """`api-key`/`hf-token` go to VLLM_API_KEY/HF_TOKEN, so vLLM's non-default args never show them."""
+    config = Config.of({"load-format": "dummy", "max-num-batched-tokens": 16384, "async-scheduling": False,
+                        "api-key": "sk-1234", "hf-token": "hf_1234"})
+    assert check_applied(config, facts("vllm026-gpu-moe-mbt16k-noasync.log")) == []

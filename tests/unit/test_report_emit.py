@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+import subprocess
 
+import pytest
 import yaml
 
 from servetune.engine.config import Config, render_flags
+from servetune.errors import ServetuneError
 from servetune.report.emit import Deployment, compose_yaml, k8s_yaml, serve_command, write_snippets
 
 CONFIG = Config.of(
@@ -60,3 +64,62 @@ def test_written_files(tmp_path) -> None:
     assert shlex.split(script[1]) == ["export", "NOTE=two words; $HOME"]
     assert shlex.split(script[-1])[:3] == ["exec", "vllm", "serve"]
     assert Config.model_validate_json(paths["config"].read_text()).flags == EXPECTED_FLAGS
+
+
+HOSTILE = "$(touch pwned1); `touch pwned2`; ' ; touch pwned3; '\"$HOME\nline"
+HOSTILE_DEP = Deployment.of(
+    Config.of({"served-model-name": HOSTILE, "override-generation-config": {"x": "$(touch pwned4)"},
+               "chat-template": ["a;touch pwned5", "b"]}, {"NOTE": HOSTILE}),
+    {"model": "/models/my model; touch pwned6", "secret_env": ["HF_TOKEN"]})
+
+
+def _run_serve_sh(tmp_path, env: dict[str, str]):
+    """serve.sh run by sh with a stub `vllm` that prints its argv and NOTE, NUL-separated."""
+    script = write_snippets(HOSTILE_DEP, tmp_path / "winner")["command"]
+    stub = tmp_path / "bin" / "vllm"
+    stub.parent.mkdir()
+    stub.write_text("#!/bin/sh\nprintf '%s\\0' \"$@\" \"NOTE=$NOTE\"\n")
+    stub.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(["sh", str(script)], cwd=work, capture_output=True,
+                          env={"PATH": f"{stub.parent}:/usr/bin:/bin", **env})
+    return script, work, done
+
+
+def test_serve_sh_passes_hostile_text_as_data(tmp_path) -> None:
+    script, work, done = _run_serve_sh(tmp_path, {"HF_TOKEN": "hf_caller_value"})
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert done.returncode == 0, done.stderr
+    argv = done.stdout.decode().split("\0")[:-1]
+    assert argv == ["serve", *HOSTILE_DEP.args, f"NOTE={HOSTILE}"]
+    assert argv[1] == "/models/my model; touch pwned6" and HOSTILE in argv
+    assert list(work.iterdir()) == []  # nothing ran: no pwned* file
+    assert "hf_caller_value" not in script.read_text()
+
+
+def test_serve_sh_stops_when_a_secret_is_not_in_the_environment(tmp_path) -> None:
+    _, _, done = _run_serve_sh(tmp_path, {})
+    assert done.returncode != 0 and b"set HF_TOKEN" in done.stderr and done.stdout == b""
+
+
+def test_secrets_are_emitted_by_name_and_a_secret_flag_becomes_its_variable(tmp_path) -> None:
+    config = Config.of({"max-num-seqs": 8, "api-key": "sk-from-an-old-store"}, {"VLLM_USE_V1": "1"})
+    dep = Deployment.of(config, {"model": "m", "secret_env": ["HF_TOKEN"]})
+    assert dep.secret_env == ("HF_TOKEN", "VLLM_API_KEY") and "api-key" not in dep.flags
+    paths = write_snippets(dep, tmp_path)
+    text = "".join(p.read_text() for p in paths.values()) + serve_command(dep)
+    assert "sk-from-an-old-store" not in text and "--api-key" not in text
+    compose = yaml.safe_load(paths["compose"].read_text())["services"]["vllm"]
+    assert compose["environment"] == ["VLLM_USE_V1=1", "HF_TOKEN", "VLLM_API_KEY"]
+    env = yaml.safe_load(paths["kubernetes"].read_text())["containers"][0]["env"]
+    assert env[0] == {"name": "VLLM_USE_V1", "value": "1"}
+    assert env[2] == {"name": "VLLM_API_KEY",
+                      "valueFrom": {"secretKeyRef": {"name": "servetune-secrets", "key": "vllm-api-key"}}}
+    assert json.loads(paths["config"].read_text())["secret_env"] == ["HF_TOKEN", "VLLM_API_KEY"]
+
+
+@pytest.mark.parametrize("env, secrets", [({"X; touch pwned": "1"}, ()), ({}, ("A B",))])
+def test_a_hostile_variable_name_cannot_be_emitted(env, secrets) -> None:
+    with pytest.raises(ServetuneError, match="is not an environment variable name"):
+        Deployment(model="m", flags={}, env=env, secret_env=secrets)

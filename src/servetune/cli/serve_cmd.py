@@ -16,7 +16,7 @@ from rich.table import Table
 
 from ..engine.base import StartResult
 from ..engine.bootfacts import log_message
-from ..engine.config import Config, FlagValue, normalize_flag_name
+from ..engine.config import Config, FlagValue, is_env_name, normalize_flag_name
 from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
 from ..errors import ServetuneError
 
@@ -138,8 +138,8 @@ def register(app: typer.Typer) -> None:
         env_vars: dict[str, str] = {}
         for item in env:
             name, eq, value = item.partition("=")
-            if not eq or not name:
-                raise ServetuneError(f"--env expects NAME=VALUE, got {item!r}")
+            if not eq or not is_env_name(name):
+                raise ServetuneError(f"--env expects NAME=VALUE with NAME of letters, digits and _, got {item!r}")
             env_vars[name] = value
         config = Config.of(flags_from_argv(list(ctx.args)), env=env_vars)
         engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,

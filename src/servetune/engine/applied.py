@@ -19,8 +19,9 @@ from pydantic import BaseModel
 from .bootfacts import BootFacts, split_engine_config, split_repr_dict
 from .config import render_value, Config, FlagValue, normalize_flag_name
 
-# Flags the launcher sets itself or that only name things; they say nothing about tuning.
-_NOT_CHECKED = {"host", "port", "model", "served-model-name", "api-key", "uvicorn-log-level"}
+# Flags the launcher sets itself, that only name things, or secrets (passed as variables, see
+# secrets.SECRET_FLAGS); they say nothing about tuning.
+_NOT_CHECKED = {"host", "port", "model", "served-model-name", "api-key", "hf-token", "uvicorn-log-level"}
 
 # flag name -> BootFacts field that reports the value the engine resolved
 _RESOLVED_FACTS = {

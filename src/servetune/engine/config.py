@@ -5,11 +5,28 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 FlagValue = bool | int | float | str | list[Any] | dict[str, Any] | None
+# A POSIX shell variable name: anything else cannot be exported, and written into an emitted
+# `serve.sh` it would be shell code.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def is_env_name(name: object) -> bool:
+    return isinstance(name, str) and _ENV_NAME.fullmatch(name) is not None
+
+
+def check_env_name(name: str) -> str:
+    if not is_env_name(name):
+        raise ValueError(f"{name!r} is not an environment variable name (letters, digits and _, not starting "
+                         "with a digit)")
+    return name
+
+
+EnvName = Annotated[str, AfterValidator(check_env_name)]
 
 
 def normalize_flag_name(name: str) -> str:
@@ -27,7 +44,7 @@ class Config(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     flags: dict[str, FlagValue] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(default_factory=dict)
 
     @classmethod
     def of(cls, flags: dict[str, FlagValue] | None = None, env: dict[str, str] | None = None) -> Config:

@@ -124,14 +124,16 @@ class Server:
 
 
 def launch(argv: list[str], env: dict[str, str], log_path: Path, port: int, host: str = LOOPBACK,
-           launch_token: str | None = None) -> Server:
+           launch_token: str | None = None, redact: Callable[[str], str] = str) -> Server:
     """Start `argv` (no shell) in a new session, stdout+stderr into `log_path`. `launch_token`
-    goes into the environment as SERVETUNE_TRIAL_TOKEN (record it before calling: see above)."""
+    goes into the environment as SERVETUNE_TRIAL_TOKEN (record it before calling: see above).
+    The launch line servetune writes at the top of the log goes through `redact` (secret values
+    masked)."""
     if launch_token is not None:
         env = {**env, LAUNCH_TOKEN_ENV: launch_token}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - owned by the Server, closed at teardown
-    log.write(f"# servetune launch: {argv!r}\n".encode())
+    log.write(redact(f"# servetune launch: {argv!r}\n").encode())
     log.flush()
     started_at = time.time()
     try:

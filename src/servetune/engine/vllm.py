@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..secrets import SECRET_FLAGS, Redactor, Secrets, flag_value_secret
 from .applied import check_applied
 from .base import StartResult
 from .bootfacts import parse_boot_facts
@@ -47,6 +48,7 @@ class VllmEngine:
         grace_s: float = 20.0,
         host: str = LOOPBACK,
         pin_engine_core: bool = False,
+        secrets: Secrets | None = None,
     ) -> None:
         self.command = list(command or DEFAULT_COMMAND)
         self.model = str(model)
@@ -55,6 +57,9 @@ class VllmEngine:
         self.grace_s = grace_s
         self.host = host
         self.pin_engine_core = pin_engine_core  # CPU build on few cores: see cpu_layout
+        self.secrets = secrets or Secrets()
+        # Masks secret values in what servetune writes; rebuilt from each launch's environment.
+        self._redact = Redactor.for_environment({**os.environ, **self.secrets.literal}, self.secrets.names)
 
     # -- command -------------------------------------------------------------------------
     def base_command(self) -> list[str]:
@@ -69,17 +74,29 @@ class VllmEngine:
     def build_command(self, config: Config, port: int) -> list[str]:
         base = self.base_command()
         if self.is_docker():
-            base = _docker_prefix(base, config)
+            base = _docker_prefix(base, config, [*self.secrets.names, *_secret_flag_env(config)])
             model_args = ["--model", self.model]
         elif base and base[-1] == "serve":
             model_args = [self.model]
         else:
             model_args = ["--model", self.model]
-        flags = {k: v for k, v in config.flags.items() if normalize_flag_name(k) not in _LAUNCHER_FLAGS}
+        flags = {k: v for k, v in config.flags.items()
+                 if normalize_flag_name(k) not in _LAUNCHER_FLAGS and not _is_secret_flag(k, v)}
         return [*base, *model_args, *render_flags(flags), "--host", self.host, "--port", str(port)]
 
     def environment(self, config: Config) -> dict[str, str]:
-        return {**os.environ, **config.env}
+        """The whole environment the server gets: servetune's own, the Config's variables, the
+        study's secrets, and a secret flag's value (`api-key`) as the variable vLLM reads instead
+        (VLLM_API_KEY). Raises ServetuneError naming a secret that is set nowhere."""
+        return {**os.environ, **config.env, **self.secrets.resolve(os.environ), **_secret_flag_env(config)}
+
+    def check_secrets(self) -> None:
+        """Raise ServetuneError now, before any boot, when a secret of the study is not set."""
+        self.secrets.resolve(os.environ)
+
+    def redact(self, text: str) -> str:
+        """`text` with the secret values of the last launch (and of servetune's environment) masked."""
+        return self._redact(text)
 
     def client_api_key(self, config: Config) -> str | None:
         """The key the server started with `config` wants on its /v1 requests, as vLLM picks
@@ -106,7 +123,9 @@ class VllmEngine:
         `on_spawn` sees the process before the (long) health wait, so a caller can record its
         pid: if the caller is killed while waiting, a later run can still find and stop it.
         `launch_token` (recorded by the caller before this call) marks the server's environment,
-        which covers a kill before `on_spawn` (see launch.py)."""
+        which covers a kill before `on_spawn` (see launch.py).
+        A secret that is set nowhere is a ServetuneError, raised before anything starts. Log
+        text in the result (tail, details, boot facts) has the launch's secret values masked."""
         if port is not None and not port_is_free(port, self.host):
             return StartResult(outcome=Outcome.port_in_use, detail=f"port {port} on {self.host} is already in use")
         log_path = log_path or self.log_dir / f"vllm-{config.key()}-{time.strftime('%Y%m%d-%H%M%S')}.log"
@@ -119,8 +138,11 @@ class VllmEngine:
     def _start_once(self, config: Config, log_path: Path, port: int,
                     on_spawn: Callable[[Server], None] | None, launch_token: str | None) -> StartResult:
         argv = self.build_command(config, port)
+        env = self.environment(config)
+        self._redact = Redactor.for_environment(env, self.secrets.names)
         try:
-            server = launch(argv, self.environment(config), log_path, port, self.host, launch_token=launch_token)
+            server = launch(argv, env, log_path, port, self.host, launch_token=launch_token,
+                            redact=self._redact)
         except OSError as exc:
             return StartResult(outcome=Outcome.crashed, detail=f"cannot run {argv[0]!r}: {exc}",
                                log_path=log_path, argv=argv)
@@ -131,7 +153,7 @@ class VllmEngine:
         except BaseException:  # Ctrl-C or SIGTERM while booting: leave nothing behind
             self.stop(server)
             raise
-        text = _read(log_path)
+        text = self.redact(_read(log_path))
         facts = parse_boot_facts(text)
         facts.startup_seconds = server.startup_seconds
         common = {"boot_facts": facts, "log_path": log_path, "argv": argv}
@@ -142,7 +164,7 @@ class VllmEngine:
         exit_code = server.exit_code()
         # also after an exit: children (the engine core) may outlive the API server
         left = self.stop(server).problem()
-        text = _read(log_path)
+        text = self.redact(_read(log_path))
         if state is HealthWait.timeout:
             detail = f"not healthy within {self.startup_timeout_s:.0f} s"
             return StartResult(outcome=Outcome.startup_timeout, log_tail=tail(text),
@@ -159,25 +181,37 @@ class VllmEngine:
     def diagnose(self, server: Server) -> Failure:
         """Why a server that was healthy has died (call after `server.check()` says crashed).
         The outcome stays `crashed` for the runner; the detail names the cause (e.g. oom)."""
-        found = classify_failure(tail(_read(server.log_path), 400), server.exit_code())
+        found = classify_failure(tail(self.redact(_read(server.log_path)), 400), server.exit_code())
         if found.outcome is Outcome.crashed:
             return found
         return Failure(outcome=Outcome.crashed, detail=f"crashed ({found.outcome.value}): {found.detail}",
                        evidence=found.evidence)
 
 
-def _docker_prefix(base: list[str], config: Config) -> list[str]:
+def _docker_prefix(base: list[str], config: Config, secret_names: list[str]) -> list[str]:
     """`docker run [opts] IMAGE` -> with host networking (the server listens on loopback, where
-    servetune polls it) and the Config's env forwarded by name (`-e NAME`: values stay out of argv)."""
+    servetune polls it) and the Config's env and the secrets forwarded by name (`-e NAME`: values
+    stay out of argv)."""
     if "run" not in base:
         return base
     i = base.index("run") + 1
     extra: list[str] = []
     if not any(a == "--network" or a.startswith("--network=") or a == "--net" for a in base):
         extra.append("--network=host")
-    for name in config.env:
+    for name in dict.fromkeys([*config.env, *secret_names]):
         extra += ["-e", name]
     return [*base[:i], *extra, *base[i:]]
+
+
+def _is_secret_flag(name: str, value: object) -> bool:
+    return normalize_flag_name(name) in SECRET_FLAGS and flag_value_secret(value) is not None
+
+
+def _secret_flag_env(config: Config) -> dict[str, str]:
+    """Variable -> value for the Config's secret flags (`api-key` -> VLLM_API_KEY): vLLM reads the
+    variable when the flag is absent, so the secret goes to the environment instead of argv."""
+    return {SECRET_FLAGS[normalize_flag_name(k)]: str(flag_value_secret(v))
+            for k, v in config.flags.items() if _is_secret_flag(k, v)}
 
 
 def _read(path: Path) -> str:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.config import Config
+from ..secrets import Redactor
 from ..store.sqlite import RunRow, StudyStore, TrialRow
 from ..study.metrics import higher_is_better
 from ..study.spec import ObjectiveSpec
@@ -203,14 +206,23 @@ def _config_lines(analysis: StudyAnalysis) -> list[ConfigLine]:
             for c in analysis.configs]
 
 
-def _trial_view(t: TrialRow, runs: list[RunRow], base: Config | None) -> TrialView:
+def _redactor(store: StudyStore, spec: dict[str, Any]) -> Callable[[str], str]:
+    """Masks what the store's own redactor knows (the tuner's secrets, set while tuning) and the
+    values, in this environment, of the secrets the study names: a store written by an older
+    servetune may hold them in log tails."""
+    engine = spec.get("engine") if isinstance(spec.get("engine"), dict) else {}
+    from_env = Redactor.for_environment(os.environ, [str(n) for n in engine.get("secret_env") or []])
+    return lambda text: from_env(store.redact(text))
+
+
+def _trial_view(t: TrialRow, runs: list[RunRow], base: Config | None, redact: Callable[[str], str]) -> TrialView:
     facts = t.boot_facts or {}
     startup = facts.get("startup_seconds") if facts.get("startup_seconds") is not None else t.boot_s
     mism = [describe_mismatch(m) for m in t.mismatches]
     return TrialView(
         seq=t.seq, role=t.role, label=t.config.label(base) if base is not None else t.config.label(),
-        outcome=t.outcome or t.status, detail=t.detail,
-        log_lines=explaining_lines(t.log_tail) if (t.outcome or "ok") != "ok" else [],
+        outcome=t.outcome or t.status, detail=redact(t.detail) if t.detail else t.detail,
+        log_lines=explaining_lines(redact(t.log_tail or "")) if (t.outcome or "ok") != "ok" else [],
         kv_cache_tokens=facts.get("kv_cache_tokens"), max_concurrency=facts.get("max_concurrency"),
         startup_s=startup, vllm_version=facts.get("vllm_version"), mismatches=mism,
         runs_ok=sum(r.outcome == "ok" for r in runs), runs_total=len(runs))
@@ -373,6 +385,7 @@ def _eta_accuracy(eta_log: Any, store: StudyStore) -> tuple[float | None, str]:
 
 def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
     spec = _spec(store)
+    redact = _redactor(store, spec)
     objective = _objective(spec)
     slo_metrics = list(dict.fromkeys(m for s in (analysis.baseline.scenarios if analysis.baseline else {})
                                      for m in objective.slo_for(s)))
@@ -419,7 +432,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         emitted_for=emitted_for, metric_rows=_metric_rows(analysis, analysis.winner, objective),
         configs=_config_lines(analysis), diff=diff, deployment=dep,
         snippets=snippets(dep) if dep is not None else None,
-        trials=[_trial_view(t, runs_by_trial.get(t.id, []), base_cfg) for t in trials],
+        trials=[_trial_view(t, runs_by_trial.get(t.id, []), base_cfg, redact) for t in trials],
         param_effects=_param_effects(analysis), importances=importances,
         plots=_plots(analysis, store, runs_by_trial, slo_metrics), evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes)

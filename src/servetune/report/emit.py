@@ -2,24 +2,31 @@
 Kubernetes container args/env.
 
 All three carry exactly the flags servetune launched (through `render_flags`), minus what only
-made sense for a local trial server (host, port, the model given as a flag).
+made sense for a local trial server (host, port, the model given as a flag). Secrets are passed
+by name only: `serve.sh` requires them from the caller's environment, compose lists the bare name
+(taken from the shell), Kubernetes reads a Secret. Everything written as shell is shlex-quoted,
+and variable names are checked, since a name is written unquoted (`export NAME=...`).
 """
 
 from __future__ import annotations
 
+import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
 
-from ..engine.config import Config, normalize_flag_name, render_flags
+from ..engine.config import Config, is_env_name, normalize_flag_name, render_flags
+from ..errors import ServetuneError
+from ..secrets import SECRET_FLAGS, flag_value_secret
 
 # Flags servetune sets per trial server (the launcher's host/port; the model goes positional).
 _LOCAL_ONLY_FLAGS = frozenset({"host", "port", "model"})
 CONTAINER_PORT = 8000
 DEFAULT_IMAGE = "vllm/vllm-openai"
+K8S_SECRET = "servetune-secrets"  # the Kubernetes Secret the container's secret variables come from
 
 
 @dataclass(frozen=True)
@@ -30,15 +37,31 @@ class Deployment:
     flags: dict[str, Any]
     env: dict[str, str]
     vllm_version: str | None = None
+    secret_env: tuple[str, ...] = field(default=())  # names only: values never reach an emitted file
+
+    def __post_init__(self) -> None:
+        bad = [n for n in [*self.env, *self.secret_env] if not is_env_name(n)]
+        if bad:
+            raise ServetuneError(f"cannot emit the config: {bad[0]!r} is not an environment variable name")
 
     @classmethod
     def of(cls, config: Config, engine: dict[str, Any] | None = None, vllm_version: str | None = None) -> Deployment:
         """`config` as a trial launched it (study args with the parameters laid over), `engine` the
-        study spec's engine section (for the model)."""
+        study spec's engine section (for the model and the secrets' names). A secret flag
+        (`api-key`) becomes its variable's name (VLLM_API_KEY), its value is dropped."""
         engine = engine or {}
-        flags = {k: v for k, v in config.flags.items() if normalize_flag_name(k) not in _LOCAL_ONLY_FLAGS}
+        flags: dict[str, Any] = {}
+        secrets = [str(n) for n in engine.get("secret_env") or []]
+        for name, value in config.flags.items():
+            norm = normalize_flag_name(name)
+            if norm in SECRET_FLAGS and flag_value_secret(value) is not None:
+                secrets.append(SECRET_FLAGS[norm])
+            elif norm not in _LOCAL_ONLY_FLAGS:
+                flags[name] = value
         model = str(engine.get("model") or config.flags.get("model") or "MODEL")
-        return cls(model=model, flags=flags, env=dict(config.env), vllm_version=vllm_version)
+        env = {k: v for k, v in config.env.items() if k not in secrets}
+        return cls(model=model, flags=flags, env=env, vllm_version=vllm_version,
+                   secret_env=tuple(dict.fromkeys(secrets)))
 
     @property
     def args(self) -> list[str]:
@@ -57,10 +80,18 @@ def serve_argv(dep: Deployment) -> list[str]:
     return ["vllm", "serve", *dep.args]
 
 
+def require_secrets(dep: Deployment) -> str:
+    """Shell lines that stop with a message when a secret is not in the caller's environment (and
+    export it, for a shell variable that was set but not exported); the values stay out."""
+    return "".join(f': "${{{n}:?set {n} (a secret, read from the environment)}}"\nexport {n}\n'
+                   for n in dep.secret_env)
+
+
 def serve_command(dep: Deployment) -> str:
-    """One shell line: `KEY=value ... vllm serve MODEL --flag value ...`, quoted by shlex."""
+    """`KEY=value ... vllm serve MODEL --flag value ...`, quoted by shlex; preceded by the checks
+    for the secrets the server needs from the environment, if any."""
     env = [f"{k}={shlex.quote(v)}" for k, v in sorted(dep.env.items())]
-    return " ".join([*env, shlex.join(serve_argv(dep))])
+    return require_secrets(dep) + " ".join([*env, shlex.join(serve_argv(dep))])
 
 
 def _container_model(model: str) -> tuple[str, list[str]]:
@@ -84,7 +115,10 @@ def compose_service(dep: Deployment, service: str = "vllm") -> dict[str, Any]:
             {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}},
         "volumes": ["~/.cache/huggingface:/root/.cache/huggingface", *volumes],
     }
-    if dep.env:
+    if dep.secret_env:
+        # The list form: a bare name is taken from the shell that runs `docker compose`.
+        spec["environment"] = [*(f"{k}={v}" for k, v in sorted(dep.env.items())), *dep.secret_env]
+    elif dep.env:
         spec["environment"] = dict(sorted(dep.env.items()))
     return {"services": {service: spec}}
 
@@ -102,14 +136,28 @@ def k8s_container(dep: Deployment, name: str = "vllm") -> dict[str, Any]:
         "ports": [{"containerPort": CONTAINER_PORT, "name": "http"}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": CONTAINER_PORT}},
     }
-    if dep.env:
-        container["env"] = [{"name": k, "value": v} for k, v in sorted(dep.env.items())]
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(dep.env.items())]
+    env += [{"name": n, "valueFrom": {"secretKeyRef": {"name": K8S_SECRET, "key": k8s_secret_key(n)}}}
+            for n in dep.secret_env]
+    if env:
+        container["env"] = env
     return container
 
 
+def k8s_secret_key(name: str) -> str:
+    """HF_TOKEN -> hf-token: the key of the variable's value in the Kubernetes Secret."""
+    return name.lower().replace("_", "-")
+
+
 def k8s_yaml(dep: Deployment, name: str = "vllm") -> str:
-    """A `containers:` entry to paste into a Deployment's pod template."""
-    return yaml.safe_dump({"containers": [k8s_container(dep, name)]}, sort_keys=False, width=1000)
+    """A `containers:` entry to paste into a Deployment's pod template (after a comment saying
+    which Secret to create, when the container needs one)."""
+    text = yaml.safe_dump({"containers": [k8s_container(dep, name)]}, sort_keys=False, width=1000)
+    if not dep.secret_env:
+        return text
+    literals = " ".join(f"--from-literal={k8s_secret_key(n)}=..." for n in dep.secret_env)
+    return (f"# The secret variables come from the Secret {K8S_SECRET!r}; create it first:\n"
+            f"#   kubectl create secret generic {K8S_SECRET} {literals}\n{text}")
 
 
 @dataclass(frozen=True)
@@ -134,8 +182,10 @@ def write_snippets(dep: Deployment, out_dir: Path) -> dict[str, Path]:
         "config": out_dir / "config.json",
     }
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(dep.env.items()))
-    paths["command"].write_text("#!/bin/sh\n" + exports + "exec " + shlex.join(serve_argv(dep)) + "\n")
+    script = "#!/bin/sh\n" + require_secrets(dep) + exports + "exec " + shlex.join(serve_argv(dep)) + "\n"
+    paths["command"].write_text(script)
     paths["compose"].write_text(s.compose)
     paths["kubernetes"].write_text(s.kubernetes)
-    paths["config"].write_text(Config(flags=dep.flags, env=dep.env).model_dump_json(indent=2) + "\n")
+    config = {**Config(flags=dep.flags, env=dep.env).model_dump(mode="json"), "secret_env": list(dep.secret_env)}
+    paths["config"].write_text(json.dumps(config, indent=2) + "\n")
     return paths

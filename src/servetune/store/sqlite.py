@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,8 @@ class StudyStore:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        # Masks secret values in server-log text before it is stored (the runner sets the engine's).
+        self.redact: Callable[[str], str] = str
         self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA journal_mode=WAL")
@@ -183,6 +186,7 @@ class StudyStore:
 
     def finish_trial(self, trial_id: int, outcome: str, *, detail: str | None = None,
                      log_tail: str | None = None) -> None:
+        detail, log_tail = (None if x is None else self.redact(x) for x in (detail, log_tail))
         self._write("UPDATE trials SET status = 'done', outcome = ?, detail = ?, log_tail = COALESCE(?, log_tail),"
                     " ended_at = ? WHERE id = ?", (outcome, detail, log_tail, time.time(), trial_id))
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler, field_validator, model_serializer, model_validator,
+)
 from pydantic_core import PydanticCustomError
 
-from ..engine.config import Config, FlagValue, normalize_flag_name
+from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS, Scenario
+from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
 from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
 from .metrics import check_metric, metric_problem
@@ -56,13 +60,42 @@ class EngineSpec(_Strict):
     command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), min_length=1)
     model: str
     args: dict[str, FlagValue] = Field(default_factory=dict)
-    env: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    env: dict[EnvName, str | int | float | bool] = Field(default_factory=dict)
+    # Secret variables of the server, by name: those `env` gives (taken out of it on load) and
+    # those read from servetune's environment at launch. Only names are stored; see `secrets`.
+    secret_env: list[EnvName] = Field(default_factory=list)
     startup_timeout_s: float = Field(default=600, gt=0)
     port: int | None = Field(default=None, ge=1, le=65535)
     served_model_name: str | None = None
     # CPU build on a few cores: pin the busy-waiting EngineCore to the workers' cores so it does
     # not starve the API server (engine/cpu_layout.py says why); a no-op where nothing is reserved.
     pin_engine_core: bool = False
+    # Secret values the study file gave literally: used at launch, never dumped (so never stored).
+    _secret_values: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _take_out_secrets(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> EngineSpec:
+        """Secret entries of `env` and secret flags of `args` (`api-key` -> VLLM_API_KEY) leave the
+        spec before validation: what remains (and every Config built from it) holds no secret value."""
+        data, values = _split_secrets(data)
+        spec = handler(data)
+        if values:
+            spec._secret_values = values
+        return spec
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No `secret_env` key when there are none: a stored spec from before the key existed stays
+        equal to its study's dump, so such studies still resume."""
+        out = handler(self)
+        if not self.secret_env:
+            out.pop("secret_env", None)
+        return out
+
+    @property
+    def secrets(self) -> Secrets:
+        return Secrets(names=tuple(dict.fromkeys(self.secret_env)), literal=dict(self._secret_values))
 
     @field_validator("args")
     @classmethod
@@ -81,6 +114,47 @@ class EngineSpec(_Strict):
     @classmethod
     def _env_strings(cls, env: dict[str, Any]) -> dict[str, str]:
         return {k: env_text(v) for k, v in env.items()}
+
+
+def _split_secrets(data: Any) -> tuple[Any, dict[str, str]]:
+    """(the engine section without secret values, name -> secret value). Entries that are not
+    well-formed stay where they are, for validation to report them at their own line."""
+    if not isinstance(data, dict):
+        return data, {}
+    named = data.get("secret_env", [])
+    if not isinstance(named, list):
+        return data, {}
+    values: dict[str, str] = {}
+    env = data.get("env")
+    if isinstance(env, dict):
+        for name, value in env.items():
+            if not is_env_name(name) or not isinstance(value, (str, int, float)):
+                continue
+            # A boolean is a switch, not a credential, unless the study names it secret.
+            if name in named or (is_secret_name(name) and not isinstance(value, bool)):
+                values[name] = env_text(value)
+        env = {k: v for k, v in env.items() if k not in values}
+    args = data.get("args")
+    if isinstance(args, dict):
+        kept = {}
+        for raw, value in args.items():
+            var = SECRET_FLAGS.get(normalize_flag_name(str(raw)))
+            secret = flag_value_secret(value) if var is not None else None
+            if secret is None:
+                kept[raw] = value
+            elif values.get(var, secret) != secret:
+                raise ValueError(f"args.{raw} and env.{var} give two different secrets; vLLM reads the flag as "
+                                 f"{var}, so give it once")
+            else:
+                values[var] = secret
+        args = kept
+    new = [n for n in values if n not in named]
+    out = {**data, "secret_env": [*named, *new]}
+    if env is not None:
+        out["env"] = env
+    if args is not None:
+        out["args"] = args
+    return out, values
 
 
 class Replicates(_Strict):
@@ -169,10 +243,24 @@ def _expand_preset(data: Any) -> Any:
 ScenarioEntry = Annotated[Scenario, BeforeValidator(_expand_preset)]
 
 
+def _check_param_name(raw: str) -> str:
+    """A space key names a flag or a valid variable, and never a secret (a key is not a knob)."""
+    name = normalize_param_name(raw)
+    var = env_var(name)
+    if var:
+        check_env_name(var)
+    if name in SECRET_FLAGS or (var and is_secret_name(var)):
+        raise ValueError(f"{raw!r} is a secret and cannot be tuned")
+    return raw
+
+
+ParamName = Annotated[str, AfterValidator(_check_param_name)]
+
+
 class StudySpec(_Strict):
     name: str = Field(min_length=1, pattern=r"^[\w.\-]+$")
     engine: EngineSpec
-    space: dict[str, Parameter] = Field(default_factory=dict)
+    space: dict[ParamName, Parameter] = Field(default_factory=dict)
     constraints: list[Constraint] = Field(default_factory=list)
     scenarios: list[ScenarioEntry] = Field(min_length=1)
     objective: ObjectiveSpec = Field(default_factory=lambda: ObjectiveSpec(maximize="output_throughput"))
@@ -202,7 +290,8 @@ class StudySpec(_Strict):
 
     @model_validator(mode="after")
     def _cross_check(self) -> StudySpec:
-        problems = self._scenario_problems() + self._objective_problems() + self._constraint_problems()
+        problems = (self._scenario_problems() + self._objective_problems() + self._constraint_problems()
+                    + self._secret_problems())
         if problems:
             raise SpecError(problems)
         return self
@@ -250,6 +339,12 @@ class StudySpec(_Strict):
                     if bad:
                         problems.append((("constraints", i), f"{c.expr!r} orders {operand.name!r}, which can be the non-number {bad[0]!r}"))
         return problems
+
+    def _secret_problems(self) -> list[tuple[Loc, str]]:
+        """Variables the study names secret (engine.secret_env) are not knobs either."""
+        named = set(self.engine.secret_env)
+        return [(("space", name), f"{name!r} is a secret (engine.secret_env) and cannot be tuned")
+                for name in self.space if (var := env_var(name)) is not None and var in named]
 
     def _possible_values(self, name: str) -> list[Any]:
         values = [config_value(self.baseline_config(), name)]

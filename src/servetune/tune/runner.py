@@ -49,7 +49,10 @@ class StudyRunner:
             model=str(spec.engine.model),
             startup_timeout_s=spec.engine.startup_timeout_s,
             pin_engine_core=spec.engine.pin_engine_core,
+            secrets=spec.engine.secrets,
         )
+        self.engine.check_secrets()  # a missing secret stops the study here, before any boot
+        self.store.redact = self.engine.redact
         model_dir = Path(spec.engine.model)
         served_name = spec.engine.served_model_name
         self.executor = TrialExecutor(
