@@ -49,14 +49,23 @@ def load_yaml(path: str | Path) -> LocatedYaml:
     """Load one YAML document; syntax errors and duplicate keys become ServetuneError with a line."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise ServetuneError(f"{source}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ServetuneError(f"{source}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
     return parse_yaml(text, source)
 
 
 def parse_yaml(text: str, source: str = "<string>") -> LocatedYaml:
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # checks the characters first: a NUL or other control byte stops here
+    except yaml.reader.ReaderError as exc:
+        line = text[:exc.position].count("\n") + 1
+        raise ServetuneError(f"{source}:{line}: invalid YAML: character #x{exc.character:04x} is not allowed") from None
     try:
         node = loader.get_single_node()
         if node is None:
