@@ -36,10 +36,15 @@ def debug_enabled() -> bool:
 
 def print_error(message: str) -> None:
     """`error: MESSAGE`, the message printed as text (never as rich markup: `[/]` is user text here)."""
-    lines = [line for line in str(message).splitlines() if line.strip()] or ["(no message)"]
+    lines = [_printable(line) for line in str(message).splitlines() if line.strip()] or ["(no message)"]
     err_console.print("error: ", style="bold red", end="")
     # Several problems (a study file with two bad keys) are one line each, each complete on its own.
     err_console.print("\n".join(lines), markup=False)
+
+
+def _printable(line: str) -> str:
+    # A control character from user text (a key holding \r or \b) must not break or rewrite the line.
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
 
 
 def describe(exc: BaseException) -> str | None:
