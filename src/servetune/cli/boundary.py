@@ -36,7 +36,7 @@ def debug_enabled() -> bool:
 
 def print_error(message: str) -> None:
     """`error: MESSAGE`, the message printed as text (never as rich markup: `[/]` is user text here)."""
-    lines = [_printable(line) for line in str(message).splitlines() if line.strip()] or ["(no message)"]
+    lines = [_printable(line) for line in str(message).split("\n") if line.strip()] or ["(no message)"]
     err_console.print("error: ", style="bold red", end="")
     # Several problems (a study file with two bad keys) are one line each, each complete on its own.
     err_console.print("\n".join(lines), markup=False)
