@@ -47,6 +47,17 @@ def test_study_where_every_trial_failed(tmp_path: Path, finalists: int) -> None:
     assert "Recommended config (the baseline" not in report and "vllm serve" not in report
 
 
+def test_failure_text_with_markup_does_not_stop_the_study(tmp_path: Path) -> None:
+    # The trial's detail names the command; shown as rich markup, `[/]` raised MarkupError mid-study.
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY.replace("{finalists}", "0").replace("[servetune-test-no-such-engine]",
+                                                               "['servetune-test-[/]-engine']"))
+    result = servetune("tune", study, "--out", tmp_path / "out")
+    assert result.code == 1, result
+    assert "Traceback" not in result.stderr
+    assert "cannot run 'servetune-test-[/]-engine'" in " ".join(result.stdout.split())
+
+
 def _ok_run(store: StudyStore, trial_id: int, replicate: int, value: float) -> None:
     result = RunResult(scenario="one", summary={"output_throughput": value, "completed": 2, "failed": 0})
     store.record_run(trial_id, replicate, result, started_at=0.0, ended_at=1.0)
