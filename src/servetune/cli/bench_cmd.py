@@ -19,7 +19,7 @@ from ..load.bench import run_scenario
 from ..load.metrics import SLO_NAMES, percentile_key
 from ..load.records import RunResult
 from ..load.scenario import PRESETS, Scenario, preset
-from .boundary import EXIT_NO_RESULT, err_console, validation_text
+from .boundary import EXIT_NO_RESULT, print_error, validation_text
 from .paths import writable_file
 
 console = Console()
@@ -156,8 +156,7 @@ def register(app: typer.Typer) -> None:
             assert url is not None
             result = _bench(url, model, sc, tokenizer, out.parent, run_id, slo_ms, pcts, workers)
         if result.records_path is None:  # the run never reached the measurement: nothing was written
-            err_console.print("error: ", style="bold red", end="")
-            err_console.print(f"{result.error or result.outcome.value}; nothing written to {out}", markup=False)
+            print_error(f"{result.error or result.outcome.value}; nothing written to {out}")
             raise typer.Exit(EXIT_NO_RESULT)
         console.print(summary_table(result, pcts))
         console.print(totals_table(result))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -69,10 +68,7 @@ def run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
     except click_errors.NoArgsIsHelpError as exc:
         exc.show()  # `servetune` alone: the help, as click prints it
         return EXIT_USER_ERROR
-    except typer.Abort:
-        err_console.print("interrupted")
-        return EXIT_INTERRUPTED
-    except KeyboardInterrupt:
+    except (typer.Abort, KeyboardInterrupt):
         err_console.print("interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:

@@ -48,8 +48,43 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def status(out: Path = typer.Argument(..., help="study directory")) -> None:
         """Progress of a study from its store: trials done, the current one, ETA."""
-        with store_errors(out / StudyStore.FILENAME):
-            _status(out)
+        store = StudyStore.open_existing(out, read_only=True)
+        spec = store.get_meta_json("spec") or {}
+        trials = store.trials()
+        runs = store.runs()
+        done = [t for t in trials if t.status == "done"]
+        running = [t for t in trials if t.status != "done"]
+        eta = estimate(trials, runs)
+        table = Table(title=escape(f"study {spec.get('name', out)}"))
+        for col in ("#", "role", "config", "outcome", "boot s", "runs"):
+            table.add_column(col)
+        base_cfg = next((t.config for t in trials if t.role == "baseline"), None)
+        sessions = store.sessions()
+        # A live tuner heartbeats every few seconds; a silent open session was killed.
+        live = bool(sessions) and sessions[-1].ended_at is None and time.time() - sessions[-1].last_seen < 60
+        unfinished = "[green]running[/]" if live else "[yellow]interrupted (resume with the same command)[/]"
+        for t in trials:
+            n_runs = len([r for r in runs if r.trial_id == t.id])
+            table.add_row(str(t.seq), t.role, escape(t.config.label(base_cfg) if base_cfg else t.config.label()),
+                          escape(t.outcome) if t.outcome else unfinished,
+                          f"{t.boot_s:.0f}" if t.boot_s else "-", str(n_runs))
+        console.print(table)
+        line = f"trials done: {len(done)}"
+        if spec:
+            from ..study import StudySpec
+            from ..tune import analysis
+
+            try:
+                study = StudySpec.model_validate(spec)
+            except ValidationError as exc:
+                raise ServetuneError(f"{store.path}: the stored study spec is unreadable: {validation_text(exc)}") from None
+            planned = analysis.planned_trial_count(store, study)
+            line += (f" of ~{planned}; ETA {format_duration(analysis.remaining_s(store, study))}"
+                     f" ({'measured' if eta.measured else 'guessed'}: boot {eta.boot_s:.0f} s + runs)")
+        console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
+        verdict = store.get_meta_json("verdict")
+        if verdict:
+            console.print(f"verdict: {escape(str(verdict.get('reason')))}")
 
 
 def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None) -> None:
@@ -75,43 +110,3 @@ def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None) ->
             console.print(f"report: {escape(str(paths[name]))}")
     if not result.baseline_measured:
         raise typer.Exit(EXIT_NO_RESULT)
-
-
-def _status(out: Path) -> None:
-    store = StudyStore.open_existing(out, read_only=True)
-    spec = store.get_meta_json("spec") or {}
-    trials = store.trials()
-    runs = store.runs()
-    done = [t for t in trials if t.status == "done"]
-    running = [t for t in trials if t.status != "done"]
-    eta = estimate(trials, runs)
-    table = Table(title=escape(f"study {spec.get('name', out)}"))
-    for col in ("#", "role", "config", "outcome", "boot s", "runs"):
-        table.add_column(col)
-    base_cfg = next((t.config for t in trials if t.role == "baseline"), None)
-    sessions = store.sessions()
-    # A live tuner heartbeats every few seconds; a silent open session was killed.
-    live = bool(sessions) and sessions[-1].ended_at is None and time.time() - sessions[-1].last_seen < 60
-    unfinished = "[green]running[/]" if live else "[yellow]interrupted (resume with the same command)[/]"
-    for t in trials:
-        n_runs = len([r for r in runs if r.trial_id == t.id])
-        table.add_row(str(t.seq), t.role, escape(t.config.label(base_cfg) if base_cfg else t.config.label()),
-                      escape(t.outcome) if t.outcome else unfinished,
-                      f"{t.boot_s:.0f}" if t.boot_s else "-", str(n_runs))
-    console.print(table)
-    line = f"trials done: {len(done)}"
-    if spec:
-        from ..study import StudySpec
-        from ..tune import analysis
-
-        try:
-            study = StudySpec.model_validate(spec)
-        except ValidationError as exc:
-            raise ServetuneError(f"{store.path}: the stored study spec is unreadable: {validation_text(exc)}") from None
-        planned = analysis.planned_trial_count(store, study)
-        line += (f" of ~{planned}; ETA {format_duration(analysis.remaining_s(store, study))}"
-                 f" ({'measured' if eta.measured else 'guessed'}: boot {eta.boot_s:.0f} s + runs)")
-    console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
-    verdict = store.get_meta_json("verdict")
-    if verdict:
-        console.print(f"verdict: {escape(str(verdict.get('reason')))}")
