@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from importlib import import_module
 
 import typer
-from rich.console import Console
 
-from ..errors import ServetuneError
+from .boundary import run
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -16,7 +16,6 @@ app = typer.Typer(
     add_completion=False,
     help="Find the fastest serving configuration of an LLM inference server for your workload, and prove it.",
 )
-err_console = Console(stderr=True)
 
 # One module per command group; add a line when a command is added.
 COMMAND_MODULES = [
@@ -31,12 +30,6 @@ for _name in COMMAND_MODULES:
     import_module(f"{__name__}.{_name}").register(app)
 
 
-def main() -> None:
-    try:
-        app()
-    except ServetuneError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
-        sys.exit(2)
-    except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]")
-        sys.exit(130)
+def main(argv: Sequence[str] | None = None) -> None:
+    """The `servetune` entry point; errors end as one line and an exit code (cli/boundary.py)."""
+    sys.exit(run(app, argv))

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -18,8 +20,14 @@ from ..load.bench import run_scenario
 from ..load.metrics import SLO_NAMES, percentile_key
 from ..load.records import RunResult
 from ..load.scenario import PRESETS, Scenario, preset
+from .boundary import EXIT_NO_RESULT, print_error, validation_text
+from .paths import writable_file
 
 console = Console()
+# Scenario fields as the options that set them, so a bad value is reported in the user's words.
+OPTION_OF_FIELD = {"input_len": "--input-len", "output_len": "--output-len", "concurrency": "--concurrency",
+                   "rate": "--rate", "burstiness": "--burstiness", "num_prompts": "--num-prompts",
+                   "duration_s": "--duration", "warmups": "--warmups", "seed": "--seed", "endpoint": "--endpoint"}
 
 
 def parse_slo(items: list[str]) -> dict[str, float]:
@@ -75,8 +83,8 @@ def build_scenario(name: str, **overrides: Any) -> Scenario:
         sc = preset(name, **overrides)
         if rate is not None and overrides.get("concurrency") is None:
             sc = Scenario.model_validate({**sc.model_dump(), "concurrency": None})  # open loop, uncapped
-    except ValueError as exc:
-        raise ServetuneError(f"scenario {name!r}: {exc}") from None
+    except ValidationError as exc:
+        raise ServetuneError(f"scenario {name!r}: {validation_text(exc, OPTION_OF_FIELD)}") from None
     return sc
 
 
@@ -162,19 +170,23 @@ def register(app: typer.Typer) -> None:
                             warmups=warmups, seed=seed, endpoint=endpoint, stall_timeout_s=stall_timeout,
                             run_timeout_s=run_timeout)
         api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
+        writable_file(out, "--out")  # now, not after the run: a late failure would lose the measurements
         run_id = out.name.removesuffix(".json")
         if serve is not None:
             result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer, api_key)
         else:
             assert url is not None
             result = _bench(url, model, sc, tokenizer, out.parent, run_id, slo_ms, pcts, workers, api_key)
+        if result.records_path is None:  # the run never reached the measurement: nothing was written
+            print_error(f"{result.error or result.outcome.value}; nothing written to {out}")
+            raise typer.Exit(EXIT_NO_RESULT)
         console.print(summary_table(result, pcts))
         console.print(totals_table(result))
         if result.client_health.get("reasons"):
-            console.print("[yellow]client-bound:[/] " + "; ".join(result.client_health["reasons"]))
+            console.print("[yellow]client-bound:[/] " + escape("; ".join(result.client_health["reasons"])))
         if result.error:
-            console.print(f"[red]error:[/] {result.error}")
-        console.print(f"wrote {out} and {result.records_path}")
+            console.print(f"[red]error:[/] {escape(result.error)}")
+        console.print(escape(f"wrote {out} and {result.records_path}"))
         if result.outcome.is_failure and result.outcome.value != "client_bound":
             raise typer.Exit(1)
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import ServetuneError
+from .boundary import store_errors, validation_text
+from .paths import writable_dir, writable_file
 
 console = Console()
 
@@ -24,26 +28,28 @@ def register(app: typer.Typer) -> None:
         from ..study.spec import StudySpec
         from ..tune.analysis import analyze
 
-        store = StudyStore.open_existing(study_dir)
-        try:
-            raw = store.get_meta_json("spec")
-            if raw is None:
-                raise ServetuneError(f"{study_dir}: the store holds no study spec (meta 'spec')")
+        with store_errors(study_dir / StudyStore.FILENAME):
+            store = StudyStore.open_existing(study_dir, read_only=True)
             try:
-                spec = StudySpec.model_validate(raw)
-            except ValueError as exc:
-                raise ServetuneError(f"{study_dir}: the stored study spec is unreadable: {exc}") from exc
-            analysis = analyze(store, spec)
-            paths = write_report(analysis, store, out or study_dir)
-        finally:
-            store.close()
-        console.print(analysis.winner_reason if analysis.winner is None else
-                      f"[bold green]winner:[/] {analysis.winner.label}")
+                raw = store.get_meta_json("spec")
+                if raw is None:
+                    raise ServetuneError(f"{study_dir}: the store holds no study spec (meta 'spec')")
+                try:
+                    spec = StudySpec.model_validate(raw)
+                except ValidationError as exc:
+                    raise ServetuneError(f"{study_dir}: the stored study spec is unreadable: "
+                                         f"{validation_text(exc)}") from None
+                analysis = analyze(store, spec)
+                paths = write_report(analysis, store, writable_dir(out or study_dir, "--out"))
+            finally:
+                store.close()
+        console.print(escape(analysis.winner_reason) if analysis.winner is None else
+                      f"[bold green]winner:[/] {escape(analysis.winner.label)}")
         for name in ("markdown", "html"):
-            console.print(f"{name}: {paths[name]}")
+            console.print(f"{name}: {escape(str(paths[name]))}")
         snippet_dir = next((p.parent for k, p in paths.items() if k.endswith(":command")), None)
         if snippet_dir is not None:
-            console.print(f"config: {snippet_dir}/")
+            console.print(f"config: {escape(str(snippet_dir))}/")
 
     @app.command("compare")
     def compare_cmd(
@@ -62,9 +68,11 @@ def register(app: typer.Typer) -> None:
             metrics = [check_metric(m) for m in metric] or list(DEFAULT_METRICS)
         except ValueError as exc:
             raise ServetuneError(f"--metric: {exc}") from exc
+        if markdown_file is not None:
+            writable_file(markdown_file, "--markdown")
         side_a, side_b = load_side(a), load_side(b)
         rows = compare_sides(side_a, side_b, metrics, confidence)
         console.print(rich_table(rows, side_a, side_b, confidence))
         if markdown_file is not None:
             markdown_file.write_text(markdown(rows, side_a, side_b, confidence))
-            console.print(f"markdown: {markdown_file}")
+            console.print(f"markdown: {escape(str(markdown_file))}")

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from ..errors import ServetuneError
 from ..store import StudyStore
 from ..tune.display import StudyDisplay, format_duration
 from ..tune.eta import estimate
+from .boundary import EXIT_NO_RESULT, store_errors, validation_text
+from .paths import writable_dir
+
+if TYPE_CHECKING:
+    from ..study import StudySpec
 
 console = Console()
 
@@ -30,37 +39,23 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run (or resume) a tuning study: baseline, search, finalists, verdict."""
         from ..study import load_study
-        from ..tune.runner import StudyRunner
 
         spec = load_study(study_file)
-        runner = StudyRunner(spec, out, display=StudyDisplay(Console(stderr=True)), stop_after_s=stop_after)
-        result = runner.run()
-        if runner.paused:
-            console.print(f"[yellow]paused[/] before the next trial (--stop-after {stop_after:g} s); "
-                          "run the same command again to continue")
-            return
-        if result.winner is not None:
-            console.print(f"[bold green]winner:[/] {result.winner.label}  ({result.winner_reason})")
-        else:
-            console.print(f"[bold]no winner:[/] {result.winner_reason}")
-        if report:
-            from ..report import write_report
-
-            paths = write_report(result, runner.store, out)
-            for name in ("markdown", "html"):
-                console.print(f"report: {paths[name]}")
+        writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
+        with store_errors(out / StudyStore.FILENAME):
+            _tune(spec, out, report, stop_after)
 
     @app.command()
     def status(out: Path = typer.Argument(..., help="study directory")) -> None:
         """Progress of a study from its store: trials done, the current one, ETA."""
-        store = StudyStore.open_existing(out)
+        store = StudyStore.open_existing(out, read_only=True)
         spec = store.get_meta_json("spec") or {}
         trials = store.trials()
         runs = store.runs()
         done = [t for t in trials if t.status == "done"]
         running = [t for t in trials if t.status != "done"]
         eta = estimate(trials, runs)
-        table = Table(title=f"study {spec.get('name', out)}")
+        table = Table(title=escape(f"study {spec.get('name', out)}"))
         for col in ("#", "role", "config", "outcome", "boot s", "runs"):
             table.add_column(col)
         base_cfg = next((t.config for t in trials if t.role == "baseline"), None)
@@ -70,8 +65,8 @@ def register(app: typer.Typer) -> None:
         unfinished = "[green]running[/]" if live else "[yellow]interrupted (resume with the same command)[/]"
         for t in trials:
             n_runs = len([r for r in runs if r.trial_id == t.id])
-            table.add_row(str(t.seq), t.role, t.config.label(base_cfg) if base_cfg else t.config.label(),
-                          t.outcome or unfinished,
+            table.add_row(str(t.seq), t.role, escape(t.config.label(base_cfg) if base_cfg else t.config.label()),
+                          escape(t.outcome) if t.outcome else unfinished,
                           f"{t.boot_s:.0f}" if t.boot_s else "-", str(n_runs))
         console.print(table)
         line = f"trials done: {len(done)}"
@@ -79,11 +74,39 @@ def register(app: typer.Typer) -> None:
             from ..study import StudySpec
             from ..tune import analysis
 
-            study = StudySpec.model_validate(spec)
+            try:
+                study = StudySpec.model_validate(spec)
+            except ValidationError as exc:
+                raise ServetuneError(f"{store.path}: the stored study spec is unreadable: {validation_text(exc)}") from None
             planned = analysis.planned_trial_count(store, study)
             line += (f" of ~{planned}; ETA {format_duration(analysis.remaining_s(store, study))}"
                      f" ({'measured' if eta.measured else 'guessed'}: boot {eta.boot_s:.0f} s + runs)")
         console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
         verdict = store.get_meta_json("verdict")
         if verdict:
-            console.print(f"verdict: {verdict['reason']}")
+            console.print(f"verdict: {escape(str(verdict.get('reason')))}")
+
+
+def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None) -> None:
+    from ..tune.runner import StudyRunner
+
+    runner = StudyRunner(spec, out, display=StudyDisplay(Console(stderr=True)), stop_after_s=stop_after)
+    result = runner.run()
+    if runner.paused:
+        console.print(f"[yellow]paused[/] before the next trial (--stop-after {stop_after:g} s); "
+                      "run the same command again to continue")
+        return
+    if result.winner is not None:
+        console.print(f"[bold green]winner:[/] {escape(result.winner.label)}  ({escape(result.winner_reason)})")
+    elif result.baseline_measured:
+        console.print(f"[bold]no winner:[/] {escape(result.winner_reason)}")
+    else:
+        console.print(f"[bold red]no verdict:[/] {escape(result.winner_reason)}")
+    if report:
+        from ..report import write_report
+
+        paths = write_report(result, runner.store, out)
+        for name in ("markdown", "html"):
+            console.print(f"report: {escape(str(paths[name]))}")
+    if not result.baseline_measured:
+        raise typer.Exit(EXIT_NO_RESULT)

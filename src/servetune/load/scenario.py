@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Fixed(BaseModel):
@@ -77,6 +77,30 @@ class Scenario(BaseModel):
     # still going after run_timeout_s is ended. Default: derived from the traffic (below).
     stall_timeout_s: float | None = Field(default=None, gt=0)
     run_timeout_s: float | None = Field(default=None, gt=0)
+
+    @field_validator("input_len", "output_len")
+    @classmethod
+    def _positive_length(cls, value: Length) -> Length:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"must be at least 1 token, got {value}")
+        if isinstance(value, Uniform) and value.low > value.high:
+            raise ValueError(f"low ({value.low}) is above high ({value.high})")
+        return value
+
+    @field_validator("sweep_input_lens")
+    @classmethod
+    def _positive_sweep(cls, lens: list[int] | None) -> list[int] | None:
+        if lens is not None and (not lens or min(lens) < 1):
+            raise ValueError("needs one or more prompt sizes, each at least 1 token")
+        return lens
+
+    @field_validator("burstiness", "duration_s")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        # `rate: inf` means all at once; an infinite duration or burstiness means a run that never ends.
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:

@@ -56,7 +56,7 @@ def _scenario_name(doc: dict[str, Any], path: Path) -> str:
 def _bench_doc(path: Path) -> tuple[str, dict[str, Any], dict[str, np.ndarray] | None]:
     try:
         doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: bad JSON or not UTF-8
         raise ServetuneError(f"{path}: not a readable bench result JSON ({exc})") from exc
     if not isinstance(doc, dict) or not any(m in doc for m in DEFAULT_METRICS):
         raise ServetuneError(f"{path}: no `vllm bench serve` metrics in it (expected e.g. output_throughput)")
@@ -83,7 +83,7 @@ def _study_side(path: Path) -> Side:
     from ..study.spec import StudySpec
     from ..tune.analysis import analyze
 
-    store = StudyStore.open_existing(path)
+    store = StudyStore.open_existing(path, read_only=True)
     try:
         raw = store.get_meta_json("spec")
         try:

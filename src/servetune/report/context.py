@@ -180,6 +180,8 @@ def _metric_rows(analysis: StudyAnalysis, subject: ConfigResult | None, objectiv
 
 
 def _headline(analysis: StudyAnalysis) -> str:
+    if not analysis.baseline_measured:
+        return f"No verdict: {analysis.winner_reason}."
     tried = [c for c in analysis.configs if not c.is_baseline]
     failed = [c for c in tried if c.outcome != "ok"]
     if analysis.winner is not None and analysis.baseline is not None:
@@ -398,8 +400,9 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
     base = analysis.baseline
     base_cfg = base.config if base else None
 
-    subject = analysis.winner or base
-    emitted_for = "winner" if analysis.winner else "baseline" if base else ""
+    # A config that never produced a measurement is not recommended, not even the baseline.
+    subject = analysis.winner or (base if analysis.baseline_measured else None)
+    emitted_for = "winner" if analysis.winner else "baseline" if subject else ""
     diff: list[tuple[str, str, str]] = []
     dep: Deployment | None = None
     if subject is not None:

@@ -15,7 +15,8 @@ from .markdown import render_markdown
 def write_report(analysis: StudyAnalysis, store: StudyStore, out_dir: Path) -> dict[str, Path]:
     """Write the report files under `out_dir`; returns name -> path.
 
-    The emitted config goes to `winner/` when a winner was named, else to `baseline/`.
+    The emitted config goes to `winner/` when a winner was named, else to `baseline/`, and
+    nowhere when the baseline never produced a measurement (a config that never ran is no advice).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

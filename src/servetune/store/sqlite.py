@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ..engine.config import Config
 from ..errors import ServetuneError
@@ -88,12 +89,20 @@ class SessionInfo:
 class StudyStore:
     FILENAME = "study.sqlite"
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, read_only: bool = False):
         self.path = Path(path)
         # Masks secret values in server-log text before it is stored (the runner sets the engine's).
         self.redact: Callable[[str], str] = str
-        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        self._conn.row_factory = sqlite3.Row
+        self.read_only = read_only
+        try:
+            self._conn = _connect(self.path, read_only)
+            _check_is_study_store(self._conn, self.path, fresh_ok=not read_only)
+            if read_only:
+                self._check_version(self.get_meta("schema_version"))
+        except sqlite3.DatabaseError as exc:
+            raise ServetuneError(f"{self.path}: not a usable study store ({exc})") from None
+        if read_only:
+            return
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA foreign_keys=ON")
@@ -101,10 +110,17 @@ class StudyStore:
         version = self.get_meta("schema_version")
         if version is None:
             self.set_meta("schema_version", str(SCHEMA_VERSION))
-        elif int(version) > SCHEMA_VERSION:
+        else:
+            self._check_version(version)
+            if int(version) < SCHEMA_VERSION:
+                self._migrate(int(version))
+
+    def _check_version(self, version: str | None) -> None:
+        """Older versions are read as they are (read-only) or migrated; newer ones are refused."""
+        if version is None or not version.isdigit():
+            raise ServetuneError(f"{self.path}: not a servetune study (no schema version in its meta table)")
+        if int(version) > SCHEMA_VERSION:
             raise ServetuneError(f"{self.path}: store schema version {version}, this servetune reads {SCHEMA_VERSION}")
-        elif int(version) < SCHEMA_VERSION:
-            self._migrate(int(version))
 
     def _migrate(self, from_version: int) -> None:
         """Bring an older store up to date in one transaction (a kill leaves it old, never half-new)."""
@@ -120,11 +136,13 @@ class StudyStore:
         return cls(out_dir / cls.FILENAME)
 
     @classmethod
-    def open_existing(cls, out_dir: Path) -> StudyStore:
+    def open_existing(cls, out_dir: Path, *, read_only: bool = False) -> StudyStore:
+        """The store of a study directory; `read_only` for commands that only look (status, report,
+        compare): they must not create tables in, or otherwise change, a file they were pointed at."""
         path = Path(out_dir) / cls.FILENAME
         if not path.is_file():
             raise ServetuneError(f"{out_dir}: no study store here (expected {path})")
-        return cls(path)
+        return cls(path, read_only=read_only)
 
     def close(self) -> None:
         self._conn.close()
@@ -263,6 +281,32 @@ class StudyStore:
     def elapsed_wall_s(self) -> float:
         """Wall time spent by all sessions so far (a killed session counts up to its last heartbeat)."""
         return sum((s.ended_at or s.last_seen) - s.started_at for s in self.sessions())
+
+
+def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
+    if read_only:
+        # mode=ro: SQLite itself refuses every write, so looking cannot change the file.
+        conn = sqlite3.connect(f"file:{quote(str(path.absolute()))}?mode=ro", uri=True, isolation_level=None,
+                               timeout=30)
+    else:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def _check_is_study_store(conn: sqlite3.Connection, path: Path, *, fresh_ok: bool) -> None:
+    """Refuse a file that is not SQLite, is damaged, or belongs to another program.
+
+    quick_check reads every page, so a truncated or corrupt store is found here, with its path,
+    rather than as a traceback in the middle of a command; the stores are small (requests live
+    in JSONL files beside them). An empty database is a fresh store only for the tuner."""
+    problem = conn.execute("PRAGMA quick_check").fetchone()[0]
+    if problem != "ok":
+        raise ServetuneError(f"{path}: the study store is damaged (SQLite quick_check: {problem})")
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if {"meta", "trials"} <= tables or (fresh_ok and not tables):
+        return
+    raise ServetuneError(f"{path}: not a servetune study (an SQLite file without servetune's tables)")
 
 
 def _dumps(value: Any) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -19,6 +20,7 @@ _EXTRA_KEYS: dict[type[BaseModel], list[str]] = {Scenario: ["preset"]}
 # Custom error types whose problem sits one key below the error's location.
 _ERROR_SUBKEY = {"unknown_preset": "preset"}
 _MAX_ERRORS = 8
+_PLAIN_KEY = re.compile(r"^[\w.\-]+$")
 
 
 def load_study(path: str | Path) -> StudySpec:
@@ -60,11 +62,21 @@ def _format(doc: LocatedYaml, problems: list[tuple[Loc, str, bool]]) -> str:
     for loc, msg, absent in problems:
         line, found = doc.locate(loc)
         path = (*found, loc[-1]) if absent and loc else found
-        text = f"{doc.source}:{line}: {dotted(path) or '(top level)'}: {msg}"
+        text = printable(f"{doc.source}:{line}: {dotted(tuple(map(_key_text, path))) or '(top level)'}: {msg}")
         if text not in lines:
             lines.append(text)
     more = len(lines) - _MAX_ERRORS
     return "\n".join(lines[:_MAX_ERRORS] + ([f"... and {more} more"] if more > 0 else []))
+
+
+def _key_text(key: Any) -> Any:
+    """A key as written in a message: quoted when it is empty or holds spaces or punctuation."""
+    return key if not isinstance(key, str) or _PLAIN_KEY.match(key) else repr(key)
+
+
+def printable(text: str) -> str:
+    """Control characters (a key with a newline, a carriage return) escaped: one problem, one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _keys_at(tp: Any, loc: Loc) -> list[str]:

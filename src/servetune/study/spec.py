@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -24,6 +25,7 @@ from .space import ENV_PREFIX, Parameter, env_var, is_number, normalize_param_na
 Loc = tuple[Any, ...]
 StrategyName = Literal["baseline", "ofat", "grid", "optuna"]
 DEFAULT_COMMAND = ["python", "-m", "vllm.entrypoints.openai.api_server"]
+MAX_REPLICATES = 1000  # more runs on one boot is a typo, not a plan
 # Flags the engine layer sets itself from dedicated fields.
 _RESERVED_ARGS = {"model": "engine.model", "port": "engine.port", "served-model-name": "engine.served_model_name"}
 
@@ -42,6 +44,13 @@ def dotted(loc: Loc) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+def _limit_problem(limit: float) -> str | None:
+    """An SLO limit is a positive finite number (a latency ceiling or a throughput floor)."""
+    if not math.isfinite(limit) or limit <= 0:
+        return f"an SLO limit must be a positive number, got {limit:g}"
+    return None
 
 
 def env_text(value: object) -> str:
@@ -64,7 +73,7 @@ class EngineSpec(_Strict):
     # Secret variables of the server, by name: those `env` gives (taken out of it on load) and
     # those read from servetune's environment at launch. Only names are stored; see `secrets`.
     secret_env: list[EnvName] = Field(default_factory=list)
-    startup_timeout_s: float = Field(default=600, gt=0)
+    startup_timeout_s: float = Field(default=600, gt=0, allow_inf_nan=False)
     port: int | None = Field(default=None, ge=1, le=65535)
     served_model_name: str | None = None
     # CPU build on a few cores: pin the busy-waiting EngineCore to the workers' cores so it does
@@ -161,9 +170,9 @@ class Replicates(_Strict):
     """Runs per scenario on one server: fixed (`replicates: 3`) or adaptive between min and max,
     stopping early once the objective's CI half-width is within `target_rel_ci` of its mean."""
 
-    min: int = Field(default=3, ge=1)
-    max: int = Field(default=3, ge=1)
-    target_rel_ci: float | None = Field(default=None, gt=0)
+    min: int = Field(default=3, ge=1, le=MAX_REPLICATES)
+    max: int = Field(default=3, ge=1, le=MAX_REPLICATES)
+    target_rel_ci: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -193,7 +202,7 @@ class ObjectiveSpec(_Strict):
     maximize: Metric | None = None
     minimize: Metric | None = None
     combine: Literal["weighted", "worst_case"] = "weighted"
-    weights: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    weights: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
     # {metric: limit} for every scenario, {scenario: {metric: limit}} for one.
     slo: dict[str, float | dict[str, float]] = Field(default_factory=dict)
 
@@ -270,7 +279,7 @@ class StudySpec(_Strict):
     finalists: int = Field(default=2, ge=0)
     baseline_every: int = Field(default=3, ge=1, description="re-measure the baseline every N candidate trials")
     alpha: float = Field(default=0.05, gt=0, lt=1)
-    min_effect_pct: float = Field(default=1.0, ge=0, description="smaller significant gains count as no difference")
+    min_effect_pct: float = Field(default=1.0, ge=0, allow_inf_nan=False, description="smaller significant gains count as no difference")
     seed: int = 0
 
     @field_validator("space")
@@ -320,7 +329,8 @@ class StudySpec(_Strict):
                 if key not in names:
                     problems.append((("objective", "slo", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
                 problems += [(("objective", "slo", key, m), msg) for m in value if (msg := metric_problem(m))]
-            elif msg := metric_problem(key, also=names):
+                problems += [(("objective", "slo", key, m), msg) for m, v in value.items() if (msg := _limit_problem(v))]
+            elif msg := metric_problem(key, also=names) or _limit_problem(value):
                 problems.append((("objective", "slo", key), msg))
         return problems
 

@@ -228,6 +228,8 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
     if baseline is not None:
         _objective_effects([c for c in configs if not c.is_baseline], baseline, spec)
     winner, reason = _winner(configs, spec)
+    if baseline is None or not baseline.measured:
+        winner, reason = None, _unmeasured_baseline_reason(store, configs, baseline_key)
     return StudyAnalysis(
         study_name=spec.name,
         objective_metric=spec.objective.metric,
@@ -337,14 +339,32 @@ def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult 
             and c.objective_effect.verdict == "better"
             and (c.objective_effect.unit == "boot" or not needs_boots)]
     if not good:
-        return None, (f"no config beat the baseline significantly after re-validation "
-                      f"({len(finalists)} finalist(s), Holm-corrected alpha {spec.alpha}, "
+        judged = (f"after re-validation ({len(finalists)} finalist(s)" if needs_boots else
+                  f"({len(finalists)} candidate(s) screened without re-validation, finalists: 0")
+        return None, (f"no config beat the baseline significantly {judged}, Holm-corrected alpha {spec.alpha}, "
                       f"minimum effect {spec.min_effect_pct:g} %)")
     best = max(good, key=lambda c: c.objective.estimate if c.objective else -math.inf)
     eff = best.objective_effect
     return best, (f"objective {eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}] vs baseline, "
                   f"Holm-adjusted p = {eff.p_adjusted:.3g} (at least {spec.min_effect_pct:g} % needed), "
                   "every SLO met")
+
+
+def _unmeasured_baseline_reason(store: StudyStore, configs: list[ConfigResult], baseline_key: str) -> str:
+    """Why there is no verdict: what became of the baseline, and whether anything was measured at all."""
+    trials = [t for t in store.trials() if t.config.key() == baseline_key and t.status == "done"]
+    if trials:
+        last = trials[-1]
+        detail = (last.detail or "").strip().splitlines()
+        why = f"baseline failed: {last.outcome}" + (f" — {detail[0][:200]}" if detail else "")
+        if last.outcome == str(Outcome.ok):
+            why = "baseline booted but none of its runs produced a measurement"
+    else:
+        why = "the baseline never ran"
+    measured = [c for c in configs if not c.is_baseline and c.measured]
+    if not measured:
+        return f"no trial produced a measurement ({why})"
+    return f"{why}; nothing to compare the {len(measured)} measured candidate(s) against"
 
 
 def _effect(metric: str, base: list[float], cand: list[float], spec: StudySpec) -> Effect:

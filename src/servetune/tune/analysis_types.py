@@ -59,6 +59,11 @@ class ConfigResult:
     is_baseline: bool = False
     is_finalist: bool = False
 
+    @property
+    def measured(self) -> bool:
+        """At least one run of one scenario produced a measurement (a config that never ran has none)."""
+        return any(s.replicates > 0 for s in self.scenarios.values())
+
 
 @dataclass
 class DriftPoint:
@@ -81,3 +86,8 @@ class StudyAnalysis:
     winner_reason: str
     drift: list[DriftPoint] = field(default_factory=list)
     cost: dict[str, float] = field(default_factory=dict)   # boot_s, measure_s, other_s, wall_s, eta_error_pct
+
+    @property
+    def baseline_measured(self) -> bool:
+        """Without a measured baseline nothing can be compared: no verdict, no recommended config."""
+        return self.baseline is not None and self.baseline.measured

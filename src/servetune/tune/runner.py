@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from ..engine import VllmEngine
 from ..engine.config import Config
 from ..engine.outcome import Outcome
@@ -165,7 +167,7 @@ class StudyRunner:
         )
         done = self.store.trial(trial.id)
         if outcome != str(Outcome.ok):
-            self.display.note(f"[yellow]#{trial.seq} {trial.role} {label}: {outcome}[/] {(done.detail or '')[:300]}")
+            self.display.note(f"[yellow]#{trial.seq} {trial.role} {label}: {outcome}[/] {escape((done.detail or '')[:300])}")
         else:
             boot = f"boot {done.boot_s:.0f} s, " if done.boot_s else ""
             self.display.note(f"#{trial.seq} {trial.role} {label}: ok ({boot}"
@@ -181,7 +183,8 @@ class StudyRunner:
             self.store.heartbeat(self._session)
 
     def _label(self, config: Config) -> str:
-        return config.label(self.baseline_config)
+        """For the display, which reads rich markup: a value like `[/]` is text, not a tag."""
+        return escape(config.label(self.baseline_config))
 
     # --- budget and ETA -----------------------------------------------------------------
 

@@ -1,0 +1,93 @@
+"""A study in which nothing could run has no verdict: it says what failed, exits 1, and writes no
+recommended config; the finalist count in the verdict matches the study's `finalists`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli_run import servetune
+
+from servetune.engine.config import Config
+from servetune.load.records import RunResult
+from servetune.store import StudyStore
+from servetune.study import parse_study
+from servetune.tune import analysis
+
+STUDY = """\
+name: nothing-runs
+engine:
+  command: [servetune-test-no-such-engine]
+  model: ./models/none
+  startup_timeout_s: 5
+space:
+  max-num-seqs: [4, 8]
+scenarios:
+  - {name: one, input_len: 8, output_len: 4, num_prompts: 2}
+strategy: ofat
+replicates: 2
+finalists: {finalists}
+"""
+
+
+@pytest.mark.parametrize("finalists", [0, 2])
+def test_study_where_every_trial_failed(tmp_path: Path, finalists: int) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY.replace("{finalists}", str(finalists)))
+    out = tmp_path / "out"
+    result = servetune("tune", study, "--out", out)
+    assert result.code == 1, result
+    assert "Traceback" not in result.stderr
+    assert "no verdict: no trial produced a measurement (baseline failed: crashed — cannot run " \
+           "'servetune-test-no-such-engine'" in " ".join(result.stdout.split())
+    assert "beat the baseline" not in result.stdout
+    assert not (out / "baseline").exists() and not (out / "winner").exists()
+    report = (out / "report.md").read_text()
+    assert "No recommended config: the baseline produced no measurement" in report
+    assert "Recommended config (the baseline" not in report and "vllm serve" not in report
+
+
+def test_failure_text_with_markup_does_not_stop_the_study(tmp_path: Path) -> None:
+    # The trial's detail names the command; shown as rich markup, `[/]` raised MarkupError mid-study.
+    study = tmp_path / "study.yaml"
+    study.write_text(STUDY.replace("{finalists}", "0").replace("[servetune-test-no-such-engine]",
+                                                               "['servetune-test-[/]-engine']"))
+    result = servetune("tune", study, "--out", tmp_path / "out")
+    assert result.code == 1, result
+    assert "Traceback" not in result.stderr
+    assert "cannot run 'servetune-test-[/]-engine'" in " ".join(result.stdout.split())
+
+
+def _ok_run(store: StudyStore, trial_id: int, replicate: int, value: float) -> None:
+    result = RunResult(scenario="one", summary={"output_throughput": value, "completed": 2, "failed": 0})
+    store.record_run(trial_id, replicate, result, started_at=0.0, ended_at=1.0)
+
+
+def _trial(store: StudyStore, role: str, config: Config, params: dict, outcome: str, values: list[float],
+           detail: str | None = None) -> None:
+    trial = store.begin_trial(role, config, params)
+    for rep, value in enumerate(values, 1):
+        _ok_run(store, trial.id, rep, value)
+    store.finish_trial(trial.id, outcome, detail=detail)
+
+
+def test_no_finalists_study_does_not_speak_of_re_validation(tmp_path: Path) -> None:
+    spec = parse_study(STUDY.replace("{finalists}", "0"))
+    store = StudyStore.in_dir(tmp_path)
+    _trial(store, "baseline", spec.baseline_config(), {}, "ok", [10.0, 10.2, 9.9])
+    _trial(store, "candidate", spec.config_for({"max-num-seqs": 8}), {"max-num-seqs": 8}, "ok", [10.1, 9.9, 10.0])
+    result = analysis.analyze(store, spec)
+    assert result.winner is None and result.baseline_measured
+    assert "finalists: 0" in result.winner_reason and "after re-validation" not in result.winner_reason
+    assert "1 candidate(s) screened" in result.winner_reason
+
+
+def test_failed_baseline_with_measured_candidates_has_no_verdict(tmp_path: Path) -> None:
+    spec = parse_study(STUDY.replace("{finalists}", "0"))
+    store = StudyStore.in_dir(tmp_path)
+    _trial(store, "baseline", spec.baseline_config(), {}, "port_in_use", [], detail="port 8000 is taken\nmore")
+    _trial(store, "candidate", spec.config_for({"max-num-seqs": 8}), {"max-num-seqs": 8}, "ok", [10.1, 9.9, 10.0])
+    result = analysis.analyze(store, spec)
+    assert result.winner is None and not result.baseline_measured
+    assert result.winner_reason == ("baseline failed: port_in_use — port 8000 is taken; "
+                                    "nothing to compare the 1 measured candidate(s) against")
