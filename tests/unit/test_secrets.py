@@ -92,9 +92,9 @@ def test_secrets_cannot_be_tuned(space: str, line: int, key: str) -> None:
 def test_hostile_variable_names_are_rejected_at_load_with_file_line_and_key() -> None:
     with pytest.raises(ServetuneError) as env_error:
         parse_study(study(env="    'X; touch pwned': 1\n"), "s.yaml")
-    assert str(env_error.value).startswith("s.yaml:8: engine.env.X; touch pwned: 'X; touch pwned' is not an "
+    assert str(env_error.value).startswith("s.yaml:8: engine.env.'X; touch pwned': 'X; touch pwned' is not an "
                                            "environment variable name")
-    with pytest.raises(ServetuneError, match=r"^s.yaml:10: space.env.\$\(id\): '\$\(id\)' is not an environment"):
+    with pytest.raises(ServetuneError, match=r"^s.yaml:10: space.'env.\$\(id\)': '\$\(id\)' is not an environment"):
         parse_study(study(space="  env.$(id): [a, b]\n"), "s.yaml")
     with pytest.raises(ServetuneError, match=r"^s.yaml:6: engine.secret_env\[0\]: '1X' is not an environment"):
         parse_study(study().replace("  env:\n", "  secret_env: [1X]\n  env:\n"), "s.yaml")

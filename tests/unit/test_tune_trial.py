@@ -29,6 +29,9 @@ class LeakyEngine:
                         log_path=log_path, started_at=0.0, launch_token=launch_token)
         return StartResult(outcome=Outcome.ok, server=server)
 
+    def client_api_key(self, config: Config) -> str | None:
+        return None
+
     def stop(self, server: Server) -> StopReport:
         return StopReport(left_pids=[4242], port_free=False, forced=True, port=server.port, port_holders=[4243])
 
