@@ -33,14 +33,15 @@ def prompt_key(prompt: str) -> str:
 
 
 class FakeServer:
-    def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, log: bool) -> None:
+    def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, log: bool, model: str = MODEL) -> None:
         self.ttft_ns, self.itl_ns = int(ttft_ms * 1e6), int(itl_ms * 1e6)
         self.k = tokens_per_chunk
         self.keep_log = log
+        self.model = model
         self.sent: dict[str, list[int]] = {}
 
     async def models(self, _: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
     async def health(self, _: web.Request) -> web.Response:
         return web.Response(text="")
@@ -88,7 +89,7 @@ class FakeServer:
             if wait > 0:
                 await asyncio.sleep(wait / 1e9)
             sent.append(time.perf_counter_ns())
-            await resp.write(chunk)
+            await self.write_chunk(resp, i, chunk)
             if "BREAK" in prompt and i == 1:  # a stream cut mid-way, as by a crashing server
                 assert request.transport is not None
                 request.transport.close()
@@ -99,6 +100,19 @@ class FakeServer:
             self.sent[prompt_key(prompt)] = sent
         await resp.write_eof()
         return resp
+
+    async def write_chunk(self, resp: web.StreamResponse, index: int, chunk: bytes) -> None:
+        """One SSE event of a paced stream (a subclass may stall, slow or mangle it)."""
+        await resp.write(chunk)
+
+    def routes(self) -> list[web.RouteDef]:
+        """The endpoints vLLM's OpenAI server offers that clients of these fakes use, plus /fake/log."""
+        return [
+            web.get("/v1/models", self.models), web.get("/health", self.health), web.get("/metrics", self.metrics),
+            web.get("/fake/log", self.log), web.post("/tokenize", self.tokenize),
+            web.post("/detokenize", self.detokenize),
+            web.post("/v1/completions", self.complete), web.post("/v1/chat/completions", self.complete),
+        ]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -129,11 +143,7 @@ def _event(kind: str, choice: dict[str, Any] | None, n_prompt: int, n_done: int)
 def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, log: bool = True) -> web.Application:
     fake = FakeServer(ttft_ms, itl_ms, tokens_per_chunk, log)
     app = web.Application()
-    app.add_routes([
-        web.get("/v1/models", fake.models), web.get("/health", fake.health), web.get("/metrics", fake.metrics),
-        web.get("/fake/log", fake.log), web.post("/tokenize", fake.tokenize), web.post("/detokenize", fake.detokenize),
-        web.post("/v1/completions", fake.complete), web.post("/v1/chat/completions", fake.complete),
-    ])
+    app.add_routes(fake.routes())
     return app
 
 
