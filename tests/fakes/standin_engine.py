@@ -13,7 +13,7 @@ streaming of tests/fakes/fake_stream_server.py), /metrics, /reset_prefix_cache, 
 `Authorization: Bearer K`, as vLLM's do. It boots in a fraction of a second.
 
 A study sweeps faults as an ordinary flag (`space: {fault: [stall, none]}`); `--fault-after K`,
-`--fault-delay-ms MS` and `--fault-endpoint PATH` tune them. See FAULTS for the names.
+`--fault-delay-ms MS` and `--fault-endpoint PATH` tune them. See FAULTS for the names; `--fault a,b` switches on two.
 """
 
 from __future__ import annotations
@@ -233,6 +233,10 @@ def double_fork_holding(sock: socket.socket) -> None:
     os.wait()
 
 
+def _ignore_sigterm(signum: int, frame: object) -> None:
+    print("SIGTERM ignored (fault ignore-sigterm)", flush=True)  # tests wait for this line
+
+
 def spawn_children(faults: list[str]) -> None:
     if "child-same-group" in faults:
         subprocess.Popen(_SLEEP_FOREVER)
@@ -248,11 +252,16 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--api-key", default=None)
-    p.add_argument("--fault", action="append", default=[], choices=sorted(FAULTS))
+    p.add_argument("--fault", action="append", default=[], help="a name of FAULTS, or several joined by commas")
     p.add_argument("--fault-after", type=int, default=0, help="requests served before a request fault starts")
     p.add_argument("--fault-delay-ms", type=float, default=200.0, help="slow-chunks: delay before each chunk")
     p.add_argument("--fault-endpoint", action="append", default=[], help="http-500/401: the paths (repeatable)")
-    return p.parse_known_args(argv)
+    args, rest = p.parse_known_args(argv)
+    args.fault = [name for text in args.fault for name in text.split(",") if name]
+    unknown = sorted(set(args.fault) - set(FAULTS))
+    if unknown:
+        p.error(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
+    return args, rest
 
 
 def main(argv: list[str]) -> None:
@@ -275,7 +284,7 @@ def main(argv: list[str]) -> None:
     if "hang-before-health" in args.fault:
         time.sleep(10 * 24 * 3600)
     if "ignore-sigterm" in args.fault:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _ignore_sigterm)
     sock = listening_socket(args.host, args.port)
     if "double-fork" in args.fault:
         double_fork_holding(sock)
