@@ -39,11 +39,12 @@ def prompt_key(prompt: str) -> str:
 
 
 class FakeServer:
-    def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, log: bool, *,
+    def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, log: bool, model: str = MODEL, *,
                  stall_after_chunks: int | None = None, api_key: str | None = None, models_status: int = 200) -> None:
         self.ttft_ns, self.itl_ns = int(ttft_ms * 1e6), int(itl_ms * 1e6)
         self.k = tokens_per_chunk
         self.keep_log = log
+        self.model = model
         self.sent: dict[str, list[int]] = {}
         self.stall_after_chunks = stall_after_chunks
         self.api_key = api_key
@@ -61,7 +62,7 @@ class FakeServer:
     async def models(self, _: web.Request) -> web.Response:
         if self.models_status != 200:
             return web.json_response({"error": {"message": "fake models failure"}}, status=self.models_status)
-        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+        return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
     async def reset_prefix_cache(self, _: web.Request) -> web.Response:
         self.seen["resets"] += 1
@@ -120,7 +121,7 @@ class FakeServer:
             if wait > 0:
                 await asyncio.sleep(wait / 1e9)
             sent.append(time.perf_counter_ns())
-            await resp.write(chunk)
+            await self.write_chunk(resp, i, chunk)
             if "BREAK" in prompt and i == 1:  # a stream cut mid-way, as by a crashing server
                 assert request.transport is not None
                 request.transport.close()
@@ -131,6 +132,20 @@ class FakeServer:
             self.sent[prompt_key(prompt)] = sent
         await resp.write_eof()
         return resp
+
+    async def write_chunk(self, resp: web.StreamResponse, index: int, chunk: bytes) -> None:
+        """One SSE event of a paced stream (a subclass may stall, slow or mangle it)."""
+        await resp.write(chunk)
+
+    def routes(self) -> list[web.RouteDef]:
+        """The endpoints vLLM's OpenAI server offers that clients of these fakes use, plus /fake/log."""
+        return [
+            web.get("/v1/models", self.models), web.get("/health", self.health), web.get("/metrics", self.metrics),
+            web.get("/fake/log", self.log), web.post("/tokenize", self.tokenize),
+            web.post("/detokenize", self.detokenize),
+            web.post("/v1/completions", self.complete), web.post("/v1/chat/completions", self.complete),
+            web.post("/reset_prefix_cache", self.reset_prefix_cache), web.get("/fake/seen", self.seen_counts),
+        ]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -163,12 +178,7 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, log: bool
     """`faults`: FakeServer's keyword options (stall_after_chunks, api_key, models_status)."""
     fake = FakeServer(ttft_ms, itl_ms, tokens_per_chunk, log, **faults)
     app = web.Application(middlewares=[fake.require_key])
-    app.add_routes([
-        web.post("/reset_prefix_cache", fake.reset_prefix_cache), web.get("/fake/seen", fake.seen_counts),
-        web.get("/v1/models", fake.models), web.get("/health", fake.health), web.get("/metrics", fake.metrics),
-        web.get("/fake/log", fake.log), web.post("/tokenize", fake.tokenize), web.post("/detokenize", fake.detokenize),
-        web.post("/v1/completions", fake.complete), web.post("/v1/chat/completions", fake.complete),
-    ])
+    app.add_routes(fake.routes())
     return app
 
 

@@ -1,0 +1,296 @@
+"""STAND-IN for a vLLM OpenAI server, with faults switched on per trial (never a benchmark target).
+
+Started the way servetune starts vLLM:
+
+    python tests/fakes/standin_engine.py --model DIR --host H --port P [vLLM flags] [--fault NAME ...]
+
+It prints vLLM 0.32's boot lines (CPU build; format copied from tests/fixtures/logs/), echoing every
+flag it got in the "non-default args" line and the engine config line, so `engine/bootfacts.py`
+parses it and the applied check passes for whatever it was given. Then it serves what servetune uses
+of vLLM's API: /health, /v1/models, streaming /v1/completions and /v1/chat/completions (the
+streaming of tests/fakes/fake_stream_server.py), /metrics, /reset_prefix_cache, /tokenize and
+/detokenize. With `--api-key K` (or VLLM_API_KEY) the /v1 routes answer 401 without
+`Authorization: Bearer K`, as vLLM's do. It boots in a fraction of a second.
+
+A study sweeps faults as an ordinary flag (`space: {fault: [stall, none]}`); `--fault-after K`,
+`--fault-delay-ms MS` and `--fault-endpoint PATH` tune them. See FAULTS for the names; `--fault a,b` switches on two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+if __package__ in (None, ""):  # run as a script: make `tests.fakes` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.fakes.fake_stream_server import FakeServer  # noqa: E402
+
+FAULTS = {
+    "none": "no fault (an explicit value, so a space can hold a faultless candidate)",
+    "crash-at-boot": "exit 1 with an engine-core traceback before serving",
+    "crash-after": "exit 1 when request K+1 arrives (--fault-after K)",
+    "hang-before-health": "print boot lines, then never listen",
+    "stall": "from request K+1 on, send two chunks of each stream, then nothing (connection kept open)",
+    "oom": "print vLLM's CUDA out-of-memory error at boot and exit 1",
+    "ignore-sigterm": "serve normally with SIGTERM ignored",
+    "child-same-group": "spawn a child process in the server's process group",
+    "child-own-session": "spawn a child process in a session of its own",
+    "double-fork": "double-fork a daemon that keeps the listening socket (and so the port) open",
+    "http-500": "answer 500 on the --fault-endpoint paths (default: every path but /health)",
+    "http-401": "answer 401 on the --fault-endpoint paths (default: every path but /health)",
+    "slow-chunks": "wait --fault-delay-ms before every chunk of a stream",
+    "partial-json": "write every SSE event in two pieces, cut inside its JSON",
+    "garbled-json": "send a chunk whose JSON is broken in every stream",
+}
+VERSION = "0.32.0"
+BYTES_PER_KV_TOKEN = 1024  # the stand-in's KV cache size follows --kv-cache-memory-bytes
+DEFAULT_MAX_MODEL_LEN = 2048
+DEFAULT_BATCHED_TOKENS = 2048
+OOM_TEXT = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+            "capacity of 139.80 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process "
+            "has 138.77 GiB memory in use.")
+_SLEEP_FOREVER = [sys.executable, "-c", "import time; time.sleep(3600)"]
+
+
+def parse_engine_flags(argv: list[str]) -> dict[str, Any]:
+    """vLLM flags as its CLI reads them: `--x V` (int, float, JSON or text), `--x` True, `--no-x` False."""
+    flags: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if not word.startswith("--"):
+            continue
+        name, eq, inline = word[2:].partition("=")
+        if eq:
+            flags[name.replace("-", "_")] = _literal(inline)
+        elif i < len(argv) and not argv[i].startswith("--"):
+            flags[name.replace("-", "_")] = _literal(argv[i])
+            i += 1
+        elif name.startswith("no-"):
+            flags[name[3:].replace("-", "_")] = False
+        else:
+            flags[name.replace("-", "_")] = True
+    return flags
+
+
+def _literal(text: str) -> Any:
+    for parse in (int, float, json.loads):
+        try:
+            return parse(text)
+        except ValueError:
+            continue
+    return text
+
+
+class BootLog:
+    """vLLM 0.32's log line format: `(Proc pid=N) LEVEL MM-DD HH:MM:SS [file.py:L] message`."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+
+    def line(self, proc: str, level: str, where: str, msg: str) -> None:
+        print(f"({proc} pid={self.pid}) {level} {time.strftime('%m-%d %H:%M:%S')} [{where}] {msg}", flush=True)
+
+    def banner(self, model: str, flags: dict[str, Any]) -> None:
+        self.line("APIServer", "INFO", "api_utils.py:347", f"       version {VERSION}")
+        self.line("APIServer", "INFO", "api_utils.py:347", f"       model   {model}")
+        self.line("APIServer", "INFO", "api_utils.py:286", f"non-default args: {flags!r}")
+
+    def engine(self, model: str, flags: dict[str, Any]) -> None:
+        max_len = int(flags.get("max_model_len", DEFAULT_MAX_MODEL_LEN))
+        batched = int(flags.get("max_num_batched_tokens", DEFAULT_BATCHED_TOKENS))
+        kv_bytes = int(flags.get("kv_cache_memory_bytes", 1 << 30))
+        tokens = kv_bytes // BYTES_PER_KV_TOKEN
+        config = {
+            "model": repr(model), "tokenizer": repr(model), "dtype": "torch.bfloat16", "max_seq_len": max_len,
+            "load_format": flags.get("load_format", "auto"), "device_config": "cpu", "seed": flags.get("seed", 0),
+            "served_model_name": flags.get("served_model_name", model),
+            "enable_prefix_caching": flags.get("enable_prefix_caching", True),
+            "enable_chunked_prefill": flags.get("enable_chunked_prefill", True),
+        }
+        text = ", ".join(f"{k}={v}" for k, v in config.items())
+        self.line("APIServer", "INFO", "model.py:2152", f"Using max model len {max_len}")
+        self.line("APIServer", "INFO", "scheduler.py:307",
+                  f"Chunked prefill is enabled with max_num_batched_tokens={batched}.")
+        self.line("EngineCore", "INFO", "core.py:133",
+                  f"Initializing a V1 LLM engine (v{VERSION}) with config: {text}")
+        self.line("Worker", "INFO", "base_loader.py:82", "Initializing model took 0.010000 seconds")
+        self.line("Worker", "INFO", "cpu_worker.py:260",
+                  f"Explicitly set ({kv_bytes / 2**30:.1f}/14.09) GiB for KV cache on node 0.")
+        self.line("EngineCore", "INFO", "kv_cache_utils.py:2327",
+                  f"CPU KV cache size: {tokens:,} tokens, Maximum concurrency for {max_len:,} tokens per request:"
+                  f" {tokens / max_len:.2f}x")
+        self.line("EngineCore", "INFO", "core.py:402", "init engine (profile, create kv cache, warmup model) took 0.01 s")
+
+
+class StandinServer(FakeServer):
+    """The fake streaming server with counters, vLLM's extra endpoints and stream faults."""
+
+    def __init__(self, args: argparse.Namespace, model: str) -> None:
+        super().__init__(ttft_ms=2.0, itl_ms=1.0, tokens_per_chunk=1, log=False, model=model)
+        self.args = args
+        self.requests = 0
+        self.tokens_out = 0
+
+    def faulty(self) -> bool:
+        """Request-count faults apply from request K+1 on (warmups count)."""
+        return self.requests > self.args.fault_after
+
+    async def complete(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
+        if "crash-after" in self.args.fault and self.faulty():
+            BootLog().line("EngineCore", "ERROR", "core.py:1021", "EngineCore encountered a fatal error.")
+            print("RuntimeError: stand-in engine core died (fault crash-after)", flush=True)
+            os._exit(1)
+        resp = await super().complete(request)
+        self.tokens_out += int(json.loads(await request.read()).get("max_tokens") or 0)
+        return resp
+
+    async def write_chunk(self, resp: web.StreamResponse, index: int, chunk: bytes) -> None:
+        faults = self.args.fault
+        if "stall" in faults and self.faulty() and index >= 2:
+            await asyncio.sleep(10 * 24 * 3600)  # the engine stops sending; the connection stays open
+        if "slow-chunks" in faults:
+            await asyncio.sleep(self.args.fault_delay_ms / 1e3)
+        if "garbled-json" in faults and index == 1:
+            chunk = b'data: {"id": "cmpl-standin", "choices": [{"text": tru\n\n'
+        if "partial-json" in faults:
+            cut = len(chunk) // 2
+            await resp.write(chunk[:cut])
+            await asyncio.sleep(0.002)  # two socket reads for the client, the cut inside the JSON
+            chunk = chunk[cut:]
+        await resp.write(chunk)
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        return web.Response(text=(
+            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n"
+            "# TYPE vllm:request_success_total counter\n"
+            f'vllm:request_success_total{{finished_reason="length"}} {float(self.requests)}\n'
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f"vllm:generation_tokens_total {float(self.tokens_out)}\n"))
+
+
+
+def error_middleware(args: argparse.Namespace, api_key: str | None) -> Any:
+    """401 for the /v1 routes without the key (as vLLM's --api-key), and the http-500/401 faults."""
+    status = 500 if "http-500" in args.fault else 401 if "http-401" in args.fault else None
+    endpoints = set(args.fault_endpoint)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+        path = request.path
+        if api_key and path.startswith("/v1") and request.headers.get("Authorization") != f"Bearer {api_key}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        if status is not None and (path in endpoints if endpoints else path != "/health"):
+            return web.json_response({"error": {"message": f"stand-in fault on {path}", "code": status}},
+                                     status=status)
+        return await handler(request)
+
+    return middleware
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        print(f"OSError: [Errno {exc.errno}] {exc.strerror}", flush=True)  # vLLM's words, classified port_in_use
+        sys.exit(1)
+    sock.listen(1024)
+    return sock
+
+
+def double_fork_holding(sock: socket.socket) -> None:
+    """A daemon (own session, parent gone, so not in the group and no descendant) that keeps `sock`."""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            time.sleep(3600)
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+
+
+def _ignore_sigterm(signum: int, frame: object) -> None:
+    print("SIGTERM ignored (fault ignore-sigterm)", flush=True)  # tests wait for this line
+
+
+def spawn_children(faults: list[str]) -> None:
+    if "child-same-group" in faults:
+        subprocess.Popen(_SLEEP_FOREVER)
+    if "child-own-session" in faults:
+        subprocess.Popen(_SLEEP_FOREVER, start_new_session=True)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model_positional", nargs="?", help="the model, as `vllm serve MODEL` takes it")
+    p.add_argument("--model", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--fault", action="append", default=[], help="a name of FAULTS, or several joined by commas")
+    p.add_argument("--fault-after", type=int, default=0, help="requests served before a request fault starts")
+    p.add_argument("--fault-delay-ms", type=float, default=200.0, help="slow-chunks: delay before each chunk")
+    p.add_argument("--fault-endpoint", action="append", default=[], help="http-500/401: the paths (repeatable)")
+    args, rest = p.parse_known_args(argv)
+    args.fault = [name for text in args.fault for name in text.split(",") if name]
+    unknown = sorted(set(args.fault) - set(FAULTS))
+    if unknown:
+        p.error(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
+    return args, rest
+
+
+def main(argv: list[str]) -> None:
+    args, _ = parse_args(argv)
+    model = args.model or args.model_positional or "standin-model"
+    flags = parse_engine_flags(argv)
+    if args.model_positional:
+        flags.setdefault("model", model)
+    log = BootLog()
+    log.banner(model, flags)
+    if "crash-at-boot" in args.fault:
+        log.line("EngineCore", "ERROR", "core.py:1021", "EngineCore failed to start.")
+        print("RuntimeError: Engine core initialization failed. See root cause above.", flush=True)
+        sys.exit(1)
+    if "oom" in args.fault:
+        log.line("EngineCore", "ERROR", "core.py:1021", "EngineCore failed to start.")
+        print(OOM_TEXT, flush=True)
+        sys.exit(1)
+    log.engine(model, flags)
+    if "hang-before-health" in args.fault:
+        time.sleep(10 * 24 * 3600)
+    if "ignore-sigterm" in args.fault:
+        signal.signal(signal.SIGTERM, _ignore_sigterm)
+    sock = listening_socket(args.host, args.port)
+    if "double-fork" in args.fault:
+        double_fork_holding(sock)
+    spawn_children(args.fault)
+    server = StandinServer(args, args.served_model_name or model)
+    app = web.Application(middlewares=[error_middleware(args, args.api_key or os.environ.get("VLLM_API_KEY"))])
+    app.add_routes(server.routes())
+    log.line("APIServer", "INFO", "entry.py:140", f"Starting vLLM server on http://{args.host}:{args.port}")
+    # aiohttp's own SIGTERM handler would undo SIG_IGN
+    web.run_app(app, sock=sock, print=None, access_log=None, handle_signals="ignore-sigterm" not in args.fault)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
