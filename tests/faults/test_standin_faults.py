@@ -124,16 +124,17 @@ def test_oom_detail_quotes_the_engine(tmp_path: Path, marks: list[str]) -> None:
     assert "CUDA out of memory" in study.trials()[1]["detail"]
 
 
-def test_garbled_json_fails_the_requests_not_the_study(tmp_path: Path, marks: list[str]) -> None:
+def test_garbled_json_is_a_bad_response_and_the_study_goes_on(tmp_path: Path, marks: list[str]) -> None:
     study = run_study(tmp_path, marks, "garbled-json")
-    assert_survived(study, "ok")
+    assert_survived(study, "bad_response")
     (run,) = study.runs(2)
     assert run["error"] and "requests failed" in run["error"]
 
 
-def test_http_500_on_completions_fails_the_requests_not_the_study(tmp_path: Path, marks: list[str]) -> None:
+def test_http_500_on_completions_is_a_bad_response_and_the_study_goes_on(tmp_path: Path,
+                                                                         marks: list[str]) -> None:
     study = run_study(tmp_path, marks, "http-500", args={"fault-endpoint": "/v1/completions"})
-    assert_survived(study, "ok")
+    assert_survived(study, "bad_response")
     (run,) = study.runs(2)
     assert run["error"] and "requests failed" in run["error"]
 

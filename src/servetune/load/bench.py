@@ -280,6 +280,8 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
         if not await _alive(base_url, limits.api_key):
             result.outcome, result.error = Outcome.crashed, f"server at {base_url} stopped answering during the run"
         elif summary["completed"] == 0:
+            # A server that fails every request (error status, unreadable stream) measured nothing.
+            result.outcome = Outcome.bad_response
             result.error = f"all {len(records)} requests failed: {summary['errors'][:1]}"
     if out_dir is not None:
         _write(out_dir, run_id, result, scenario, model, records, (warm.records if warm else []), run_plan)
