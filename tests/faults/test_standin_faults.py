@@ -210,15 +210,19 @@ def _kill_study(tmp_path: Path, marks: list[str], fault: str, replicates: int = 
     return study_file, tmp_path / "study", mark
 
 
-def test_sigkill_mid_trial_then_resume_leaves_nothing(tmp_path: Path, marks: list[str]) -> None:
-    study_file, out, mark = _kill_study(tmp_path, marks, "slow-chunks")
-    db = out / "study.sqlite"
+def _sigkill_once_trial_2_measures(study_file: Path, out: Path, mark: str) -> None:
     tuner = standin.start_tuner(study_file, out, mark)
     try:
-        _wait_for(lambda: _runs_of(db, 2) >= 1, STUDY_TIMEOUT_S, "a run of trial 2", tuner)
+        _wait_for(lambda: _runs_of(out / "study.sqlite", 2) >= 1, STUDY_TIMEOUT_S, "a run of trial 2", tuner)
     finally:
         tuner.kill()
         tuner.wait()
+
+
+def test_sigkill_mid_trial_then_resume_leaves_nothing(tmp_path: Path, marks: list[str]) -> None:
+    study_file, out, mark = _kill_study(tmp_path, marks, "slow-chunks")
+    db = out / "study.sqlite"
+    _sigkill_once_trial_2_measures(study_file, out, mark)
     seen: dict[standin.RunKey, tuple[Any, ...]] = {}
     assert standin.store_problems(db, seen) == []
     left = standin.standin_processes(mark)
@@ -231,12 +235,7 @@ def test_sigkill_mid_trial_then_resume_leaves_nothing(tmp_path: Path, marks: lis
 def test_resume_stops_a_group_whose_leader_is_gone(tmp_path: Path, marks: list[str]) -> None:
     study_file, out, mark = _kill_study(tmp_path, marks, "child-same-group,slow-chunks")
     db = out / "study.sqlite"
-    tuner = standin.start_tuner(study_file, out, mark)
-    try:
-        _wait_for(lambda: _runs_of(db, 2) >= 1, STUDY_TIMEOUT_S, "a run of trial 2", tuner)
-    finally:
-        tuner.kill()
-        tuner.wait()
+    _sigkill_once_trial_2_measures(study_file, out, mark)
     (pgid,) = standin.recorded_servers(db)
     os.kill(pgid, signal.SIGKILL)  # the leader (a stand-in this test started) dies; its child stays in the group
     # Until its zombie is reaped (by init, its parent being dead), the leader still "exists" and
