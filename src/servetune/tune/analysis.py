@@ -465,3 +465,53 @@ def _cost(store: StudyStore) -> dict[str, float]:
 
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+# --- power, before a study spends its boots -----------------------------------------------
+
+@dataclass(frozen=True)
+class Power:
+    """What a study of this store's noise can detect (objective, ratio to the baseline)."""
+
+    components: stats.VarianceComponents
+    replicates: int                 # per boot (the study's minimum)
+    baseline_boots: int             # the baseline's boots measured so far (at least 1)
+    detectable_pct: float           # one candidate boot against those baseline boots (NaN: unknown)
+    boots_for_target: int | None    # boots per side for target_pct (None: unknown or > 1000)
+    target_pct: float
+    power: float
+
+
+def study_power(store: StudyStore, spec: StudySpec, *, target_pct: float = 10.0, power: float = 0.9) -> Power:
+    """From the boot and replicate variances measured in the store: the effect one candidate boot can
+    detect with ``power`` at the study's alpha, and the boots per side ``target_pct`` needs."""
+    measured = _all_measured(store)
+    reference = _reference(measured, spec)
+    boots: dict[str, list[list[float]]] = defaultdict(list)
+    for m in measured:
+        samples = objective_samples(m, spec, reference)
+        if samples and min(samples) > 0:
+            boots[m.trial.config.key()].append(samples)
+    components = stats.variance_components(list(boots.values()))
+    reps = spec.replicates.min
+    base_boots = max(len(boots.get(spec.baseline_config().key(), [])), 1)
+    return Power(components, reps, base_boots,
+                 stats.detectable_effect_pct(components, replicates=reps, boots=1, baseline_boots=base_boots,
+                                             alpha=spec.alpha, power=power),
+                 stats.boots_needed(components, effect_pct=target_pct, replicates=reps, alpha=spec.alpha,
+                                    power=power),
+                 target_pct, power)
+
+
+def power_line(p: Power) -> str:
+    """One line for `servetune status`."""
+    c = p.components
+    if not c.known:
+        return ("power: unknown until a config (the baseline's re-measurement counts) is booted twice "
+                "with >= 2 replicates")
+    need = (f"{p.target_pct:g} % needs {p.boots_for_target} boot(s) of {p.replicates} replicate(s) on each side"
+            if p.boots_for_target else f"{p.target_pct:g} % needs more than 1000 boots")
+    return (f"power ({p.power:.0%}): with {p.replicates} replicate(s) x 1 boot a candidate's effect is detectable "
+            f"from ±{p.detectable_pct:.1f} % (against the baseline's {p.baseline_boots} boot(s)); {need} "
+            f"[boot sd {100 * math.sqrt(c.boot_var):.1f} %, replicate sd {100 * math.sqrt(c.rep_var):.1f} %, "
+            f"from {c.boot_df} boot-level df{': a rough figure' if c.boot_df < 5 else ''}]")
