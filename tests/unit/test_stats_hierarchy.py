@@ -143,3 +143,12 @@ def test_percentile_interval_covers_with_three_runs_that_differ() -> None:
         for _ in range(sims)
     )
     assert hits / sims >= 0.93, hits / sims
+
+
+def test_single_replicate_boots_still_give_the_boot_variance() -> None:
+    """`replicates: 1`: no within-boot spread, but boot means of a config booted twice carry both levels."""
+    c = variance_components([[[1.0], [1.1]], [[2.0]]])
+    assert c.known and c.boot_df == 1 and c.rep_df == 0
+    assert c.boot_var == pytest.approx(np.var(np.log([1.0, 1.1]), ddof=1))
+    comp = compare_boots([[1.0], [1.1]], [[2.0]], c, higher_is_better=True)
+    assert comp.p_value > 0.05 and comp.ci_low_pct > -100.0

@@ -43,7 +43,8 @@ class VarianceComponents:
 
     @property
     def known(self) -> bool:
-        return self.boot_df > 0 and self.rep_df > 0
+        """The boot variance was measured (with single-replicate boots, rep noise is inside it)."""
+        return self.boot_df > 0
 
 
 def _logs(boot: Sequence[float]) -> np.ndarray:
