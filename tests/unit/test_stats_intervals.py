@@ -71,8 +71,10 @@ def test_confidence_must_be_a_fraction(confidence: float) -> None:
 
 @pytest.mark.parametrize(("statistic", "q"), [("p50", 0.5), ("p90", 0.9)])
 def test_bootstrap_coverage_iid_runs(statistic: str, q: float) -> None:
-    """Runs with no run-to-run effect: resampling both levels counts the request noise twice, so
-    the interval is conservative; it must never undercover beyond binomial noise."""
+    """Runs with no run-to-run effect: resampling both levels counts the request noise twice, and
+    the small-sample widening (see hierarchical_bootstrap_ci) assumes runs might differ, so with 3
+    runs the interval covers practically always — the price of covering when they do differ. It
+    must never undercover, and stay a bounded, positive interval."""
     rng = np.random.default_rng(2024)
     true = sps.lognorm(s=0.5).ppf(q)
     sims = 400
@@ -82,7 +84,9 @@ def test_bootstrap_coverage_iid_runs(statistic: str, q: float) -> None:
         for _ in range(sims)
     )
     coverage = hits / sims
-    assert 0.95 - binomial_tolerance(0.95, sims) <= coverage <= 0.995, coverage
+    assert coverage >= 0.95 - binomial_tolerance(0.95, sims), coverage
+    ci = hierarchical_bootstrap_ci([rng.lognormal(0.0, 0.5, 300) for _ in range(3)], statistic, n_boot=500, seed=1)
+    assert 0 < ci.low < ci.estimate < ci.high < 2 * ci.estimate
 
 
 def test_bootstrap_coverage_with_run_effects() -> None:
@@ -91,9 +95,9 @@ def test_bootstrap_coverage_with_run_effects() -> None:
     Resampling requests alone ignores that and covers the population p90 only about 60 % of the
     time with 10 runs; the two-level bootstrap must stay close to nominal. It still undercovers
     somewhat — 10 runs show only (R - 1) / R of the run-to-run variance and the percentile method
-    uses normal rather than t quantiles: 0.912 over 1500 simulations (3 runs: 0.82), documented
-    in hierarchical_bootstrap_ci — so the bound here is nominal minus 0.05, and the gain over the
-    request-only bootstrap must exceed 0.2.
+    uses normal rather than t quantiles: 0.912 over 1500 simulations unwidened (3 runs: 0.82), which
+    hierarchical_bootstrap_ci now widens for (3 runs: tests/unit/test_stats_hierarchy.py) — the bound
+    here stays nominal minus 0.05, and the gain over the request-only bootstrap must exceed 0.2.
     """
     rng = np.random.default_rng(17)
     true = sps.lognorm(s=math.hypot(0.5, 0.15)).ppf(0.9)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from servetune.load.records import RunResult
+from servetune.report import write_report
 from servetune.store import StudyStore
 from servetune.study import parse_study
 from servetune.tune import analysis
@@ -112,3 +114,80 @@ def test_boots_not_replicates_decide_the_winner(tmp_path):
     from servetune import stats
     naive = stats.compare(result.baseline.objective_samples, lucky.objective_samples, higher_is_better=True)
     assert naive.p_value < 0.05
+
+
+def _boot_spread_study(tmp_path, candidate_mean, alpha=0.05):
+    """A baseline booted three times with boot means spreading 0.87-1.09 (as the CPU box shows), tight
+    replicates within each boot, and one candidate measured on a single boot."""
+    spec = parse_study(STUDY + f"alpha: {alpha}\n")
+    store = StudyStore.in_dir(tmp_path)
+    rng = np.random.default_rng(13)
+    for role, mean in (("baseline", 100), ("baseline_check", 87), ("baseline_final", 109)):
+        _trial(store, spec, rng, role, {}, mean, noise=0.005)
+    _trial(store, spec, rng, "candidate", {"max-num-seqs": 8}, candidate_mean, noise=0.005)
+    return spec, store
+
+
+@pytest.mark.parametrize("candidate_mean", [125, 78])
+def test_a_single_boot_with_a_large_replicate_effect_is_not_better_or_worse(tmp_path, candidate_mean):
+    spec, store = _boot_spread_study(tmp_path, candidate_mean)
+    result = analysis.analyze(store, spec)
+    single = next(c for c in result.configs if not c.is_baseline)
+    effect = single.objective_effect
+    assert effect.unit == "single_boot"
+    assert effect.verdict in ("promising", "not_promising", "no_difference"), effect
+    assert effect.p_value > 0.05       # the boot-to-boot spread is in its error: no significance either
+    assert result.winner is None
+    # replicate by replicate, the same samples would have looked significant
+    from servetune import stats
+    naive = stats.compare(result.baseline.objective_samples, single.objective_samples, higher_is_better=True)
+    assert naive.p_value < 0.05
+
+
+def test_the_baseline_objective_is_exactly_one(tmp_path):
+    """Against a drift-corrected reference the baseline's own samples do not average to 1; its row is
+    the reference, so it is 1 by construction, and the report shows it so."""
+    spec = parse_study(STUDY)
+    store = StudyStore.in_dir(tmp_path)
+    rng = np.random.default_rng(3)
+    for i, role in enumerate(["baseline", "baseline_check", "baseline_check", "baseline_final"]):
+        trial = _trial(store, spec, rng, role, {}, 100 * (1 - 0.1 * i) + (5 if i == 2 else 0), noise=0.01)
+        store._conn.execute("UPDATE trials SET started_at = ? WHERE id = ?", (1000.0 * i, trial.id))
+    _trial(store, spec, rng, "candidate", {"max-num-seqs": 8}, 90, noise=0.01)
+    result = analysis.analyze(store, spec)
+    assert np.mean(result.baseline.objective_samples) != 1.0      # what the row used to show
+    assert result.baseline.objective.estimate == 1.0
+    md = write_report(result, store, tmp_path / "report")["markdown"].read_text()
+    assert "| baseline | ok | 4 | 1 | – |" in md
+
+
+def test_interval_level_follows_alpha(tmp_path):
+    from servetune import stats
+    spec, store = _boot_spread_study(tmp_path, 104, alpha=0.1)
+    result = analysis.analyze(store, spec)
+    assert result.confidence == pytest.approx(0.9)
+    base = result.baseline.scenarios["a"].metrics["output_throughput"]
+    values = [x for boot in analysis._metric_boots(analysis._all_measured(store)[:3])[("a", "output_throughput")]
+              for x in boot]
+    ninety = stats.log_t_ci(values, 0.9)
+    assert (base.low, base.high) == pytest.approx((ninety.low, ninety.high))
+    effect = next(c for c in result.configs if not c.is_baseline).objective_effect
+    at_95 = stats.compare_boots(result.baseline.objective_boots, next(
+        c for c in result.configs if not c.is_baseline).objective_boots, result.components, higher_is_better=True)
+    assert effect.ci_high_pct - effect.ci_low_pct < at_95.ci_high_pct - at_95.ci_low_pct
+    md = write_report(result, store, tmp_path / "report")["markdown"].read_text()
+    assert "Intervals are 90 % confidence intervals" in md and "effect (90 % CI)" in md and "95 %" not in md
+
+
+def test_status_prints_the_power_of_the_study(tmp_path):
+    from cli_run import servetune
+    spec, store = _boot_spread_study(tmp_path, 104)
+    store.set_meta_json("spec", spec.model_dump(mode="json"))
+    power = analysis.study_power(store, spec)
+    assert power.components.boot_df == 2 and power.baseline_boots == 3
+    assert power.boots_for_target is not None and power.boots_for_target > 1   # boot sd ~ 11 %
+    out = servetune("status", tmp_path)
+    assert out.code == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert f"from ±{power.detectable_pct:.1f} %" in text
+    assert f"10 % needs {power.boots_for_target} boot(s) of 4 replicate(s)" in text

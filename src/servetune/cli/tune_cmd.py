@@ -82,6 +82,8 @@ def register(app: typer.Typer) -> None:
             line += (f" of ~{planned}; ETA {format_duration(analysis.remaining_s(store, study))}"
                      f" ({'measured' if eta.measured else 'guessed'}: boot {eta.boot_s:.0f} s + runs)")
         console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
+        if spec:
+            console.print(escape(analysis.power_line(analysis.study_power(store, study))))
         verdict = store.get_meta_json("verdict")
         if verdict:
             console.print(f"verdict: {escape(str(verdict.get('reason')))}")

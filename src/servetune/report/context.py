@@ -128,6 +128,7 @@ class ReportData:
     advice: list[Advice]
     cost: CostView
     notes: list[str] = field(default_factory=list)
+    confidence_pct: str = "95"                    # level of every interval shown: 1 - the study's alpha
 
 
 def fmt_value(value: Any) -> str:
@@ -179,6 +180,10 @@ def _metric_rows(analysis: StudyAnalysis, subject: ConfigResult | None, objectiv
     return rows
 
 
+def _level(analysis: StudyAnalysis) -> str:
+    return f"{100 * analysis.confidence:g}"
+
+
 def _headline(analysis: StudyAnalysis) -> str:
     if not analysis.baseline_measured:
         return f"No verdict: {analysis.winner_reason}."
@@ -190,7 +195,7 @@ def _headline(analysis: StudyAnalysis) -> str:
         if eff is not None:
             p = eff.p_adjusted if eff.p_adjusted is not None else eff.p_value
             return (f"Winner: {label} improves {analysis.objective_metric} by {eff.effect_pct:+.1f} % "
-                    f"(95 % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, Holm-adjusted p = {p:.3g}) "
+                    f"({_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, Holm-adjusted p = {p:.3g}) "
                     f"over the baseline.")
         return f"Winner: {label}."
     return (f"No config beat the baseline: {len(tried)} candidate config(s) tried, {len(failed)} failed to "
@@ -438,4 +443,4 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         trials=[_trial_view(t, runs_by_trial.get(t.id, []), base_cfg, redact) for t in trials],
         param_effects=_param_effects(analysis), importances=importances,
         plots=_plots(analysis, store, runs_by_trial, slo_metrics), evidence=evidence, advice=advice,
-        cost=_cost(analysis, store, trials, runs), notes=notes)
+        cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis))

@@ -52,8 +52,12 @@ def pvalue(e: Effect | None) -> str:
 def verdict(e: Effect | None) -> str:
     if e is None:
         return "–"
-    return {"better": "better", "worse": "worse", "no_difference": "no detectable difference"}.get(e.verdict,
-                                                                                                   e.verdict)
+    return _VERDICT_TEXT.get(e.verdict, e.verdict)
+
+
+# A single-boot config is screened, not judged: its labels say "re-validate", not "better".
+_VERDICT_TEXT = {"better": "better", "worse": "worse", "no_difference": "no detectable difference",
+                 "promising": "promising (one boot)", "not_promising": "not promising (one boot)"}
 
 
 def seconds(s: float | None) -> str:

@@ -28,6 +28,18 @@ def verdict(comparison: Comparison, alpha: float = 0.05, adjusted_p: float | Non
     return Verdict.better if (diff > 0) == comparison.higher_is_better else Verdict.worse
 
 
+SCREENING_LABELS = {Verdict.better: "promising", Verdict.worse: "not_promising",
+                    Verdict.no_difference: "no_difference"}
+
+
+def label(v: Verdict, boots: int) -> str:
+    """What the evidence supports: ``better``/``worse`` need the candidate measured on >= 2 boots
+    (boot against boot); a config measured on one boot can only be ``promising`` or
+    ``not_promising`` — worth re-validating or not — however strong its replicates look, because
+    one boot's luck is shared by all its replicates."""
+    return str(v) if boots >= 2 else SCREENING_LABELS[v]
+
+
 def assess(comparisons: Mapping[str, Comparison], alpha: float = 0.05,
            min_effect_pct: float = 0.0) -> dict[str, Assessment]:
     """Holm-adjust the p-values of a family of comparisons against one baseline, then give verdicts."""

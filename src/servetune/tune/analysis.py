@@ -5,6 +5,11 @@ baseline's reference value for that scenario (inverted for latency metrics), the
 across scenarios (weighted or worst case). The reference is the pooled baseline mean; when
 the baseline re-measurements show a significant trend over time (machine drift), it is the
 fitted linear trend at the trial's start time instead.
+
+Every verdict rests on a two-level model (stats.hierarchy): boots nested in configs, the
+boot-to-boot variance estimated from every config booted more than once (the baseline and its
+re-measurements always are) and used for single-boot configs too. A config measured on one boot
+can only be promising / not promising; better / worse needs boots on both sides.
 """
 
 from __future__ import annotations
@@ -216,17 +221,19 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
     for m in measured:
         groups[m.trial.config.key()].append(m)
 
-    baseline_group = groups.get(baseline_key, [])
-    base_metrics = _metric_samples(baseline_group)
+    metric_boots = {key: _metric_boots(group) for key, group in groups.items()}
+    metric_components = _metric_components(metric_boots)
 
     configs: list[ConfigResult] = []
     for key, group in groups.items():
-        configs.append(_config_result(key, group, spec, reference, base_metrics, key == baseline_key))
+        configs.append(_config_result(key, group, spec, reference, metric_boots, metric_components,
+                                      baseline_key))
     configs.sort(key=lambda c: (not c.is_baseline, min(c.trial_ids)))
     baseline = next((c for c in configs if c.is_baseline), None)
 
-    if baseline is not None:
-        _objective_effects([c for c in configs if not c.is_baseline], baseline, spec)
+    components = objective_components(configs)
+    if baseline is not None and baseline.objective_boots:
+        _objective_effects([c for c in configs if not c.is_baseline], baseline, spec, components)
     winner, reason = _winner(configs, spec)
     if baseline is None or not baseline.measured:
         winner, reason = None, _unmeasured_baseline_reason(store, configs, baseline_key)
@@ -240,7 +247,42 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
         winner_reason=reason,
         drift=_baseline_points(measured, spec.objective.metric),
         cost=_cost(store),
+        confidence=_confidence(spec),
+        components=components,
     )
+
+
+def _confidence(spec: StudySpec) -> float:
+    """Intervals at the level the verdicts use: a 1 - alpha interval excludes 0 % exactly when p < alpha."""
+    return 1.0 - spec.alpha
+
+
+def objective_components(configs: list[ConfigResult]) -> stats.VarianceComponents:
+    """Boot and replicate variance of the objective, from every measured config."""
+    return stats.variance_components([c.objective_boots for c in configs if c.objective_boots])
+
+
+# --- boots of one config, per metric --------------------------------------------------------
+
+MetricBoots = dict[tuple[str, str], list[list[float]]]   # (scenario, metric) -> per boot, replicate values
+
+
+def _metric_boots(group: list[_Measured]) -> MetricBoots:
+    out: MetricBoots = defaultdict(list)
+    for m in group:
+        for scenario, reps in m.by_scenario.items():
+            for metric in REPORTED_METRICS:
+                values = [float(s[metric]) for s in reps.values() if _finite(s.get(metric)) and s[metric] > 0]
+                if values:
+                    out[(scenario, metric)].append(values)
+    return dict(out)
+
+
+def _metric_components(metric_boots: dict[str, MetricBoots]) -> dict[tuple[str, str], stats.VarianceComponents]:
+    """Per (scenario, metric): variance components over every config's boots."""
+    names = {name for boots in metric_boots.values() for name in boots}
+    return {name: stats.variance_components([b[name] for b in metric_boots.values() if name in b])
+            for name in names}
 
 
 def _metric_samples(group: list[_Measured]) -> dict[str, dict[str, list[float]]]:
@@ -256,11 +298,14 @@ def _metric_samples(group: list[_Measured]) -> dict[str, dict[str, list[float]]]
 
 
 def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference: Reference,
-                   base_metrics: dict[str, dict[str, list[float]]], is_baseline: bool) -> ConfigResult:
+                   metric_boots: dict[str, MetricBoots],
+                   metric_components: dict[tuple[str, str], stats.VarianceComponents],
+                   baseline_key: str) -> ConfigResult:
+    is_baseline = key == baseline_key
     first = group[0].trial
     outcomes = [m.trial.outcome for m in group if m.trial.status == "done"]
     ok = any(o == str(Outcome.ok) for o in outcomes)
-    per_boot = [s for s in (objective_samples(m, spec, reference) for m in group) if s]
+    per_boot = [s for s in (objective_samples(m, spec, reference) for m in group) if s and min(s) > 0]
     samples = [x for s in per_boot for x in s]
     metrics = _metric_samples(group)
     scenarios: dict[str, ScenarioResult] = {}
@@ -269,17 +314,19 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         result = ScenarioResult(
             scenario=scenario.name,
             replicates=max((len(v) for v in values.values()), default=0),
-            metrics={k: _estimate(v) for k, v in values.items()},
+            metrics={k: _estimate(v, spec) for k, v in values.items()},
             server=_server_means(group, scenario.name),
         )
         result.slo_violations = Objective(spec).slo_violations(
             scenario.name, {k: e.estimate for k, e in result.metrics.items()}
         ) if values else []
         if not is_baseline:
-            for metric, cand in values.items():
-                base = base_metrics.get(scenario.name, {}).get(metric, [])
-                if len(base) >= 2 and len(cand) >= 2:
-                    result.effects[metric] = _effect(metric, base, cand, spec)
+            for metric in values:
+                name = (scenario.name, metric)
+                base = metric_boots.get(baseline_key, {}).get(name)
+                cand = metric_boots[key].get(name)
+                if base and cand and metric_components[name].known:
+                    result.effects[metric] = _effect(metric, base, cand, metric_components[name], spec)
         scenarios[scenario.name] = result
     return ConfigResult(
         key=key,
@@ -289,8 +336,9 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         trial_ids=[m.trial.id for m in group],
         outcome=str(Outcome.ok) if ok else (outcomes[-1] if outcomes else "running"),
         scenarios=scenarios,
-        objective=_estimate(samples) if samples else None,
+        objective=_estimate(samples, spec) if samples else None,
         objective_samples=samples,
+        objective_boots=per_boot,
         boot_samples=[float(np.mean(s)) for s in per_boot],
         feasible=ok and not any(s.slo_violations for s in scenarios.values()),
         is_baseline=is_baseline,
@@ -298,33 +346,35 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
     )
 
 
-def _objective_effects(candidates: list[ConfigResult], baseline: ConfigResult, spec: StudySpec) -> None:
-    """Objective vs baseline for every candidate, Holm-corrected across all of them.
+def _objective_effects(candidates: list[ConfigResult], baseline: ConfigResult, spec: StudySpec,
+                       components: stats.VarianceComponents) -> None:
+    """Objective vs baseline for every candidate (two-level model), Holm-corrected across all of them.
 
-    Replicates on one boot share that boot's luck (placement, compile, thermal state): when
-    both sides were booted at least twice, one sample is a boot's mean, so the verdict carries
-    the boot-to-boot variance; a single-boot candidate is compared replicate by replicate
-    (screening only: a winner must be re-validated on another boot)."""
-    comparable, comparisons, units = [], [], []
-    for config in candidates:
-        if len(config.boot_samples) >= 2 and len(baseline.boot_samples) >= 2:
-            base, cand, unit = baseline.boot_samples, config.boot_samples, "boot"
-        elif len(config.objective_samples) >= 2 and len(baseline.objective_samples) >= 2:
-            base, cand, unit = baseline.objective_samples, config.objective_samples, "replicate"
-        else:
-            continue
-        comparable.append(config)
-        comparisons.append(stats.compare(base, cand, higher_is_better=True))
-        units.append(unit)
+    Replicates on one boot share that boot's luck (placement, compile, thermal state), so every
+    comparison carries the study's boot-to-boot variance once per boot of each side. The
+    candidate's objective becomes its ratio to the baseline with that CI, and the baseline's is
+    1 by construction."""
+    baseline.objective = Estimate(1.0, math.nan, math.nan, len(baseline.objective_samples))
+    if not components.known:
+        return
+    comparable = [c for c in candidates if c.objective_boots]
+    comparisons = [stats.compare_boots(baseline.objective_boots, c.objective_boots, components,
+                                       higher_is_better=True, confidence=_confidence(spec))
+                   for c in comparable]
     adjusted = stats.holm([cmp.p_value for cmp in comparisons]) if comparisons else []
-    for config, cmp, p_adj, unit in zip(comparable, comparisons, adjusted, units):
-        config.objective_effect = Effect(
-            metric="objective", effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
-            ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=float(p_adj),
-            verdict=str(stats.verdict(cmp, alpha=spec.alpha, adjusted_p=float(p_adj),
-                                      min_effect_pct=spec.min_effect_pct)),
-            unit=unit,
-        )
+    for config, cmp, p_adj in zip(comparable, comparisons, adjusted):
+        config.objective_effect = _to_effect("objective", cmp, float(p_adj), spec,
+                                             boots=min(len(config.objective_boots), len(baseline.objective_boots)))
+        config.objective = Estimate(1.0 + cmp.effect_pct / 100.0, 1.0 + cmp.ci_low_pct / 100.0,
+                                    1.0 + cmp.ci_high_pct / 100.0, len(config.objective_samples))
+
+
+def _to_effect(metric: str, cmp: stats.Comparison, p_adjusted: float | None, spec: StudySpec, *,
+               boots: int) -> Effect:
+    v = stats.verdict(cmp, alpha=spec.alpha, adjusted_p=p_adjusted, min_effect_pct=spec.min_effect_pct)
+    return Effect(metric=metric, effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
+                  ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=p_adjusted,
+                  verdict=stats.label(v, boots), unit="boot" if boots >= 2 else "single_boot")
 
 
 def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult | None, str]:
@@ -367,15 +417,16 @@ def _unmeasured_baseline_reason(store: StudyStore, configs: list[ConfigResult], 
     return f"{why}; nothing to compare the {len(measured)} measured candidate(s) against"
 
 
-def _effect(metric: str, base: list[float], cand: list[float], spec: StudySpec) -> Effect:
-    cmp = stats.compare(base, cand, higher_is_better=higher_is_better(metric))
-    return Effect(metric=metric, effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
-                  ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=None,
-                  verdict=str(stats.verdict(cmp, alpha=spec.alpha, min_effect_pct=spec.min_effect_pct)))
+def _effect(metric: str, base: list[list[float]], cand: list[list[float]], components: stats.VarianceComponents,
+            spec: StudySpec) -> Effect:
+    cmp = stats.compare_boots(base, cand, components, higher_is_better=higher_is_better(metric),
+                              confidence=_confidence(spec))
+    return _to_effect(metric, cmp, None, spec, boots=min(len(base), len(cand)))
 
 
-def _estimate(values: list[float]) -> Estimate:
-    interval = stats.mean_ci(values)
+def _estimate(values: list[float], spec: StudySpec) -> Estimate:
+    """Mean over replicates; a log-t interval, so a time or a throughput is never bounded below 0."""
+    interval = stats.log_t_ci(values, _confidence(spec))
     return Estimate(interval.estimate, interval.low, interval.high, interval.n)
 
 
@@ -414,3 +465,53 @@ def _cost(store: StudyStore) -> dict[str, float]:
 
 def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+# --- power, before a study spends its boots -----------------------------------------------
+
+@dataclass(frozen=True)
+class Power:
+    """What a study of this store's noise can detect (objective, ratio to the baseline)."""
+
+    components: stats.VarianceComponents
+    replicates: int                 # per boot (the study's minimum)
+    baseline_boots: int             # the baseline's boots measured so far (at least 1)
+    detectable_pct: float           # one candidate boot against those baseline boots (NaN: unknown)
+    boots_for_target: int | None    # boots per side for target_pct (None: unknown or > 1000)
+    target_pct: float
+    power: float
+
+
+def study_power(store: StudyStore, spec: StudySpec, *, target_pct: float = 10.0, power: float = 0.9) -> Power:
+    """From the boot and replicate variances measured in the store: the effect one candidate boot can
+    detect with ``power`` at the study's alpha, and the boots per side ``target_pct`` needs."""
+    measured = _all_measured(store)
+    reference = _reference(measured, spec)
+    boots: dict[str, list[list[float]]] = defaultdict(list)
+    for m in measured:
+        samples = objective_samples(m, spec, reference)
+        if samples and min(samples) > 0:
+            boots[m.trial.config.key()].append(samples)
+    components = stats.variance_components(list(boots.values()))
+    reps = spec.replicates.min
+    base_boots = max(len(boots.get(spec.baseline_config().key(), [])), 1)
+    return Power(components, reps, base_boots,
+                 stats.detectable_effect_pct(components, replicates=reps, boots=1, baseline_boots=base_boots,
+                                             alpha=spec.alpha, power=power),
+                 stats.boots_needed(components, effect_pct=target_pct, replicates=reps, alpha=spec.alpha,
+                                    power=power),
+                 target_pct, power)
+
+
+def power_line(p: Power) -> str:
+    """One line for `servetune status`."""
+    c = p.components
+    if not c.known:
+        return ("power: unknown until a config (the baseline's re-measurement counts) is booted twice "
+                "with >= 2 replicates")
+    need = (f"{p.target_pct:g} % needs {p.boots_for_target} boot(s) of {p.replicates} replicate(s) on each side"
+            if p.boots_for_target else f"{p.target_pct:g} % needs more than 1000 boots")
+    return (f"power ({p.power:.0%}): with {p.replicates} replicate(s) x 1 boot a candidate's effect is detectable "
+            f"from ±{p.detectable_pct:.1f} % (against the baseline's {p.baseline_boots} boot(s)); {need} "
+            f"[boot sd {100 * math.sqrt(c.boot_var):.1f} %, replicate sd {100 * math.sqrt(c.rep_var):.1f} %, "
+            f"from {c.boot_df} boot-level df{': a rough figure' if c.boot_df < 5 else ''}]")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.config import Config
+from ..stats.hierarchy import VarianceComponents
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,9 @@ class Effect:
     ci_high_pct: float
     p_value: float
     p_adjusted: float | None      # Holm-adjusted across all configs compared (objective only)
-    verdict: str                  # better | worse | no_difference
-    unit: str = "replicate"       # what one sample is: a replicate, or a boot's mean (objective)
+    verdict: str                  # better | worse | no_difference (>= 2 boots on both sides);
+                                  # promising | not_promising | no_difference (a single boot)
+    unit: str = "single_boot"     # boot: judged boot against boot; single_boot: a side has one boot
 
 
 @dataclass
@@ -51,8 +53,9 @@ class ConfigResult:
     trial_ids: list[int]
     outcome: str                                  # ok, or the failure class of its last trial
     scenarios: dict[str, ScenarioResult] = field(default_factory=dict)
-    objective: Estimate | None = None             # normalised to the baseline (baseline ~ 1.0)
+    objective: Estimate | None = None             # ratio to the baseline (the baseline: exactly 1.0)
     objective_samples: list[float] = field(default_factory=list)
+    objective_boots: list[list[float]] = field(default_factory=list)  # per boot, its replicates' samples
     boot_samples: list[float] = field(default_factory=list)   # one objective mean per boot
     objective_effect: Effect | None = None
     feasible: bool = True
@@ -86,6 +89,8 @@ class StudyAnalysis:
     winner_reason: str
     drift: list[DriftPoint] = field(default_factory=list)
     cost: dict[str, float] = field(default_factory=dict)   # boot_s, measure_s, other_s, wall_s, eta_error_pct
+    confidence: float = 0.95                       # level of every interval: 1 - the study's alpha
+    components: VarianceComponents | None = None   # boot and replicate variance of the objective (log scale)
 
     @property
     def baseline_measured(self) -> bool:
