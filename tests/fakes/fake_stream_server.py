@@ -16,7 +16,7 @@ GET /fake/seen counts the 401s answered and the prefix-cache resets.
 
 A server with a known capacity (`--slots N`): a request holds one of N slots from its first token
 to its end, waits in a FIFO queue while all are taken, and its first token comes a prefill time
-after it gets a slot, drawn from an exponential distribution of mean `ttft_ms` (seeded), so TTFT =
+after it gets a slot, drawn from a gamma distribution (shape 2) of mean `ttft_ms` (seeded), so TTFT =
 queueing delay + prefill, as `tests/fakes/queue_model.py` simulates without HTTP.
 
 Run: python tests/fakes/fake_stream_server.py --port P [--ttft-ms 20 --itl-ms 10 --processes 2]
@@ -104,7 +104,7 @@ class FakeServer:
             return await self.stream(request, time.perf_counter_ns(), self.ttft_ns)
         arrived = time.perf_counter_ns()
         async with self.slots:
-            prefill_ns = int(self.rng.expovariate(1.0) * self.ttft_ns)
+            prefill_ns = int(self.rng.gammavariate(2.0, 0.5) * self.ttft_ns)
             return await self.stream(request, arrived, time.perf_counter_ns() - arrived + prefill_ns)
 
     async def stream(self, request: web.Request, arrived: int, ttft_ns: int) -> web.StreamResponse:
@@ -220,7 +220,7 @@ def main() -> None:
                    help="answer 401 without this bearer token (all but /health); default: VLLM_API_KEY, as vLLM")
     p.add_argument("--models-status", type=int, default=200, help="HTTP status of /v1/models")
     p.add_argument("--slots", type=int, default=None,
-                   help="serve at most N requests at once, queue the rest (TTFT = queueing + exponential prefill)")
+                   help="serve at most N requests at once, queue the rest (TTFT = queueing + gamma prefill)")
     p.add_argument("--seed", type=int, default=0, help="seed of the prefill times (--slots)")
     args = p.parse_args()
     if args.processes > 1:
