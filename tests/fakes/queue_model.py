@@ -57,8 +57,8 @@ class QueueModel:
     def true_crossing(self, q: float, limit_ms: float, n: int, runs: int = 200, seed: int = 12345) -> float:
         """The rate at which the q-quantile of TTFT over runs of `n` requests equals `limit_ms`
         (bisection on a long simulation with common random numbers)."""
-        lo, hi = 0.01 * self.saturation_rate, 1.5 * self.saturation_rate
-        for _ in range(30):
+        lo, hi = 0.2 * self.saturation_rate, self.saturation_rate
+        for _ in range(16):
             mid = (lo + hi) / 2
             if np.quantile(self.pooled_ttft_ms(mid, n, runs, seed), q) > limit_ms:
                 hi = mid

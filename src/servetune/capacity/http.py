@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -91,8 +90,3 @@ def http_measure(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKin
         return LevelSample(level, values, len(measured), len(values["ttft"]), monitor.reason)
 
     return measure
-
-
-def finite_or_none(x: float) -> float | None:
-    """JSON has no infinity: an open end of an interval is written as null."""
-    return x if math.isfinite(x) else None
