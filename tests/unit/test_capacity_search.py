@@ -5,13 +5,14 @@ early stops that save requests without losing the answer, and the monitor's satu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
 from servetune.capacity.estimate import estimate
 from servetune.capacity.monitor import LevelMonitor
-from servetune.capacity.search import LevelSample, SearchSettings, search
+from servetune.capacity.search import LevelSample, Measure, SearchSettings, SearchResult, search
 from servetune.capacity.slo import Slo, Verdict, parse_slo
 from tests.fakes.queue_model import QueueModel, simulated_measure
 
@@ -29,12 +30,12 @@ def truth() -> float:
 
 
 @pytest.fixture(scope="module")
-def searches() -> list:
+def searches() -> list[SearchResult]:
     return [search(simulated_measure(MODEL, SLOS, N, SETTINGS.alpha, seed), SLOS, SETTINGS)
             for seed in range(SEARCHES)]
 
 
-def test_estimates_are_within_ten_percent_of_the_true_capacity(searches: list, truth: float) -> None:
+def test_estimates_are_within_ten_percent_of_the_true_capacity(searches: list[SearchResult], truth: float) -> None:
     assert 0.75 * MODEL.saturation_rate < truth < 0.9 * MODEL.saturation_rate  # a crossing before the runaway
     errors = np.array([abs(estimate(r.levels).capacity / truth - 1) for r in searches])
     # a run's p99 near capacity swings by tens of percent (one slow spell or none), so a search
@@ -42,14 +43,14 @@ def test_estimates_are_within_ten_percent_of_the_true_capacity(searches: list, t
     assert np.mean(errors <= 0.10) >= 0.95 and np.median(errors) <= 0.05, sorted(errors)[-5:]
 
 
-def test_intervals_cover_the_true_capacity_in_ninety_percent_of_searches(searches: list, truth: float) -> None:
+def test_intervals_cover_the_true_capacity_in_ninety_percent_of_searches(searches: list[SearchResult], truth: float) -> None:
     ests = [estimate(r.levels) for r in searches]
     assert all(e.low < e.capacity <= e.high for e in ests)
     covered = sum(e.low <= truth <= e.high for e in ests)
     assert covered >= 0.9 * SEARCHES, covered
 
 
-def test_early_stops_save_requests_and_keep_the_answer(searches: list, truth: float) -> None:
+def test_early_stops_save_requests_and_keep_the_answer(searches: list[SearchResult], truth: float) -> None:
     stopped = [lv for r in searches for lv in r.levels if lv.stopped]
     assert len(stopped) >= len(searches)   # every search ends some level early
     runs = [smp for lv in stopped for smp in lv.samples if smp.stopped]
@@ -77,7 +78,7 @@ def test_a_closed_loop_is_never_called_saturated() -> None:
     assert all(monitor.observe(t * 0.1, {"ttft": 1.0}, started=2 * t) is None for t in range(1, 500))
 
 
-def _stub(ttft_ms_at: callable) -> callable:
+def _stub(ttft_ms_at: Callable[[float], float]) -> Measure:
     """measure(level) whose every request has TTFT ttft_ms_at(level), plus a little noise."""
     rng = np.random.default_rng(0)
 
@@ -108,7 +109,10 @@ def test_a_capacity_beyond_the_range_is_an_open_interval() -> None:
 
 def test_an_undecided_level_is_measured_again_up_to_the_cap() -> None:
     slos = [Slo("ttft", "p99", 100.0)]
-    small = lambda level: LevelSample(level, {"ttft": [np.full(40, 50.0)]}, 40, 40)   # 40 requests: never decided
+
+    def small(level: float) -> LevelSample:   # 40 requests: a p99 is never decided on them
+        return LevelSample(level, {"ttft": [np.full(40, 50.0)]}, 40, 40)
+
     result = search(small, slos, SearchSettings(start=1, min_level=1, max_level=2, max_runs_per_level=3))
     assert [len(r.samples) for r in result.levels] == [3, 3]
     assert all(r.verdict is Verdict.undecided for r in result.levels)
