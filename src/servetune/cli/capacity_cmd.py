@@ -38,7 +38,8 @@ def _cell(j: Judgement) -> str:
 
 def levels_table(result: SearchResult, slos: list[Slo], load: str) -> Table:
     """One row per level measured, in level order: requests, each SLO's statistic with its interval."""
-    table = Table(title=f"load levels ({_unit(load)}); per SLO: estimate [interval] in ms, verdict", show_header=True)
+    table = Table(title=escape(f"load levels ({_unit(load)}); per SLO: estimate [interval] in ms, verdict"),
+                  show_header=True)
     table.add_column(load, justify="right")
     table.add_column("runs", justify="right")
     table.add_column("requests", justify="right")
@@ -48,7 +49,7 @@ def levels_table(result: SearchResult, slos: list[Slo], load: str) -> Table:
     for r in sorted(result.levels, key=lambda r: r.level):
         verdict = r.verdict.value + (f" (stopped: {r.stopped})" if r.stopped else "")
         table.add_row(f"{r.level:g}", str(len(r.samples)), f"{r.completed}/{r.requests}",
-                      *(_cell(j) for j in r.judgements), escape(verdict))
+                      *(escape(_cell(j)) for j in r.judgements), escape(verdict))
     return table
 
 
