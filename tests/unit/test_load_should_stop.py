@@ -32,7 +32,9 @@ def test_a_run_ends_when_should_stop_says_so(fake_url: str, tmp_path: Path, open
         return event.finished >= 10
 
     r = run_scenario(fake_url, None, sc, out_dir=tmp_path, should_stop=stop_after_ten)
-    assert r.outcome == Outcome.ok and r.summary["stopped_early"] is True
+    # client_bound: the client's self-check on a busy machine, not the stop's doing
+    assert r.outcome in (Outcome.ok, Outcome.client_bound) and r.error is None
+    assert r.summary["stopped_early"] is True
     assert len(seen) == 10 and [e.finished for e in seen] == list(range(1, 11))
     assert all(e.record.first_token_ns is not None and e.record.error is None for e in seen)  # parsed copies
     assert all(e.started >= e.finished and e.in_system == e.started - e.finished for e in seen)
