@@ -116,3 +116,21 @@ def test_an_undecided_level_is_measured_again_up_to_the_cap() -> None:
     result = search(small, slos, SearchSettings(start=1, min_level=1, max_level=2, max_runs_per_level=3))
     assert [len(r.samples) for r in result.levels] == [3, 3]
     assert all(r.verdict is Verdict.undecided for r in result.levels)
+
+
+def test_a_bracket_without_a_decided_violation_is_closed_one_step_beyond() -> None:
+    slos = [Slo("ttft", "p90", 100.0)]
+
+    def measure(level: float) -> LevelSample:
+        if level < 16:
+            values = np.full(600, 50.0)
+        elif level == 16:   # p90 over the limit by its point, its interval straddling it: undecided
+            values = np.concatenate([np.full(528, 95.0), np.full(72, 105.0)])
+        else:
+            values = np.full(600, 500.0)
+        return LevelSample(level, {"ttft": [values]}, 600, 600)
+
+    result = search(measure, slos, SearchSettings(start=1, min_level=1, max_level=1024, rel_tol=1.0))
+    assert [r.verdict for r in result.levels if r.level == 16] == [Verdict.undecided]
+    est = estimate(result.levels)
+    assert (est.low, est.high) == (8, 32) and result.levels[-1].level == 32

@@ -154,4 +154,18 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings) -> Searc
             above = level
         else:
             below = level
+    # The bracket follows point estimates; the interval needs a level decided on each side.
+    # One step beyond the bracket gives an undecided side its decided level.
+    while len(result.levels) < st.max_levels:
+        measured = {r.level for r in result.levels}
+        if not any(r.verdict is Verdict.violates for r in result.levels) and math.isfinite(above):
+            level = snap(max(r.level for r in result.levels) * st.growth)
+        elif not any(r.verdict is Verdict.meets for r in result.levels) and math.isfinite(below):
+            level = snap(min(r.level for r in result.levels) / st.growth)
+        else:
+            break
+        if level in measured:
+            break
+        if visit(level) is None:
+            return result
     return result
