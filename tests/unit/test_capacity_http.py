@@ -32,7 +32,7 @@ def test_capacity_of_the_fake_server_is_found_over_http(tmp_path: Path) -> None:
     # faster: at most 10 % over the truth. On an idle machine it lands within 10 % of it; with the
     # two cores shared by other test runs it has come out 25 % under, hence the loose floor.
     assert 0.6 * truth <= cap["value"] <= 1.1 * truth, (cap, truth)
-    assert 0 < cap["low"] <= cap["value"] <= cap["high"] < MODEL.saturation_rate * 1.1
+    assert cap["high"] is not None and 0 < cap["low"] <= cap["value"] <= cap["high"]   # a closed interval
     levels = doc["levels"]
     assert doc["levels_measured"] == len(levels) >= 4 and doc["requests"] == sum(lv["requests"] for lv in levels)
     assert {lv["verdict"] for lv in levels} >= {"meets", "violates"}
