@@ -14,6 +14,11 @@ chunks and holds the connection open; `--api-key KEY` (or VLLM_API_KEY) answers 
 sees every request carry it); `--models-status CODE` answers /v1/models with that error.
 GET /fake/seen counts the 401s answered and the prefix-cache resets.
 
+A server with a known capacity (`--slots N`): a request holds one of N slots from its first token
+to its end, waits in a FIFO queue while all are taken, and its first token comes a prefill time
+after it gets a slot, drawn from a gamma distribution (shape 2) of mean `ttft_ms` (seeded), so TTFT =
+queueing delay + prefill, as `tests/fakes/queue_model.py` simulates without HTTP.
+
 Run: python tests/fakes/fake_stream_server.py --port P [--ttft-ms 20 --itl-ms 10 --processes 2]
 """
 
@@ -26,6 +31,7 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
+import random
 import time
 from typing import Any
 
@@ -40,7 +46,8 @@ def prompt_key(prompt: str) -> str:
 
 class FakeServer:
     def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, log: bool, model: str = MODEL, *,
-                 stall_after_chunks: int | None = None, api_key: str | None = None, models_status: int = 200) -> None:
+                 stall_after_chunks: int | None = None, api_key: str | None = None, models_status: int = 200,
+                 slots: int | None = None, seed: int = 0) -> None:
         self.ttft_ns, self.itl_ns = int(ttft_ms * 1e6), int(itl_ms * 1e6)
         self.k = tokens_per_chunk
         self.keep_log = log
@@ -50,6 +57,8 @@ class FakeServer:
         self.api_key = api_key
         self.models_status = models_status
         self.seen = {"unauthorized": 0, "resets": 0}
+        self.slots = asyncio.Semaphore(slots) if slots else None  # FIFO: asyncio wakes waiters in order
+        self.rng = random.Random(seed)
 
     @web.middleware
     async def require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -91,7 +100,15 @@ class FakeServer:
         return web.json_response({"prompt": " ".join(f"t{i}" for i in body["tokens"])})
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
+        if self.slots is None:
+            return await self.stream(request, time.perf_counter_ns(), self.ttft_ns)
         arrived = time.perf_counter_ns()
+        async with self.slots:
+            prefill_ns = int(self.rng.gammavariate(2.0, 0.5) * self.ttft_ns)
+            return await self.stream(request, arrived, time.perf_counter_ns() - arrived + prefill_ns)
+
+    async def stream(self, request: web.Request, arrived: int, ttft_ns: int) -> web.StreamResponse:
+        """One response whose first token is due `ttft_ns` after `arrived`."""
         body: dict[str, Any] = json.loads(await request.read())
         chat = "messages" in body
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
@@ -107,7 +124,7 @@ class FakeServer:
             for chunk in chunks[:self.stall_after_chunks]:
                 await resp.write(chunk)
             await asyncio.sleep(3600)
-        if self.ttft_ns == 0 and self.itl_ns == 0 and "BREAK" not in prompt:
+        if ttft_ns == 0 and self.itl_ns == 0 and "BREAK" not in prompt:
             # Fastest mode: the whole stream in one write (many SSE events per read, as a
             # client sees from a server that generates faster than it reads).
             sent = [time.perf_counter_ns()] * len(chunks)
@@ -116,7 +133,7 @@ class FakeServer:
         for i, chunk in enumerate(chunks):
             # The chat role chunk goes out with the first token, as vLLM sends it.
             j = max(i - 1, 0) if chat else i
-            target = arrived + self.ttft_ns + j * self.itl_ns
+            target = arrived + ttft_ns + j * self.itl_ns
             wait = target - time.perf_counter_ns()
             if wait > 0:
                 await asyncio.sleep(wait / 1e9)
@@ -185,7 +202,7 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, log: bool
 def _serve(args: argparse.Namespace) -> None:
     web.run_app(make_app(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, not args.no_log,
                          stall_after_chunks=args.stall_after_chunks, api_key=args.api_key,
-                         models_status=args.models_status),
+                         models_status=args.models_status, slots=args.slots, seed=args.seed),
                 host="127.0.0.1", port=args.port, reuse_port=args.processes > 1, print=None,
                 access_log=None, backlog=4096)
 
@@ -202,6 +219,9 @@ def main() -> None:
     p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY") or None,
                    help="answer 401 without this bearer token (all but /health); default: VLLM_API_KEY, as vLLM")
     p.add_argument("--models-status", type=int, default=200, help="HTTP status of /v1/models")
+    p.add_argument("--slots", type=int, default=None,
+                   help="serve at most N requests at once, queue the rest (TTFT = queueing + gamma prefill)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the prefill times (--slots)")
     args = p.parse_args()
     if args.processes > 1:
         procs = [mp.Process(target=_serve, args=(args,)) for _ in range(args.processes)]

@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "tune_cmd",
     "report_cmd",
     "bench_cmd",
+    "capacity_cmd",
 ]
 
 for _name in COMMAND_MODULES:

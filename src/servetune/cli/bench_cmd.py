@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import shlex
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +211,15 @@ def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Pat
                   slo: dict[str, float], pcts: tuple[float, ...], workers: int, tokenizer: Path | None,
                   api_key: str | None) -> RunResult:
     """`api_key`: from --api-key-env; None: the key the launched server itself uses, if any."""
+    with served(model_dir, serve_args, out.parent / "logs", run_id, api_key) as (url, key):
+        return _bench(url, None, sc, tokenizer or model_dir, out.parent, run_id, slo, pcts, workers, key)
+
+
+@contextmanager
+def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
+           api_key: str | None) -> Iterator[tuple[str, str | None]]:
+    """vLLM launched on `model_dir` with `serve_args` (--serve, --serve-arg) for the duration:
+    yields its URL and the key to send (`api_key`, else the one the server uses); always stopped."""
     from ..engine.config import Config
     from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
     from .serve_cmd import flags_from_argv
@@ -216,7 +227,6 @@ def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Pat
     if not model_dir.is_dir():
         raise ServetuneError(f"--serve {model_dir}: not a directory")
     flags = flags_from_argv([a for arg in serve_args for a in shlex.split(arg)])
-    log_dir = out.parent / "logs"
     engine = VllmEngine(DEFAULT_COMMAND, model=str(model_dir), startup_timeout_s=900, log_dir=log_dir)
     config = Config.of(flags)
     api_key = api_key or engine.client_api_key(config)
@@ -227,8 +237,6 @@ def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Pat
         raise ServetuneError(f"the server did not start: {started.outcome.value}: {started.detail}")
     console.print(f"server up at {started.server.url} after {time.monotonic() - t0:.0f} s")
     try:
-        return _bench(started.server.url, None, sc, tokenizer or model_dir, out.parent, run_id, slo, pcts, workers,
-                      api_key)
+        yield started.server.url, api_key
     finally:
         engine.stop(started.server)
-

@@ -117,7 +117,7 @@ def _split(total: int | None, parts: int) -> list[int | None]:
 
 async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, workers: int,
                    deadline_s: float | None, progress: Progress | None,
-                   limits: _Limits) -> tuple[list[client.DriveResult], int]:
+                   limits: _Limits, should_stop: client.ShouldStop | None) -> tuple[list[client.DriveResult], int]:
     total = len(jobs)
     # Each worker sends a fixed share of the jobs (every workers-th) with its share of the
     # concurrency: a closed loop becomes `workers` independent closed loops of the same total.
@@ -134,7 +134,8 @@ async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, wo
         start_ns = time.perf_counter_ns() + _START_LEAD_NS
         deadline = start_ns + int(deadline_s * 1e9) if deadline_s else None
         res = await client.drive(url, jobs, concurrency=concurrency, start_ns=start_ns,
-                                 deadline_ns=deadline, on_done=on_done, **_drive_limits(limits))
+                                 deadline_ns=deadline, on_done=on_done, should_stop=should_stop,
+                                 **_drive_limits(limits))
         return [res], start_ns
     ctx = mp.get_context("spawn")
     counter = ctx.Value("i", 0)
@@ -175,19 +176,22 @@ async def arun_scenario(
     progress: Progress | None = None,
     workers: int = 1,
     api_key: str | None = None,
+    should_stop: client.ShouldStop | None = None,
 ) -> RunResult:
     """The async core of `run_scenario`."""
     base_url = base_url.rstrip("/")
     bad = [k for k in (slo or {}) if k not in metrics.SLO_NAMES]
     if bad:
         raise ServetuneError(f"unknown SLO name(s) {bad}; known: {', '.join(metrics.SLO_NAMES)}")
+    if should_stop is not None and workers > 1:
+        raise ValueError("should_stop needs the measured phase in this process (workers=1)")
     run_timeout_s = scenario.effective_run_timeout_s
     limits = _Limits(api_key, scenario.effective_stall_timeout_s,
                      time.perf_counter_ns() + int(run_timeout_s * 1e9))
     try:
         return await asyncio.wait_for(
             _run(base_url, model, scenario, tokenizer_dir, out_dir, run_id, slo, percentiles, progress, workers,
-                 limits),
+                 limits, should_stop),
             run_timeout_s + _BACKSTOP_GRACE_S)
     except asyncio.TimeoutError:
         return RunResult(scenario=scenario.name, outcome=Outcome.run_timeout,
@@ -198,7 +202,7 @@ async def arun_scenario(
 async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_dir: Path | None,
                out_dir: Path | None, run_id: str, slo: dict[str, float] | None,
                percentiles: tuple[float, ...] | list[float], progress: Progress | None, workers: int,
-               limits: _Limits) -> RunResult:
+               limits: _Limits, should_stop: client.ShouldStop | None) -> RunResult:
     result = RunResult(scenario=scenario.name)
     async with server_http.session(limits.api_key, _API_TIMEOUT) as session:
         models_url = base_url + "/v1/models"
@@ -254,13 +258,15 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
     scraper = Scraper(base_url, limits.api_key)
     await scraper.before()
     parts, start_ns = await _measure(url, jobs, run_plan.concurrency, workers, scenario.duration_s, progress,
-                                     limits)
+                                     limits, should_stop)
     await scraper.after()
 
     records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
     ends = [r.end_ns for r in records if r.end_ns]
     duration_s = (max(ends) - start_ns) / 1e9 if ends else 0.0
     summary = metrics.summarize(records, duration_s, percentiles, slo)
+    if any(p.stopped_early for p in parts):  # only then: other runs' summaries stay as they were
+        summary["stopped_early"] = True
     summary.update({"tokenizer_source": tok_source, "chat_template_tokens": info.chat_overhead,
                     "prompts_inexact": info.inexact, "nonce_salt": f"{salt:016x}"})
     lasts = [p.last_dispatch_ns for p in parts if p.last_dispatch_ns]
@@ -369,6 +375,7 @@ def run_scenario(
     progress: Progress | None = None,
     workers: int = 1,
     api_key: str | None = None,
+    should_stop: client.ShouldStop | None = None,
 ) -> RunResult:
     """Measure `scenario` once against the server at `base_url` (sync wrapper).
 
@@ -379,7 +386,9 @@ def run_scenario(
     `api_key`: sent as a bearer token with every request (never written anywhere).
     A stream silent for the scenario's stall timeout fails as `stalled`; a run past its
     deadline is ended as `run_timeout` (see Scenario.effective_*_timeout_s).
+    `should_stop`: see `client.drive`; a run it ends keeps what it measured (`summary
+    ["stopped_early"]` is True, the requests it cancelled count as failed). Needs workers=1.
     """
     return client.run(arun_scenario(
         base_url, model, scenario, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id, slo=slo,
-        percentiles=percentiles, progress=progress, workers=workers, api_key=api_key))
+        percentiles=percentiles, progress=progress, workers=workers, api_key=api_key, should_stop=should_stop))

@@ -38,6 +38,7 @@ PREWARM_UNCAPPED = 64  # connections opened ahead of an open loop without a conc
 # Error classes of requests the client ended itself, named as the run outcomes they lead to.
 STALLED = "stalled"
 RUN_TIMEOUT = "run_timeout"
+STOPPED_EARLY = "stopped_early"
 _JSON = {"Content-Type": "application/json"}
 
 
@@ -76,6 +77,26 @@ class DriveResult:
     cpu_busy: float                    # this process's CPU seconds / wall seconds
     stalled: int = 0                   # requests that got no data for the stall timeout
     timed_out: bool = False            # the run's deadline passed; what was in flight was cancelled
+    stopped_early: bool = False        # `should_stop` ended the run; what was in flight was cancelled
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What `drive`'s `should_stop` hook sees each time a request ends: that request, parsed
+    (a copy), and the state of the run at that instant."""
+
+    record: RequestRecord
+    started: int       # requests the schedule has released so far (sent or waiting for a cap slot)
+    finished: int      # requests ended so far, this one included
+    now_ns: int        # perf_counter_ns
+
+    @property
+    def in_system(self) -> int:
+        """Requests released and not yet ended: what grows without bound on an overloaded server."""
+        return self.started - self.finished
+
+
+ShouldStop = Callable[[Finished], bool]
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -316,13 +337,17 @@ async def drive(
     session: aiohttp.ClientSession | None = None,
     api_key: str | None = None,
     stall_timeout_s: float | None = None,
+    should_stop: ShouldStop | None = None,
 ) -> DriveResult:
     """Send `jobs` (closed loop when their offsets are None) and return parsed records.
 
     `start_ns` is the schedule's origin (perf_counter_ns, system-wide on Linux, so worker
     processes share it); no request starts after `deadline_ns`; at `end_by_ns` (the run's
     deadline) requests in flight are cancelled and recorded as failed. `api_key` and
-    `stall_timeout_s` configure the session made here (none is passed).
+    `stall_timeout_s` configure the session made here (none is passed). `should_stop`, when
+    given, is called as each request ends (its response parsed on a copy, so the hot path of
+    other streams pays only for runs that ask); when it returns True no further request starts,
+    those in flight are cancelled and recorded as failed (`stopped_early`).
     """
     import psutil
 
@@ -337,6 +362,16 @@ async def drive(
     clock = time.perf_counter_ns
     proc = psutil.Process()
     cpu0, wall0 = proc.cpu_times(), clock()
+    stop = asyncio.Event()
+    n_finished = 0
+
+    def finished(rec: RequestRecord, raw: Raw) -> None:
+        nonlocal n_finished
+        n_finished += 1
+        if should_stop is not None and not stop.is_set():
+            event = Finished(parse_stream(rec.model_copy(deep=True), raw), len(pairs), n_finished, clock())
+            if should_stop(event):
+                stop.set()
 
     def new_record(job: Job, scheduled: int) -> tuple[RequestRecord, Raw]:
         rec = RequestRecord(index=job.index, warmup=job.warmup, input_len=job.input_len,
@@ -353,6 +388,7 @@ async def drive(
             rec, raw = new_record(job, now)
             await send(sess, url, job.body, hdrs, rec, raw)
             delays.append(rec.dispatch_ns - now)
+            finished(rec, raw)
             if on_done:
                 on_done()
 
@@ -373,6 +409,7 @@ async def drive(
             if sem is not None:
                 sem.release()
         delays.append(rec.dispatch_ns - ready)
+        finished(rec, raw)
         if on_done:
             on_done()
 
@@ -384,22 +421,45 @@ async def drive(
         else:
             sem = asyncio.Semaphore(concurrency) if concurrency else None
             tasks = []
-            for job in jobs:
-                target = start_ns + (job.offset_ns or 0)
-                # Loop: timers may fire up to a clock tick early, and no request leaves early.
-                while (wait := target - clock()) > 0:
-                    await asyncio.sleep(wait / 1e9)
-                if deadline_ns is not None and clock() > deadline_ns:
-                    break
-                tasks.append(asyncio.create_task(open_one(job, target, sem)))
-            await asyncio.gather(*tasks)
+            try:
+                for job in jobs:
+                    target = start_ns + (job.offset_ns or 0)
+                    # Loop: timers may fire up to a clock tick early, and no request leaves early.
+                    while (wait := target - clock()) > 0:
+                        await asyncio.sleep(wait / 1e9)
+                    if deadline_ns is not None and clock() > deadline_ns:
+                        break
+                    tasks.append(asyncio.create_task(open_one(job, target, sem)))
+                await asyncio.gather(*tasks)
+            except asyncio.CancelledError:
+                # Ended while still releasing requests: the ones released must not outlive the run.
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+
+    async def send_until_stopped() -> None:
+        if should_stop is None:
+            await send_all()
+            return
+        main = asyncio.ensure_future(send_all())
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not main.done():
+                main.cancel()
+                await asyncio.gather(main, return_exceptions=True)
+        if not stop.is_set():
+            main.result()
 
     timed_out = False
     try:
         with _LagMonitor() as lag:
             try:
                 # wait_for cancels what is in flight (gather passes the cancel on to each send)
-                await asyncio.wait_for(send_all(), None if end_by_ns is None else max(end_by_ns - clock(), 0) / 1e9)
+                await asyncio.wait_for(send_until_stopped(), None if end_by_ns is None else max(end_by_ns - clock(), 0) / 1e9)
             except asyncio.TimeoutError:
                 timed_out = True
     finally:
@@ -408,10 +468,15 @@ async def drive(
     cpu1, wall1 = proc.cpu_times(), clock()
     busy = ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / max((wall1 - wall0) / 1e9, 1e-9)
     records = [parse_stream(rec, raw) for rec, raw in pairs]
+    if stop.is_set():
+        for rec, raw in pairs:
+            if raw.cancelled or not rec.dispatch_ns:
+                rec.error = f"{STOPPED_EARLY}: in flight when the run was stopped early (should_stop)"
     dispatches = [r.dispatch_ns for r in records if r.dispatch_ns]
     return DriveResult(
         records=records, schedule_delay_ns=delays, loop_lag_ns=lag.samples, cap_waits=cap_waits,
         first_dispatch_ns=min(dispatches, default=None), last_dispatch_ns=max(dispatches, default=None),
         cpu_busy=busy if math.isfinite(busy) else 0.0,
         stalled=sum(1 for r in records if (r.error or "").startswith(STALLED)), timed_out=timed_out,
+        stopped_early=stop.is_set(),
     )

@@ -1,0 +1,92 @@
+"""`measure(level)` against one running server: a Run of the scenario at that load level through
+`load.run_scenario`, ended early by a LevelMonitor through the client's `should_stop` hook."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from ..engine.outcome import Outcome
+from ..load import metrics
+from ..load.bench import run_scenario
+from ..load.client import Finished
+from ..load.records import RequestRecord
+from ..load.scenario import Scenario
+from .monitor import LevelMonitor
+from .search import LevelSample, Measure
+from .slo import Slo
+
+LoadKind = Literal["rate", "concurrency"]
+# Outcomes of a run whose requests still measured the server (a client-bound run is kept, marked).
+_MEASURED = (Outcome.ok, Outcome.client_bound)
+
+
+def at_level(scenario: Scenario, load: LoadKind, level: float, num_prompts: int, run: int) -> Scenario:
+    """The scenario at one load level: an open loop at `level` req/s (uncapped, its burstiness
+    kept) or a closed loop of `level` users; a seed of its own per run, so that repeated runs
+    at one level draw new arrival times."""
+    fields = scenario.model_dump()
+    if load == "rate":
+        fields.update(rate=level, concurrency=None)
+    else:
+        fields.update(concurrency=int(level), rate=None)
+    fields.update(num_prompts=num_prompts, duration_s=None, seed=scenario.seed + run)
+    return Scenario.model_validate(fields)
+
+
+def request_values(records: list[RequestRecord]) -> dict[str, list[np.ndarray]]:
+    """Per metric, one array of ms per succeeded request, in the order they were sent (TPOT only
+    for outputs of more than one token, as vLLM counts it; ITL: the request's gaps)."""
+    ok = [r for r in sorted(records, key=lambda r: r.index) if not r.warmup and metrics.succeeded(r)]
+    return {
+        "ttft": [np.array([metrics.ttft_s(r) * 1000.0]) for r in ok],
+        "tpot": [np.array([metrics.tpot_s(r) * 1000.0]) for r in ok if metrics.output_len(r) > 1],
+        "itl": [np.asarray(metrics.itls_s(r)) * 1000.0 for r in ok],
+        "e2el": [np.array([metrics.latency_s(r) * 1000.0]) for r in ok],
+    }
+
+
+def _finished_values(event: Finished) -> dict[str, float]:
+    rec = event.record
+    if not metrics.succeeded(rec):
+        return {}
+    values = {"ttft": metrics.ttft_s(rec) * 1000.0, "e2el": metrics.latency_s(rec) * 1000.0}
+    if metrics.output_len(rec) > 1:
+        values["tpot"] = metrics.tpot_s(rec) * 1000.0
+    return values
+
+
+def http_measure(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKind, num_prompts: int,
+                 alpha: float, out_dir: Path, model: str | None = None, tokenizer_dir: Path | None = None,
+                 api_key: str | None = None,
+                 on_level: Callable[[float, int], None] | None = None) -> Measure:
+    """A `measure(level)` that runs `scenario` at each level against the server at `url`,
+    writing each run's files under `out_dir` (level<NN>-<level>.json and .requests.jsonl).
+    `on_level(level, run)` is called before each run (for progress display)."""
+    runs = itertools.count()
+
+    def measure(level: float) -> LevelSample:
+        run = next(runs)
+        if on_level:
+            on_level(level, run)
+        sc = at_level(scenario, load, level, num_prompts, run)
+        monitor = LevelMonitor(slos, num_prompts, alpha, offered_rate=level if load == "rate" else None)
+
+        def should_stop(event: Finished) -> bool:
+            return monitor.observe(event.now_ns / 1e9, _finished_values(event), event.started) is not None
+
+        result = run_scenario(url, model, sc, tokenizer_dir=tokenizer_dir, out_dir=out_dir,
+                              run_id=f"level{run:02d}-{level:g}", api_key=api_key, should_stop=should_stop)
+        if result.outcome not in _MEASURED or result.records_path is None:
+            return LevelSample(level, {}, 0, 0, error=f"{result.outcome.value}: {result.error}")
+        records = [RequestRecord.model_validate_json(line)
+                   for line in Path(result.records_path).read_text().splitlines() if line.strip()]
+        measured = [r for r in records if not r.warmup]
+        values = request_values(measured)
+        return LevelSample(level, values, len(measured), len(values["ttft"]), monitor.reason)
+
+    return measure

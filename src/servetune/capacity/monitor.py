@@ -1,0 +1,72 @@
+"""Ending a load level early: once an SLO is surely lost, or the server cannot keep up.
+
+Fed one finished request at a time (from the HTTP client's `should_stop` hook, or from a
+simulation), it answers why the level should stop, or None to go on.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Mapping
+
+from .slo import Slo, lost_after
+
+# Over-saturation is called only on strong evidence (about 4 standard deviations), because a
+# false call ends a level that might have met its SLOs and biases the capacity low.
+_Z = 4.0
+_MIN_FINISHED = 30        # no call before this many requests ended: the queue starts empty
+_CHECK_EVERY = 8          # requests between saturation checks (each looks at the whole window)
+
+
+class LevelMonitor:
+    """`planned`: requests the level sends; `offered_rate`: req/s of an open loop (None: a
+    closed loop, whose queue is bounded by its concurrency and cannot run away)."""
+
+    def __init__(self, slos: list[Slo], planned: int, alpha: float, offered_rate: float | None = None) -> None:
+        self.lost_at = {s: n for s in slos if (n := lost_after(s, planned, alpha)) is not None}
+        self.planned, self.offered_rate = planned, offered_rate
+        self.above = {s: 0 for s in self.lost_at}
+        self.times: list[float] = []      # seconds from the first end, one per finished request
+        self.started: list[int] = []      # requests released by then
+        self.reason: str | None = None
+
+    def observe(self, t_s: float, values_ms: Mapping[str, float], started: int) -> str | None:
+        """A request ended at `t_s` (seconds, any origin) with these metric values (ms; a failed
+        request: none), `started` requests released so far. The reason to stop, or None."""
+        if self.reason is not None:
+            return self.reason
+        self.times.append(t_s)
+        self.started.append(started)
+        for slo, lost_at in self.lost_at.items():
+            value = values_ms.get(slo.metric)
+            if value is not None and value > slo.limit_ms:
+                self.above[slo] += 1
+                if self.above[slo] >= lost_at:
+                    self.reason = (f"lost {slo.key}: {self.above[slo]} of {self.planned} requests already "
+                                   f"over {slo.limit_ms:g} ms")
+                    return self.reason
+        self.reason = self._saturated()
+        return self.reason
+
+    def _saturated(self) -> str | None:
+        """Over the later half of the time so far: completions clearly below the offered rate,
+        and requests in the system clearly growing (arrivals outpacing completions)."""
+        n = len(self.times)
+        if self.offered_rate is None or n < _MIN_FINISHED or n % _CHECK_EVERY:
+            return None
+        t0, t1 = self.times[0], self.times[-1]
+        mid = (t0 + t1) / 2
+        window = t1 - mid
+        if window <= 0:
+            return None
+        i = bisect_left(self.times, mid)
+        done = n - i
+        arrived = self.started[-1] - self.started[i]
+        expected = self.offered_rate * window
+        slow = expected - done > _Z * math.sqrt(expected)
+        growing = arrived - done > _Z * math.sqrt(max(arrived + done, 1))
+        if slow and growing:
+            return (f"saturated: {done / window:.3g} req/s completed < {self.offered_rate:.3g} offered, "
+                    f"{self.started[-1] - n} requests in the system and growing")
+        return None

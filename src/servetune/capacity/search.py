@@ -1,0 +1,171 @@
+"""The load-level search: bracket, then bisect, over a `measure(level)` callable.
+
+`measure` runs one load level (an arrival rate, or a concurrency) and returns what it measured;
+it is the seam between the search and how a level is run: `http.py` drives a server,
+the tests a simulated queue, a study would run it on one boot and store each level as a Run.
+Every level measured is kept; a level whose SLO verdict is undecided is measured again (pooled)
+up to `max_runs_per_level` times. Navigation follows the point estimates (which side of the limit
+a level is on); the interval (estimate.py) uses only the levels the statistics decide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .slo import Judgement, Slo, Verdict, judge
+
+
+@dataclass
+class LevelSample:
+    """One run at one load level. `values`: per metric (ttft, tpot, itl, e2el), one array of ms
+    per completed request (ITL: that request's gaps; others: one value)."""
+
+    level: float
+    values: dict[str, list[np.ndarray]]
+    sent: int
+    completed: int
+    stopped: str | None = None   # why the run was ended early (an SLO surely lost, saturation)
+    error: str | None = None     # the run could not measure (server failure): the search stops
+
+
+Measure = Callable[[float], LevelSample]
+
+
+@dataclass
+class LevelResult:
+    level: float
+    samples: list[LevelSample]
+    judgements: list[Judgement]
+    verdict: Verdict
+
+    @property
+    def requests(self) -> int:
+        return sum(s.sent for s in self.samples)
+
+    @property
+    def completed(self) -> int:
+        return sum(s.completed for s in self.samples)
+
+    @property
+    def stopped(self) -> str | None:
+        return next((s.stopped for s in self.samples if s.stopped), None)
+
+    @property
+    def over_limit(self) -> bool:
+        """Which side of the limit the level is on by its point estimates (for navigation)."""
+        if self.verdict is not Verdict.undecided:
+            return self.verdict is Verdict.violates
+        return any(j.estimate > j.slo.limit_ms for j in self.judgements)
+
+
+def judge_level(level: float, samples: list[LevelSample], slos: list[Slo], alpha: float) -> LevelResult:
+    """Pool the runs of one level and judge every SLO; a run ended early by the monitor makes
+    the level violate (the monitor stops only on a sure loss or a runaway queue)."""
+    judgements = [judge(s, [v for smp in samples for v in smp.values.get(s.metric, [])], alpha, seed=i)
+                  for i, s in enumerate(slos)]
+    if any(smp.stopped for smp in samples) or any(j.verdict is Verdict.violates for j in judgements):
+        verdict = Verdict.violates
+    elif all(j.verdict is Verdict.meets for j in judgements):
+        verdict = Verdict.meets
+    else:
+        verdict = Verdict.undecided
+    return LevelResult(level, samples, judgements, verdict)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    start: float                    # first level tried
+    min_level: float                # lowest level tried (rate > 0; concurrency >= 1)
+    max_level: float                # highest level tried
+    integer: bool = False           # concurrency: whole levels, the search ends at adjacent ones
+    growth: float = 2.0             # bracketing step (factor)
+    rel_tol: float = 0.05           # bisect until the bracket is this narrow (relative)
+    alpha: float = 0.05             # confidence of each level's SLO intervals: 1 - alpha
+    max_levels: int = 12            # distinct levels measured, at most
+    max_runs_per_level: int = 3     # runs pooled at an undecided level, at most
+
+
+@dataclass
+class SearchResult:
+    levels: list[LevelResult] = field(default_factory=list)   # in the order measured
+    error: str | None = None
+
+    @property
+    def requests(self) -> int:
+        return sum(r.requests for r in self.levels)
+
+
+def search(measure: Measure, slos: list[Slo], settings: SearchSettings) -> SearchResult:
+    """Find the highest level at which every SLO holds; returns every level measured."""
+    result = SearchResult()
+    st = settings
+
+    def visit(level: float) -> LevelResult | None:
+        samples: list[LevelSample] = []
+        while True:
+            sample = measure(level)
+            if sample.error is not None:
+                result.error = f"level {level:g}: {sample.error}"
+                return None
+            samples.append(sample)
+            judged = judge_level(level, samples, slos, st.alpha)
+            if judged.verdict is not Verdict.undecided or len(samples) >= st.max_runs_per_level:
+                result.levels.append(judged)
+                return judged
+
+    def snap(level: float) -> float:
+        level = min(max(level, st.min_level), st.max_level)
+        return float(round(level)) if st.integer else level
+
+    below, above = -math.inf, math.inf   # the bracket by point estimates
+    level = snap(st.start)
+    while len(result.levels) < st.max_levels:   # bracketing
+        r = visit(level)
+        if r is None:
+            return result
+        if r.over_limit:
+            above = level
+            nxt = snap(level / st.growth)
+        else:
+            below = level
+            nxt = snap(level * st.growth)
+        if math.isfinite(below) and math.isfinite(above):
+            break
+        if nxt == level:  # at the edge of the range: the capacity is outside it
+            return result
+        level = nxt
+    while len(result.levels) < st.max_levels:   # bisection
+        if st.integer:
+            if above - below <= 1:
+                break
+            level = float(math.floor((below + above) / 2))
+        else:
+            if (above - below) / below <= st.rel_tol:
+                break
+            level = math.sqrt(below * above)
+        r = visit(level)
+        if r is None:
+            return result
+        if r.over_limit:
+            above = level
+        else:
+            below = level
+    # The bracket follows point estimates; the interval needs a level decided on each side.
+    # One step beyond the bracket gives an undecided side its decided level.
+    while len(result.levels) < st.max_levels:
+        measured = {r.level for r in result.levels}
+        if not any(r.verdict is Verdict.violates for r in result.levels) and math.isfinite(above):
+            level = snap(max(r.level for r in result.levels) * st.growth)
+        elif not any(r.verdict is Verdict.meets for r in result.levels) and math.isfinite(below):
+            level = snap(min(r.level for r in result.levels) / st.growth)
+        else:
+            break
+        if level in measured:
+            break
+        if visit(level) is None:
+            return result
+    return result

@@ -1,0 +1,199 @@
+"""Latency SLOs (`ttft:p99=1000`) and their judgement with the statistic's own uncertainty.
+
+A percentile's interval is the order-statistic (binomial) one: for n iid values the q-quantile
+lies between the l-th and u-th smallest with probability >= 1 - alpha, l and u from Binomial(n, q).
+With too few values u exceeds n and the upper bound is infinite: 40 requests cannot show that a
+p99 is under anything. Latencies of one run are not independent, though: near capacity the slow
+requests come together, in the same queue excursion. So the values are taken in the order they
+were sent, cut into consecutive batches, and the variance of the count above the estimate
+across batches, over its binomial variance, shrinks n to an effective size (never grows it)
+before the ranks are taken. ITL has many gaps per request, correlated within one, so its
+interval is a bootstrap over requests instead. A mean gets a t-interval.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+from scipy import stats
+
+from ..errors import ServetuneError
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+_STAT = re.compile(r"^(mean|p\d+(?:\.\d+)?)$")
+_BOOTSTRAP_RESAMPLES = 400
+_MAX_BATCHES = 8         # consecutive batches of a run's values for the dependence correction
+_COMMON_FACTOR = 10       # clustering is also measured at 1 - 10 (1 - q): p90 for a p99
+_STOP_INFLATION = 10.0    # assumed variance inflation of a run's count over a limit (early stop)
+_MIN_BATCH = 50           # values a batch holds at least
+
+
+class Verdict(StrEnum):
+    meets = "meets"            # the statistic's upper bound is at or under the limit
+    violates = "violates"      # its lower bound is above the limit
+    undecided = "undecided"    # the interval straddles the limit: measure more
+
+
+@dataclass(frozen=True)
+class Slo:
+    metric: str        # ttft | tpot | itl | e2el
+    stat: str          # mean | p50 | p90 | p95 | p99 | p99.9 ...
+    limit_ms: float
+
+    @property
+    def quantile(self) -> float | None:
+        """0.99 for p99; None for the mean."""
+        return None if self.stat == "mean" else float(self.stat[1:]) / 100.0
+
+    @property
+    def key(self) -> str:
+        """The `vllm bench serve` summary field, e.g. p99_ttft_ms."""
+        return f"{self.stat}_{self.metric}_ms"
+
+    def __str__(self) -> str:
+        return f"{self.metric}:{self.stat}<={self.limit_ms:g}ms"
+
+
+def parse_slo(text: str) -> Slo:
+    """'ttft:p99=1000' (milliseconds) -> Slo; a ServetuneError naming the text otherwise."""
+    head, eq, value = text.partition("=")
+    metric, colon, stat = head.strip().lower().partition(":")
+    if not eq or not colon or metric not in METRICS or not _STAT.match(stat):
+        raise ServetuneError(f"--slo {text!r}: expected METRIC:STAT=MS, METRIC one of {', '.join(METRICS)}, "
+                             f"STAT mean or pNN (e.g. ttft:p99=1000)")
+    if stat != "mean" and not 0 < float(stat[1:]) < 100:
+        raise ServetuneError(f"--slo {text!r}: the percentile must be between 0 and 100")
+    try:
+        limit = float(value)
+    except ValueError:
+        raise ServetuneError(f"--slo {text!r}: {value.strip()!r} is not a number of milliseconds") from None
+    if not math.isfinite(limit) or limit <= 0:
+        raise ServetuneError(f"--slo {text!r}: the limit must be a positive number of milliseconds")
+    return Slo(metric, stat, limit)
+
+
+def parse_slos(items: list[str]) -> list[Slo]:
+    if not items:
+        raise ServetuneError("--slo: give at least one, e.g. --slo ttft:p99=1000")
+    slos = [parse_slo(x) for x in items]
+    keys = [s.key for s in slos]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise ServetuneError(f"--slo: {', '.join(dup)} given more than once")
+    return slos
+
+
+@dataclass(frozen=True)
+class Judgement:
+    slo: Slo
+    n: int              # values the statistic was computed from (requests; gaps for ITL)
+    estimate: float     # ms
+    low: float          # ms, confidence interval of the statistic
+    high: float         # ms (inf: too few values to bound it)
+    verdict: Verdict
+
+
+def quantile_ci(values: np.ndarray, q: float, alpha: float, n_eff: float | None = None) -> tuple[float, float]:
+    """Distribution-free (1 - alpha) interval of the q-quantile; -inf / inf where the sample is
+    too small to bound that side. `n_eff` (default: all values, i.e. iid): the effective sample
+    size; the ranks are taken at that size and mapped to the same fractions of the sample."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(x)
+    if n == 0:
+        return -math.inf, math.inf
+    m = n if n_eff is None else max(int(n_eff), 1)
+    lo_rank = int(stats.binom.ppf(alpha / 2, m, q))          # P(#below <= lo_rank-1) <= alpha/2
+    hi_rank = int(stats.binom.ppf(1 - alpha / 2, m, q)) + 1  # 1-based rank of the upper bound
+    low = x[max(math.floor(lo_rank * n / m), 1) - 1] if lo_rank >= 1 else -math.inf
+    high = x[min(math.ceil(hi_rank * n / m), n) - 1] if hi_rank <= m else math.inf
+    return float(low), float(high)
+
+
+def effective_size(ordered: np.ndarray, threshold: float) -> float:
+    """n shrunk by how much more the count of values over `threshold` varies across consecutive
+    batches than it would for independent values (at least 1: never grows n)."""
+    n = len(ordered)
+    batches = min(_MAX_BATCHES, n // _MIN_BATCH)
+    if batches < 2:
+        return float(n)
+    over = np.asarray(ordered, dtype=np.float64) > threshold
+    parts = np.array_split(over, batches)
+    p = over.mean()
+    if p in (0.0, 1.0):
+        return float(n)
+    spread = sum((part.sum() - len(part) * p) ** 2 for part in parts) * batches / (batches - 1)
+    inflation = max(spread / (n * p * (1 - p)), 1.0)
+    return n / inflation
+
+
+def _mean_ci(values: np.ndarray, alpha: float) -> tuple[float, float]:
+    n = len(values)
+    if n < 2:
+        return -math.inf, math.inf
+    half = stats.t.ppf(1 - alpha / 2, n - 1) * np.std(values, ddof=1) / math.sqrt(n)
+    return float(np.mean(values) - half), float(np.mean(values) + half)
+
+
+def _clustered_ci(groups: list[np.ndarray], q: float | None, alpha: float, seed: int) -> tuple[float, float]:
+    """Bootstrap over requests (clusters of ITL gaps): the statistic of the pooled gaps of
+    resampled requests; percentile interval."""
+    groups = [g for g in groups if len(g)]
+    if len(groups) < 2:
+        return -math.inf, math.inf
+    rng = np.random.default_rng(seed)
+    stat = (lambda a: float(np.mean(a))) if q is None else (lambda a: float(np.percentile(a, 100 * q)))
+    draws = [stat(np.concatenate([groups[i] for i in rng.integers(0, len(groups), len(groups))]))
+             for _ in range(_BOOTSTRAP_RESAMPLES)]
+    return float(np.quantile(draws, alpha / 2)), float(np.quantile(draws, 1 - alpha / 2))
+
+
+def verdict_of(low: float, high: float, limit: float) -> Verdict:
+    if high <= limit:
+        return Verdict.meets
+    if low > limit:
+        return Verdict.violates
+    return Verdict.undecided
+
+
+def judge(slo: Slo, per_request: list[np.ndarray], alpha: float, seed: int = 0) -> Judgement:
+    """Judge `slo` on per-request values in ms, in the order the requests were sent (one value
+    per request for TTFT, TPOT and E2EL; each request's gaps for ITL)."""
+    flat = np.concatenate(per_request) if per_request else np.zeros(0)
+    n = len(flat)
+    if n == 0:
+        return Judgement(slo, 0, math.nan, -math.inf, math.inf, Verdict.undecided)
+    q = slo.quantile
+    estimate = float(np.mean(flat)) if q is None else float(np.percentile(flat, 100 * q))
+    if slo.metric == "itl":
+        low, high = _clustered_ci(per_request, q, alpha, seed)
+    elif q is None:
+        low, high = _mean_ci(flat, alpha)
+    else:
+        # Clustering measured at the quantile itself sees nothing in a run that had no slow
+        # spell; at a commoner one (p90 for a p99) it is seen in every run, and extremes cluster
+        # at least as much: the smaller effective size of the two.
+        common = float(np.percentile(flat, 100 * max(1 - _COMMON_FACTOR * (1 - q), 0.5)))
+        n_eff = min(effective_size(flat, estimate), effective_size(flat, common))
+        low, high = quantile_ci(flat, q, alpha, n_eff)
+    return Judgement(slo, n, estimate, low, high, verdict_of(low, high, slo.limit_ms))
+
+
+def lost_after(slo: Slo, planned: int, alpha: float) -> int | None:
+    """How many of `planned` values over the limit make the finished level's lower bound exceed
+    the limit whatever the rest turn out to be (the level violates; measuring on is wasted);
+    None where no count does (a mean, ITL, or too few values). The dependence of the run's
+    values is not known yet when this is decided, so the effective size is taken as
+    planned / _STOP_INFLATION, a clustering the tests' queue near capacity reaches."""
+    q = slo.quantile
+    if q is None or slo.metric == "itl" or planned <= 0:
+        return None
+    m = planned / _STOP_INFLATION
+    lo_rank = int(stats.binom.ppf(alpha / 2, int(m), q))
+    if lo_rank < 1:
+        return None
+    # the lower bound is the lo_rank-th smallest (of m): over the limit once m - lo_rank + 1 values are
+    return math.ceil((int(m) - lo_rank + 1) * planned / int(m))

@@ -1,0 +1,152 @@
+"""`servetune capacity`: the highest load one server takes while every latency SLO holds."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..capacity.document import capacity_document
+from ..capacity.estimate import CapacityEstimate, estimate
+from ..capacity.http import LoadKind, http_measure
+from ..capacity.search import SearchResult, SearchSettings, search
+from ..capacity.slo import Judgement, Slo, parse_slos
+from ..errors import ServetuneError
+from ..load.scenario import PRESETS
+from .bench_cmd import api_key_from_env, build_scenario, served
+from .boundary import EXIT_NO_RESULT, print_error
+from .paths import writable_file
+
+console = Console()
+_DEFAULT_MAX = {"rate": 1000.0, "concurrency": 1024.0}
+
+
+def _unit(load: str) -> str:
+    return "req/s" if load == "rate" else "concurrent requests"
+
+
+def _cell(j: Judgement) -> str:
+    high = f"{j.high:.1f}" if math.isfinite(j.high) else "∞"
+    low = f"{j.low:.1f}" if math.isfinite(j.low) else "-∞"
+    return f"{j.estimate:.1f} [{low}, {high}] {j.verdict.value}"
+
+
+def levels_table(result: SearchResult, slos: list[Slo], load: str) -> Table:
+    """One row per level measured, in level order: requests, each SLO's statistic with its interval."""
+    table = Table(title=escape(f"load levels ({_unit(load)}); per SLO: estimate [interval] in ms, verdict"),
+                  show_header=True)
+    table.add_column(load, justify="right")
+    table.add_column("runs", justify="right")
+    table.add_column("requests", justify="right")
+    for s in slos:
+        table.add_column(str(s), justify="right")
+    table.add_column("verdict")
+    for r in sorted(result.levels, key=lambda r: r.level):
+        verdict = r.verdict.value + (f" (stopped: {r.stopped})" if r.stopped else "")
+        table.add_row(f"{r.level:g}", str(len(r.samples)), f"{r.completed}/{r.requests}",
+                      *(escape(_cell(j)) for j in r.judgements), escape(verdict))
+    return table
+
+
+def capacity_line(est: CapacityEstimate, load: str, alpha: float) -> str:
+    if est.capacity == 0:
+        return f"capacity: below the lowest level measured ({est.high:g} {_unit(load)} violates)"
+    high = f"{est.high:.3g}" if math.isfinite(est.high) else "∞ (no level measured violated)"
+    return (f"capacity: {est.capacity:.3g} {_unit(load)}, {1 - alpha:.0%} interval [{est.low:.3g}, {high}]"
+            + (f"; binding SLO {est.binding}" if est.binding else ""))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("capacity")
+    def capacity(
+        scenario: str = typer.Option(..., "--scenario", help=f"preset: {', '.join(PRESETS)}"),
+        slo: list[str] = typer.Option(..., "--slo", help="METRIC:STAT=MS, e.g. ttft:p99=1000 (ttft, tpot, itl, e2el; mean, pNN); repeatable"),
+        out: Path = typer.Option(..., "--out", help="result JSON (each level's runs go to OUT.runs/)"),
+        url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
+        serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
+        serve_arg: list[str] = typer.Option([], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-num-seqs 64'"),
+        model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
+        tokenizer: Path | None = typer.Option(None, "--tokenizer", help="model dir with tokenizer.json (default: --serve dir, else the server's /tokenize)"),
+        load: str = typer.Option("rate", "--load", help="rate (open loop, req/s) or concurrency (closed loop)"),
+        start: float | None = typer.Option(None, "--start", help="first level tried (default 1)"),
+        max_level: float | None = typer.Option(None, "--max-level", help="highest level tried (default 1000 req/s, 1024 users)"),
+        num_prompts: int = typer.Option(500, "--num-prompts", min=1, help="requests per run (a p99 needs some 400 to be shown under a limit)"),
+        input_len: int | None = typer.Option(None, "--input-len", min=1),
+        output_len: int | None = typer.Option(None, "--output-len", min=1),
+        burstiness: float | None = typer.Option(None, "--burstiness", help="gamma shape of arrivals; 1 = Poisson"),
+        endpoint: str | None = typer.Option(None, "--endpoint", help="completions or chat"),
+        seed: int | None = typer.Option(None, "--seed"),
+        alpha: float = typer.Option(0.05, "--alpha", help="each SLO interval is 1 - alpha"),
+        rel_tol: float = typer.Option(0.05, "--rel-tol", help="bisect until the bracket is this narrow"),
+        max_levels: int = typer.Option(12, "--max-levels", min=1),
+        max_runs: int = typer.Option(3, "--max-runs-per-level", min=1, help="runs pooled at an undecided level"),
+        api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the server's API key (default: VLLM_API_KEY, else OPENAI_API_KEY, when set)"),
+    ) -> None:
+        """Search the load level: prints the capacity with its interval and the levels measured."""
+        if (url is None) == (serve is None):
+            raise ServetuneError("give exactly one of --url (a running server) or --serve MODEL_DIR")
+        if serve_arg and serve is None:
+            raise ServetuneError("--serve-arg needs --serve")
+        if load not in _DEFAULT_MAX:
+            raise ServetuneError(f"--load {load!r}: expected rate or concurrency")
+        if not 0 < alpha < 1:
+            raise ServetuneError(f"--alpha {alpha:g}: must be between 0 and 1")
+        if not 0 < rel_tol < 1:
+            raise ServetuneError(f"--rel-tol {rel_tol:g}: must be between 0 and 1")
+        slos = parse_slos(slo)
+        settings = _settings(load, start, max_level, alpha, rel_tol, max_levels, max_runs)
+        sc = build_scenario(scenario, input_len=input_len, output_len=output_len, burstiness=burstiness,
+                            endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None)
+        api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
+        writable_file(out, "--out")
+        runs_dir = out.with_name(out.name.removesuffix(".json") + ".runs")
+        kind: LoadKind = "rate" if load == "rate" else "concurrency"
+
+        def announce(level: float, run: int) -> None:
+            console.print(escape(f"run {run + 1}: {load} {level:g} ..."))
+
+        def run_search(base_url: str, key: str | None, tok: Path | None) -> SearchResult:
+            measure = http_measure(base_url, sc, slos, load=kind, num_prompts=num_prompts, alpha=alpha,
+                                   out_dir=runs_dir, model=model, tokenizer_dir=tok, api_key=key, on_level=announce)
+            return search(measure, slos, settings)
+
+        if serve is not None:
+            with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key) as (base_url, key):
+                result = run_search(base_url, key, tokenizer or serve)
+        else:
+            assert url is not None
+            result = run_search(url, api_key, tokenizer)
+        if not result.levels:
+            print_error(f"{result.error or 'no level was measured'}; nothing written to {out}")
+            raise typer.Exit(EXIT_NO_RESULT)
+        est = estimate(result.levels, integer=kind == "concurrency")
+        console.print(levels_table(result, slos, load))
+        console.print(escape(capacity_line(est, load, alpha)))
+        console.print(f"{len(result.levels)} levels, {result.requests} requests")
+        if result.error:
+            console.print(f"[red]error:[/] {escape(result.error)}")
+        doc = capacity_document(result, est, slos, settings, load,
+                                {"url": url, "serve": str(serve) if serve else None,
+                                 "scenario": json.loads(sc.model_dump_json()), "num_prompts": num_prompts})
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
+
+
+def _settings(load: str, start: float | None, max_level: float | None, alpha: float, rel_tol: float,
+              max_levels: int, max_runs: int) -> SearchSettings:
+    integer = load == "concurrency"
+    lowest = 1.0 if integer else 1e-3
+    top = _DEFAULT_MAX[load] if max_level is None else max_level
+    first = 1.0 if start is None else start
+    for option, value in (("--start", first), ("--max-level", top)):
+        if not math.isfinite(value) or value < lowest:
+            raise ServetuneError(f"{option} {value:g}: must be a finite level of at least {lowest:g}")
+    if first > top:
+        raise ServetuneError(f"--start {first:g} is above --max-level {top:g}")
+    return SearchSettings(start=first, min_level=lowest, max_level=top, integer=integer, alpha=alpha,
+                          rel_tol=rel_tol, max_levels=max_levels, max_runs_per_level=max_runs)

@@ -1,0 +1,93 @@
+"""A server of known capacity, simulated without HTTP: the queue behind `fake_stream_server.py
+--slots`, in pure Python.
+
+`slots` requests are served at once, the rest wait in a FIFO queue; a request holds its slot from
+the moment it gets one to its last token: a gamma prefill (shape 2, mean `prefill_ms`), then
+`output_len - 1` gaps of `itl_ms`. So TTFT = queueing delay + prefill, and p99 TTFT rises with the
+arrival rate until it runs away at slots / (prefill + decode time).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from servetune.capacity.monitor import LevelMonitor
+from servetune.capacity.search import LevelSample, Measure
+from servetune.capacity.slo import Slo
+
+
+PREFILL_SHAPE = 2.0   # as fake_stream_server.py --slots draws it
+
+
+@dataclass(frozen=True)
+class QueueModel:
+    slots: int = 16
+    prefill_ms: float = 20.0
+    itl_ms: float = 10.0
+    output_len: int = 8
+
+    @property
+    def saturation_rate(self) -> float:
+        """Requests per second the slots can serve at most (mean holding time)."""
+        return self.slots / ((self.prefill_ms + (self.output_len - 1) * self.itl_ms) / 1000.0)
+
+    def run(self, rate: float, n: int, rng: np.random.Generator,
+            burstiness: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Arrival, first-token and end times (s) of `n` requests arriving at `rate` req/s
+        (gamma inter-arrival times of shape `burstiness`; 1 = Poisson), the queue empty at 0."""
+        gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), n)
+        arrival = np.cumsum(gaps) - gaps[0]
+        prefill = rng.gamma(PREFILL_SHAPE, self.prefill_ms / 1000.0 / PREFILL_SHAPE, n)
+        decode = (self.output_len - 1) * self.itl_ms / 1000.0
+        free = [0.0] * self.slots
+        first = np.empty(n)
+        for i in range(n):
+            start = max(arrival[i], heapq.heappop(free))
+            first[i] = start + prefill[i]
+            heapq.heappush(free, first[i] + decode)
+        return arrival, first, first + decode
+
+    def pooled_ttft_ms(self, rate: float, n: int, runs: int, seed: int) -> np.ndarray:
+        rng = np.random.default_rng(seed)
+        return np.concatenate([(lambda a, f, _e: (f - a) * 1000.0)(*self.run(rate, n, rng)) for _ in range(runs)])
+
+    def true_crossing(self, q: float, limit_ms: float, n: int, runs: int = 200, seed: int = 12345) -> float:
+        """The rate at which the q-quantile of TTFT over runs of `n` requests equals `limit_ms`
+        (bisection on a long simulation with common random numbers)."""
+        lo, hi = 0.2 * self.saturation_rate, self.saturation_rate
+        for _ in range(16):
+            mid = (lo + hi) / 2
+            if np.quantile(self.pooled_ttft_ms(mid, n, runs, seed), q) > limit_ms:
+                hi = mid
+            else:
+                lo = mid
+        return (lo + hi) / 2
+
+
+def simulated_measure(model: QueueModel, slos: list[Slo], n: int, alpha: float, seed: int,
+                      early_stop: bool = True) -> Measure:
+    """`measure(rate)` over the simulated queue: `n` requests a run, fed to the same LevelMonitor
+    the HTTP measurement uses (in the order they end), so a run ends where a real one would."""
+    rng = np.random.default_rng(seed)
+    itl_gaps = np.full(model.output_len - 1, model.itl_ms)
+
+    def measure(rate: float) -> LevelSample:
+        arrival, first, end = model.run(rate, n, rng)
+        ttft, e2el = (first - arrival) * 1000.0, (end - arrival) * 1000.0
+        monitor = LevelMonitor(slos, n, alpha, offered_rate=rate)
+        done: list[int] = []
+        stopped = None
+        for i in np.argsort(end, kind="stable"):
+            done.append(int(i))
+            values = {"ttft": ttft[i], "e2el": e2el[i], "tpot": model.itl_ms}
+            if early_stop and (stopped := monitor.observe(end[i], values, int(np.searchsorted(arrival, end[i], "right")))):
+                break
+        sent = int(np.searchsorted(arrival, end[done[-1]], "right")) if stopped else n
+        return LevelSample(rate, {"ttft": [ttft[done]], "e2el": [e2el[done]],
+                                  "tpot": [np.full(len(done), model.itl_ms)],
+                                  "itl": [itl_gaps for _ in done]}, sent, len(done), stopped)
+
+    return measure

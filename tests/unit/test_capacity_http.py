@@ -1,0 +1,58 @@
+"""`servetune capacity` over HTTP against the FAKE server with a known capacity (`--slots`): the
+queue model's long simulation gives the truth; plus the command's one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.launch import fake_server
+from tests.fakes.queue_model import QueueModel
+from tests.unit.cli_run import servetune
+
+# Slow enough that the HTTP round trip on a busy 2-core machine (a few ms) is small next to the
+# prefill (100 ms mean) and the limit; saturates at 80 req/s.
+MODEL = QueueModel(slots=16, prefill_ms=100.0, itl_ms=20.0, output_len=6)
+RUN = 200   # requests a run; a p90 is decided on that many
+
+
+def test_capacity_of_the_fake_server_is_found_over_http(tmp_path: Path) -> None:
+    truth = MODEL.true_crossing(0.9, 250.0, RUN, runs=200)
+    out = tmp_path / "cap.json"
+    with fake_server(ttft_ms=MODEL.prefill_ms, itl_ms=MODEL.itl_ms, slots=MODEL.slots, log=False) as url:
+        res = servetune("capacity", "--url", url, "--scenario", "chat", "--slo", "ttft:p90=250",
+                        "--input-len", "16", "--output-len", str(MODEL.output_len), "--num-prompts", str(RUN),
+                        "--start", "10", "--rel-tol", "0.05", "--out", out)
+    assert res.code == 0, res.stderr
+    doc = json.loads(out.read_text())
+    cap = doc["capacity"]
+    # The fake can only be slower than its model (HTTP, a busy event loop hold slots longer), never
+    # faster: at most 10 % over the truth. On an idle machine it lands within 10 % of it; with the
+    # two cores shared by other test runs it has come out 25 % under, hence the loose floor.
+    assert 0.6 * truth <= cap["value"] <= 1.1 * truth, (cap, truth)
+    assert cap["high"] is not None and 0 < cap["low"] <= cap["value"] <= cap["high"]   # a closed interval
+    levels = doc["levels"]
+    assert doc["levels_measured"] == len(levels) >= 4 and doc["requests"] == sum(lv["requests"] for lv in levels)
+    assert {lv["verdict"] for lv in levels} >= {"meets", "violates"}
+    for lv in levels:
+        (slo,) = lv["slos"]
+        assert slo["key"] == "p90_ttft_ms" and slo["values"] == lv["completed"]
+    assert "capacity:" in res.stdout and "interval" in res.stdout and "p90" in res.stdout
+    assert any(out.with_name("cap.runs").glob("level00-10.requests.jsonl"))
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--slo", "ttft:p99"], "--slo 'ttft:p99': expected METRIC:STAT=MS"),
+    (["--slo", "ttft:p99=soon"], "'soon' is not a number"),
+    (["--slo", "ttft:p99=100", "--load", "qps"], "--load 'qps': expected rate or concurrency"),
+    (["--slo", "ttft:p99=100", "--start", "50", "--max-level", "10"], "--start 50 is above --max-level 10"),
+    (["--slo", "ttft:p99=100", "--alpha", "2"], "--alpha 2: must be between 0 and 1"),
+])
+def test_bad_options_end_as_one_line_and_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
+    out = tmp_path / "cap.json"
+    res = servetune("capacity", "--url", "http://127.0.0.1:9", "--scenario", "chat", *args, "--out", out)
+    assert res.code == 2 and len(res.error_lines) == 1 and says in res.error_lines[0], res.stderr
+    assert "Traceback" not in res.stderr
+    assert not out.exists()
