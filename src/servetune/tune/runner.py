@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from ..engine import VllmEngine
 from ..engine.config import Config
+from ..engine.defaults import EngineDefaults
 from ..engine.outcome import Outcome
 from ..errors import ServetuneError
 from ..search import make_strategy
@@ -24,6 +25,7 @@ from ..store import StudyStore, TrialRow
 from ..study.spec import StudySpec
 from . import analysis
 from .display import StudyDisplay
+from . import known
 from .eta import estimate
 from .lock import StudyLock, TunerProcess
 from .recovery import reclaim_unfinished
@@ -64,6 +66,7 @@ class StudyRunner:
             launch_flags={"served-model-name": served_name} if served_name else None,
         )
         self.baseline_config = spec.baseline_config()
+        self.defaults: EngineDefaults | None = None  # read in run(): a subprocess of ~10 s
         self._session = 0
         self._last_heartbeat = 0.0
         self._deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
@@ -81,6 +84,7 @@ class StudyRunner:
         try:
             with self.display:
                 try:
+                    self._read_engine_defaults()
                     self._recover_unfinished()
                     self._ensure_baseline()
                     self._search()
@@ -101,6 +105,11 @@ class StudyRunner:
 
     # --- phases -------------------------------------------------------------------------
 
+    def _read_engine_defaults(self) -> None:
+        self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command))
+        if not self.defaults.known:
+            self.display.note(f"engine defaults {self.defaults.source}: only boot logs tell configs apart")
+
     def _recover_unfinished(self) -> None:
         """A killed predecessor may have left a trial `running` and its server alive."""
         for trial in reclaim_unfinished(self.store, self._session, self.display.note):
@@ -114,7 +123,7 @@ class StudyRunner:
     def _search(self) -> None:
         strategy = make_strategy(self.spec)
         while True:
-            candidates = self.store.trials("candidate")
+            candidates = [t for t in self.store.trials("candidate") if known.was_booted(t)]
             if self.spec.budget.trials is not None and len(candidates) >= self.spec.budget.trials:
                 self.display.note(f"trial budget reached ({self.spec.budget.trials} candidates)")
                 return
@@ -156,6 +165,15 @@ class StudyRunner:
     def _execute(self, trial: TrialRow) -> None:
         self._update_overview()
         label = self._label(trial.config)
+        is_candidate = trial.role == "candidate"
+        defaults = self.defaults or EngineDefaults()
+        decided = known.before_boot(self.store, trial, self.baseline_config, defaults) if is_candidate else None
+        if decided is not None:
+            outcome, detail = decided
+            self.store.finish_trial(trial.id, str(outcome), detail=detail)
+            self.display.note(f"#{trial.seq} {trial.role} {label}: {outcome}, not booted: {escape(detail[:300])}")
+            self._update_overview()
+            return
         eta_now = time.time() + analysis.remaining_s(self.store, self.spec)
         self._log_eta(trial, eta_now)
         outcome = self.executor.run(
@@ -164,6 +182,8 @@ class StudyRunner:
                       max_replicates=self.spec.replicates.max),
             enough=lambda t, reps: analysis.enough_replicates(self.store, self.spec, t, reps),
             progress=lambda t, s, r, d, n: self._on_progress(t, label, s, r, d, n),
+            duplicate_of=(lambda t, facts: known.after_boot(self.store, t, facts, self.baseline_config, defaults))
+            if is_candidate else None,
         )
         done = self.store.trial(trial.id)
         if outcome != str(Outcome.ok):
@@ -218,7 +238,7 @@ class StudyRunner:
         for trial in reversed(self.store.trials()):
             if trial.role in analysis.BASELINE_ROLES:
                 break
-            if trial.role == "candidate":
+            if trial.role == "candidate" and known.was_booted(trial):
                 count += 1
         return count
 

