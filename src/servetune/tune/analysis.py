@@ -26,7 +26,7 @@ from ..study.spec import StudySpec
 from .analysis_types import (
     ConfigResult, DriftPoint, Effect, Estimate, ScenarioResult, StudyAnalysis,
 )
-from .eta import estimate
+from .eta import estimate, stored_seed
 
 BASELINE_ROLES = ("baseline", "baseline_check", "baseline_final")
 REPORTED_METRICS = (
@@ -187,7 +187,7 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
 def remaining_s(store: StudyStore, spec: StudySpec) -> float:
     """Seconds the planned trials not yet done should take, from measured boot and run times."""
     trials = store.trials()
-    eta = estimate(trials, store.runs())
+    eta = estimate(trials, store.runs(), stored_seed(store))
     done = sum(t.status == "done" for t in trials)
     left = max(planned_trial_count(store, spec) - done, 0)
     return left * eta.trial_s(spec.scenario_names, spec.replicates.min)

@@ -26,6 +26,7 @@ from ..study.spec import StudySpec
 from . import analysis
 from .display import StudyDisplay
 from . import known
+from . import eta as eta_seed
 from .eta import estimate
 from .lock import StudyLock, TunerProcess
 from .recovery import reclaim_unfinished
@@ -67,6 +68,7 @@ class StudyRunner:
         )
         self.baseline_config = spec.baseline_config()
         self.defaults: EngineDefaults | None = None  # read in run(): a subprocess of ~10 s
+        self.seed: eta_seed.Eta | None = None  # the ETA before anything is measured, set in run()
         self._session = 0
         self._last_heartbeat = 0.0
         self._deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
@@ -85,6 +87,7 @@ class StudyRunner:
             with self.display:
                 try:
                     self._read_engine_defaults()
+                    self._seed_eta()
                     self._recover_unfinished()
                     self._ensure_baseline()
                     self._search()
@@ -98,6 +101,8 @@ class StudyRunner:
             self.store.end_session(self._session, reason)
             self._lock.release()
         result = analysis.analyze(self.store, self.spec)
+        if reason == "finished":
+            eta_seed.record_took(self.store)
         if not self.paused:
             self.store.set_meta_json("verdict", {"winner": result.winner.key if result.winner else None,
                                                  "reason": result.winner_reason})
@@ -109,6 +114,17 @@ class StudyRunner:
         self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command))
         if not self.defaults.known:
             self.display.note(f"engine defaults {self.defaults.source}: only boot logs tell configs apart")
+
+    def _seed_eta(self) -> None:
+        """Before the first boot: an ETA from the model's size and the scenarios, kept to be judged."""
+        seed, basis = eta_seed.seed(Path(self.spec.engine.model), list(self.spec.scenarios))
+        self.seed = seed
+        eta_seed.store_seed(self.store, seed)
+        if not self.store.trials():
+            predicted = analysis.planned_trial_count(self.store, self.spec) * seed.trial_s(
+                self.spec.scenario_names, self.spec.replicates.min)
+            eta_seed.record_first_estimate(self.store, predicted, basis, at=time.time())
+            self.display.note(f"first estimate {predicted / 60:.1f} min ({basis}, boot ~{seed.boot_s:.0f} s)")
 
     def _recover_unfinished(self) -> None:
         """A killed predecessor may have left a trial `running` and its server alive."""
@@ -217,7 +233,7 @@ class StudyRunner:
         """With --stop-after, do not start a boot that cannot finish: a cut trial costs a second boot."""
         if self._deadline is None:
             return
-        eta = estimate(self.store.trials(), self.store.runs())
+        eta = estimate(self.store.trials(), self.store.runs(), self.seed)
         if not eta.measured:
             return  # nothing measured yet: no basis for a decision, so try
         needed = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
@@ -226,7 +242,7 @@ class StudyRunner:
             raise _Pause
 
     def _time_left_for_another(self) -> bool:
-        eta = estimate(self.store.trials(), self.store.runs())
+        eta = estimate(self.store.trials(), self.store.runs(), self.seed)
         if self.spec.budget.wall_minutes is None:
             return True
         per_trial = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
