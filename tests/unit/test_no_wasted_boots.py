@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servetune.engine.bootfacts import BootFacts
+from servetune.engine.bootfacts import BootFacts, parse_boot_facts
 from servetune.engine.config import Config
 from servetune.engine.defaults import EngineDefaults, read_engine_defaults
 from servetune.engine.equivalence import Booted, same_server
@@ -97,3 +97,24 @@ def test_defaults_of_the_installed_vllm_cpu_build() -> None:
     assert defaults.default("load-format") == "auto"
     # Resolved at start-up from the platform: no default before a boot.
     assert defaults.default("enable-prefix-caching") is None and defaults.default("max-num-seqs") is None
+
+
+def _cpu_boot(name: str) -> BootFacts:
+    return parse_boot_facts((Path(__file__).resolve().parents[1] / "fixtures" / "logs" / name).read_text())
+
+
+def test_on_a_real_cpu_boot_log_prefix_caching_on_and_async_scheduling_are_the_baseline() -> None:
+    # vllm032-cpu-async-mbt1024.log: vLLM 0.32 CPU, --max-num-batched-tokens 1024 --async-scheduling
+    args = {"load-format": "dummy", "kv-cache-memory-bytes": "1GiB", "max-model-len": 2048,
+            "max-num-batched-tokens": 1024, "async-scheduling": True}
+    booted = Booted("the baseline (#1)", Config.of(args), _cpu_boot("vllm032-cpu-async-mbt1024.log"))
+    before = same_server(Config.of({**args, "enable-prefix-caching": True}), None, booted, CPU_DEFAULTS)
+    assert before == ["enable-prefix-caching=True is vLLM's default here "
+                      "(the baseline (#1)'s boot log shows True)"]
+    # The CPU platform turns async scheduling off whatever was asked: with it unset, the same engine.
+    unset = {k: v for k, v in args.items() if k != "async-scheduling"}
+    after = same_server(Config.of(unset), _cpu_boot("vllm032-cpu-async-mbt1024.log"), booted, CPU_DEFAULTS)
+    assert after == ["async-scheduling=(unset) runs as False (this config's boot log), as async-scheduling=True "
+                     "of the baseline (#1) does (the baseline (#1)'s boot log)"]
+    assert same_server(Config.of({**args, "enable-prefix-caching": False}), None, booted, CPU_DEFAULTS) is None
+    assert same_server(Config.of({**args, "max-num-batched-tokens": 2048}), None, booted, CPU_DEFAULTS) is None

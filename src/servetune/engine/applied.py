@@ -69,6 +69,9 @@ def applied_value(flag: str, facts: BootFacts) -> Any | None:
     fact = _RESOLVED_FACTS.get(flag)
     if fact is not None and getattr(facts, fact) is not None:
         return getattr(facts, fact)
+    for device, forced_flag, forced, _ in _PLATFORM_OVERRIDES:
+        if flag == forced_flag and facts.kv_cache_device == device:
+            return forced  # forced by the platform, whatever was asked
     return facts.engine_config.get(_ENGINE_CONFIG_KEY.get(flag, flag.replace("-", "_")))
 
 
