@@ -118,3 +118,9 @@ def test_on_a_real_cpu_boot_log_prefix_caching_on_and_async_scheduling_are_the_b
                      "of the baseline (#1) does (the baseline (#1)'s boot log)"]
     assert same_server(Config.of({**args, "enable-prefix-caching": False}), None, booted, CPU_DEFAULTS) is None
     assert same_server(Config.of({**args, "max-num-batched-tokens": 2048}), None, booted, CPU_DEFAULTS) is None
+
+
+def test_an_engine_command_that_is_not_vllm_has_unknown_defaults() -> None:
+    """A stand-in or wrapper script may take other flags: vLLM's defaults are not its defaults."""
+    defaults = read_engine_defaults(["python", "tests/fakes/standin_engine.py"])
+    assert not defaults.known and defaults.source == "unknown: the engine command does not run vLLM's own entry point"

@@ -86,10 +86,19 @@ def engine_interpreter(command: list[str]) -> str | None:
     return words[0] if words and Path(words[0]).name.startswith("python") else None
 
 
+def runs_vllm(command: list[str]) -> bool:
+    """`vllm serve ...` or `python -m vllm.…`: only then are vLLM's parser defaults this engine's."""
+    if command and Path(command[0]).name == "vllm":
+        return True
+    return any(word == "-m" and nxt.split(".")[0] == "vllm" for word, nxt in zip(command, command[1:]))
+
+
 def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_S) -> EngineDefaults:
     """Ask the engine command's interpreter for vLLM's argument defaults (one subprocess, ~10 s)."""
     if command and Path(command[0]).name in ("docker", "podman"):
         return EngineDefaults(source="unknown: the engine runs in a container, its defaults are not read")
+    if not runs_vllm(command):
+        return EngineDefaults(source="unknown: the engine command does not run vLLM's own entry point")
     python = engine_interpreter(command)
     if python is None:
         return EngineDefaults(source=f"unknown: no Python interpreter found for {command[0] if command else '?'!r}")
