@@ -8,7 +8,7 @@ from pathlib import Path
 
 from servetune.engine.bootfacts import BootFacts, parse_boot_facts
 from servetune.engine.config import Config
-from servetune.engine.defaults import EngineDefaults, read_engine_defaults
+from servetune.engine.defaults import EngineDefaults, engine_interpreter, read_engine_defaults
 from servetune.engine.equivalence import Booted, same_server
 from servetune.engine.outcome import Outcome
 from servetune.store import StudyStore
@@ -57,7 +57,7 @@ def test_a_longer_max_model_len_than_one_that_failed_context_too_long_is_skipped
     assert [(t.outcome, t.config.flags["max-model-len"]) for t in trials] == [
         ("ok", 256), ("context_too_long", 512), ("skipped", 1024)]
     assert [c.flags["max-model-len"] for c in engine.started] == [256, 512]
-    assert trials[2].detail == ("skipped: max-model-len=1024 is not below max-model-len=512, which failed "
+    assert trials[2].detail == ("max-model-len=1024 is not below max-model-len=512, which failed "
                                 "context_too_long in #2 (max-model-len=512) with the same memory settings")
 
 
@@ -124,3 +124,13 @@ def test_an_engine_command_that_is_not_vllm_has_unknown_defaults() -> None:
     """A stand-in or wrapper script may take other flags: vLLM's defaults are not its defaults."""
     defaults = read_engine_defaults(["python", "tests/fakes/standin_engine.py"])
     assert not defaults.known and defaults.source == "unknown: the engine command does not run vLLM's own entry point"
+
+
+def test_the_interpreter_of_a_vllm_console_script_is_its_shebang(tmp_path: Path) -> None:
+    script = tmp_path / "vllm"
+    script.write_text("#!/opt/venv/bin/python3.11\nimport sys\n")
+    script.chmod(0o755)
+    assert engine_interpreter([str(script), "serve"]) == "/opt/venv/bin/python3.11"
+    script.write_text("#!/usr/bin/env python3\n")
+    assert engine_interpreter([str(script), "serve"]) == "python3"
+    assert engine_interpreter(["docker", "run", "img"]) is None

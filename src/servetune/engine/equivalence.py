@@ -110,7 +110,7 @@ def known_to_fail(new: Config, too_long: list[Booted]) -> str | None:
         failed_length = as_number(failed.config.flags.get("max-model-len"))
         if failed_length is None or length < failed_length or not _same_memory(new, failed.config):
             continue
-        return (f"skipped: max-model-len={_show(new.flags['max-model-len'])} is not below "
+        return (f"max-model-len={_show(new.flags['max-model-len'])} is not below "
                 f"max-model-len={_show(failed.config.flags['max-model-len'])}, which failed context_too_long "
                 f"in {failed.name} with the same memory settings")
     return None
