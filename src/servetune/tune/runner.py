@@ -23,10 +23,9 @@ from ..errors import ServetuneError
 from ..search import make_strategy
 from ..store import StudyStore, TrialRow
 from ..study.spec import StudySpec
-from . import analysis
-from .display import StudyDisplay
-from . import known
+from . import analysis, known
 from . import eta as eta_seed
+from .display import StudyDisplay
 from .eta import estimate
 from .lock import StudyLock, TunerProcess
 from .recovery import reclaim_unfinished

@@ -87,24 +87,23 @@ class TrialExecutor:
             return str(started.outcome)
 
         server = started.server
-        twin = duplicate_of(trial, started.boot_facts) if duplicate_of and started.boot_facts else None
-        if twin is not None:
-            # Measuring it would only re-measure the twin: its boot is kept as evidence, no runs.
-            stopped = self.engine.stop(server)
-            detail = "; ".join(x for x in (twin, stopped.problem()) if x)
-            self.store.finish_trial(trial.id, str(Outcome.duplicate), detail=detail)
-            return str(Outcome.duplicate)
         try:
-            api_key = self.engine.client_api_key(config)  # from the server's environment, never stored
-            outcome, detail = self._measure(trial, plan, server, api_key, enough, progress)
-            if outcome == str(Outcome.crashed):
-                detail = f"{detail}: {self.engine.diagnose(server).detail}"
-            detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
+            twin = duplicate_of(trial, started.boot_facts) if duplicate_of else None
+            if twin is not None:
+                # Measuring it would only measure its twin again: the boot is kept as evidence, no runs.
+                outcome, detail = str(Outcome.duplicate), twin
+            else:
+                api_key = self.engine.client_api_key(config)  # from the server's environment, never stored
+                outcome, detail = self._measure(trial, plan, server, api_key, enough, progress)
+                if outcome == str(Outcome.crashed):
+                    detail = f"{detail}: {self.engine.diagnose(server).detail}"
+                detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
         finally:
             stopped = self.engine.stop(server)
         # Measurements stay valid; a user must still see that a process or the port was left.
         detail = "; ".join(x for x in (detail, stopped.problem()) if x) or None
-        log_tail = tail(log_path.read_text(errors="replace")) if outcome != str(Outcome.ok) else None
+        failed = outcome not in (str(Outcome.ok), str(Outcome.duplicate))
+        log_tail = tail(log_path.read_text(errors="replace")) if failed else None
         self.store.finish_trial(trial.id, outcome, detail=detail, log_tail=log_tail)
         return outcome
 
