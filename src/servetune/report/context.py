@@ -23,7 +23,6 @@ from ..store.sqlite import RunRow, StudyStore, TrialRow
 from ..study.metrics import higher_is_better
 from ..study.spec import ObjectiveSpec
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
-from ..tune.eta import first_estimate_summary
 from . import plots
 from .advice import Advice, Evidence, advise_config, describe_mismatch
 from .emit import Deployment, Snippets, snippets
@@ -439,4 +438,4 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         trials=[_trial_view(t, runs_by_trial.get(t.id, []), base_cfg, redact) for t in trials],
         param_effects=_param_effects(analysis), importances=importances,
         plots=_plots(analysis, store, runs_by_trial, slo_metrics), evidence=evidence, advice=advice,
-        cost=_cost(analysis, store, trials, runs), notes=notes + [x for x in [first_estimate_summary(store)] if x])
+        cost=_cost(analysis, store, trials, runs), notes=notes)
