@@ -31,7 +31,7 @@ def test_example_loads_unchanged() -> None:
     assert spec.engine.command == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     assert spec.engine.args == {"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "2GiB",
                                 "max-num-seqs": 1}
-    assert list(spec.space) == ["max-num-batched-tokens", "max-num-seqs", "enable-prefix-caching"]
+    assert list(spec.space) == ["max-num-seqs", "max-num-batched-tokens", "enable-prefix-caching"]
     assert spec.space["enable-prefix-caching"].values == (True, False)
     assert spec.scenario_names == ["single-decode", "burst"]
     decode = spec.scenarios[0]
