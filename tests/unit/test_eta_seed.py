@@ -66,3 +66,18 @@ def test_summary_says_how_far_off_the_first_estimate_was(tmp_path: Path) -> None
     store.set_meta_json(eta.FIRST_ETA_META, {**store.get_meta_json(eta.FIRST_ETA_META), "took_s": 1860.0})
     assert eta.first_estimate_summary(store) == \
         "first estimate 25 min (model 15.26 GiB (config.json)), took 31 min (+24 %)"
+
+
+def test_the_planned_search_counts_every_value_the_baseline_does_not_run() -> None:
+    """The first estimate is planned trials x seeded trial time: the example's OFAT walk proposes
+    max-num-seqs 4 and 32 (the baseline runs 1), three batch budgets and both prefix-caching values."""
+    from servetune.study import load_study
+
+    example = load_study(Path(__file__).resolve().parents[2] / "examples" / "tiny-cpu.yaml")
+    assert analysis.search_size(example) == 2 + 3 + 2
+    grid = example.model_copy(update={"strategy": "grid"})
+    assert analysis.search_size(grid) == 2 * 3 * 2  # the baseline (max-num-seqs 1) is not a grid point
+    in_grid = grid.model_copy(update={"engine": grid.engine.model_copy(
+        update={"args": {**grid.engine.args, "max-num-seqs": 4, "max-num-batched-tokens": 256,
+                         "enable-prefix-caching": True}})})
+    assert analysis.search_size(in_grid) == 2 * 3 * 2 - 1
