@@ -38,6 +38,11 @@ def test_example_study_runs_to_a_verdict(example_study: Path) -> None:
     # OFAT changes one parameter at a time from the incumbent
     baseline = spec.baseline_config()
     assert all(len(t.params) >= 1 for t in candidates)
+    # enable-prefix-caching=True is what vLLM 0.32 runs when the flag is unset: never booted again
+    duplicates = [t for t in candidates if t.outcome == "duplicate"]
+    assert any(t.params.get("enable-prefix-caching") is True and t.launch_token is None
+               and "enable-prefix-caching=True is vLLM's default here" in (t.detail or "") for t in duplicates)
+    assert all(t.launch_token is not None for t in candidates if t.outcome not in ("duplicate", "skipped"))
     # every ok trial measured every scenario at least min-replicates times
     for t in trials:
         if t.outcome == "ok":

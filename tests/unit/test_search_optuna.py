@@ -101,3 +101,12 @@ def test_float_ranges_work_without_enumeration() -> None:
     history = run(make_strategy(study), study, lambda c: 1.0 + c.flags.get("gpu-memory-utilization", 0.5), max_trials=10)
     values = [t.params["gpu-memory-utilization"] for t in history[1:]]
     assert len(values) == 10 and all(0.5 <= v <= 0.95 for v in values)
+
+
+def test_a_duplicate_is_not_told_to_tpe_as_a_failure() -> None:
+    """A duplicate runs as a measured config (the runner's `duplicate` outcome): no constraint breach."""
+    study = make_study(SPACE, args=ARGS, strategy="optuna")
+    tpe = OptunaTPE(study)
+    assert tpe._frozen(TrialView({"x": 3}, outcome=Outcome.duplicate)) is None
+    failed = tpe._frozen(TrialView({"x": 3}, outcome=Outcome.skipped))  # known to fail: to be avoided
+    assert failed is not None and failed.constraints == {"servetune": 2.0}

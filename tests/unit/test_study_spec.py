@@ -29,8 +29,9 @@ def test_example_loads_unchanged() -> None:
     spec = load_study(EXAMPLE)
     assert spec.name == "tiny-cpu"
     assert spec.engine.command == ["python", "-m", "vllm.entrypoints.openai.api_server"]
-    assert spec.engine.args == {"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "2GiB"}
-    assert list(spec.space) == ["max-num-batched-tokens", "max-num-seqs", "enable-prefix-caching"]
+    assert spec.engine.args == {"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "2GiB",
+                                "max-num-seqs": 1}
+    assert list(spec.space) == ["max-num-seqs", "max-num-batched-tokens", "enable-prefix-caching"]
     assert spec.space["enable-prefix-caching"].values == (True, False)
     assert spec.scenario_names == ["single-decode", "burst"]
     decode = spec.scenarios[0]
@@ -59,18 +60,18 @@ def test_baseline_and_candidate_configs() -> None:
     spec = parse_study(text)
     base = spec.baseline_config()
     assert base == Config.of(
-        flags={"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "2GiB"},
+        flags={"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "2GiB", "max-num-seqs": 1},
         env={"VLLM_CPU_OMP_THREADS_BIND": "auto"},
     )
     cand = spec.config_for({"max_num_seqs": 4, "enable-prefix-caching": False, "env.VLLM_CPU_KVCACHE_SPACE": 2})
     assert cand.diff(base) == {
         "enable-prefix-caching": (None, False),
-        "max-num-seqs": (None, 4),
+        "max-num-seqs": (1, 4),
         "env.VLLM_CPU_KVCACHE_SPACE": (None, "2"),
     }
     assert spec.config_for({}) == base
     # None means "the engine's default": the flag is left out, so the config equals the baseline
-    assert spec.config_for({"max-num-seqs": None}).key() == base.key()
+    assert spec.config_for({"enable-prefix-caching": None}).key() == base.key()
     with pytest.raises(ServetuneError, match="not a parameter"):
         spec.config_for({"max-num-seq": 4})
 

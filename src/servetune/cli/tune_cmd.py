@@ -15,7 +15,7 @@ from rich.table import Table
 from ..errors import ServetuneError
 from ..store import StudyStore
 from ..tune.display import StudyDisplay, format_duration
-from ..tune.eta import estimate
+from ..tune.eta import estimate, first_estimate_summary
 from .boundary import EXIT_NO_RESULT, store_errors, validation_text
 from .paths import writable_dir
 
@@ -84,6 +84,8 @@ def register(app: typer.Typer) -> None:
         console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
         if spec:
             console.print(escape(analysis.power_line(analysis.study_power(store, study))))
+        if first := first_estimate_summary(store):
+            console.print(escape(first))
         verdict = store.get_meta_json("verdict")
         if verdict:
             console.print(f"verdict: {escape(str(verdict.get('reason')))}")

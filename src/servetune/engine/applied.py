@@ -62,6 +62,24 @@ def check_applied(config: Config, facts: BootFacts) -> list[AppliedMismatch]:
     return out
 
 
+def applied_value(flag: str, facts: BootFacts) -> Any | None:
+    """The value the boot log shows `flag` resolved to (a resolved-value line, else the engine
+    config line, as text), None when the log does not show it."""
+    flag = normalize_flag_name(flag)
+    fact = _RESOLVED_FACTS.get(flag)
+    if fact is not None and getattr(facts, fact) is not None:
+        return getattr(facts, fact)
+    for device, forced_flag, forced, _ in _PLATFORM_OVERRIDES:
+        if flag == forced_flag and facts.kv_cache_device == device:
+            return forced  # forced by the platform, whatever was asked
+    return facts.engine_config.get(_ENGINE_CONFIG_KEY.get(flag, flag.replace("-", "_")))
+
+
+def took_effect(flag: str, requested: FlagValue, facts: BootFacts) -> bool:
+    """The log does not contradict the requested value of `flag`."""
+    return not _check_flag(normalize_flag_name(flag), requested, facts)
+
+
 def _check_flag(flag: str, requested: FlagValue, facts: BootFacts) -> list[AppliedMismatch]:
     key = flag.replace("-", "_")
     found: list[AppliedMismatch] = []
@@ -140,7 +158,7 @@ _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
-def _as_number(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
     """Numbers as vLLM's CLI reads them, including its '1k' (decimal) / '1K' (binary) suffixes."""
     if isinstance(value, bool):
         return None
@@ -174,7 +192,7 @@ def same_value(requested: Any, applied: Any) -> bool:
             pass
     if isinstance(requested, bool) or isinstance(applied, bool):
         return str(requested).lower() == str(applied).lower()
-    a, b = _as_number(requested), _as_number(applied)
+    a, b = as_number(requested), as_number(applied)
     if a is not None and b is not None:
         return a == b
     if isinstance(requested, dict):

@@ -22,6 +22,11 @@ class Outcome(StrEnum):
     # error status or a body servetune cannot use.
     unauthorized = "unauthorized"
     bad_response = "bad_response"
+    # Not measured, on purpose: the config runs as one already measured (before its boot, from
+    # the flags and the engine's defaults; after it, from the boot logs), or it must fail as a
+    # config already did. The trial's detail says which and why.
+    duplicate = "duplicate"
+    skipped = "skipped"
 
     @property
     def is_failure(self) -> bool:

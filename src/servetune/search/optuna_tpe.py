@@ -6,7 +6,8 @@ the same history always gives the same proposal, so a resumed study continues ex
 
 - Objective value of a trial: the mean of its objective samples (maximised).
 - Feasibility goes to TPE as a constraint value (> 0 infeasible): a failed outcome
-  (oom, invalid_arg, ...) is 2, an SLO breach 1, so the sampler learns to avoid both.
+  (oom, invalid_arg, ...) is 2, an SLO breach 1, so the sampler learns to avoid both. A
+  `duplicate` (it runs as a config already measured) is not a failure and is left out.
 - A sample that breaks a constraint between parameters is told to the sampler as infeasible
   and sampled again; a sample that repeats a tried config is dropped and sampled again.
 - After `max_asks` samples without an untried allowed config: the first untried allowed
@@ -90,8 +91,8 @@ class OptunaTPE(SearchBase):
         """The trial as Optuna sees it, or None when its params are not a point of the Space
         (e.g. a baseline whose values lie outside the ranges)."""
         params = self._complete(trial.params)
-        if params is None:
-            return None
+        if params is None or trial.outcome is Outcome.duplicate:
+            return None  # a duplicate ran as a measured config: that config's trial carries its value
         if trial.outcome is not Outcome.ok or not trial.samples:
             violation, value = _FAILED, 0.0
         else:

@@ -23,7 +23,7 @@ from scipy import stats as scipy_stats
 
 from .. import stats
 from ..engine.outcome import Outcome
-from ..search.base import TrialView
+from ..search.base import SearchBase, TrialView
 from ..store import StudyStore, TrialRow
 from ..study.metrics import higher_is_better
 from ..study.objective import Objective
@@ -31,7 +31,7 @@ from ..study.spec import StudySpec
 from .analysis_types import (
     ConfigResult, DriftPoint, Effect, Estimate, ScenarioResult, StudyAnalysis,
 )
-from .eta import estimate
+from .eta import estimate, stored_seed
 
 BASELINE_ROLES = ("baseline", "baseline_check", "baseline_final")
 REPORTED_METRICS = (
@@ -192,7 +192,7 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
 def remaining_s(store: StudyStore, spec: StudySpec) -> float:
     """Seconds the planned trials not yet done should take, from measured boot and run times."""
     trials = store.trials()
-    eta = estimate(trials, store.runs())
+    eta = estimate(trials, store.runs(), stored_seed(store))
     done = sum(t.status == "done" for t in trials)
     left = max(planned_trial_count(store, spec) - done, 0)
     return left * eta.trial_s(spec.scenario_names, spec.replicates.min)
@@ -200,13 +200,16 @@ def remaining_s(store: StudyStore, spec: StudySpec) -> float:
 
 def search_size(spec: StudySpec) -> int:
     """How many candidates the strategy can propose at most (optuna: the trial budget)."""
-    counts = [len(p.enumerate(name)) if p.enumerable(name) else 0 for name, p in spec.space.items()]
     if spec.strategy == "baseline" or not spec.space:
         return 0
+    values = {name: p.enumerate(name) if p.enumerable(name) else () for name, p in spec.space.items()}
+    # A value the baseline already sets is not a candidate; a flag it leaves unset has no such value.
+    base = SearchBase(spec).baseline_params()
     if spec.strategy == "ofat":
-        return sum(max(c - 1, 0) for c in counts)
+        return sum(len([v for v in vs if v != base.get(name)]) for name, vs in values.items())
     if spec.strategy == "grid":
-        return int(np.prod(counts)) - 1
+        baseline_in_grid = all(name in base and base[name] in vs for name, vs in values.items())
+        return int(np.prod([len(vs) for vs in values.values()])) - baseline_in_grid
     return spec.budget.trials or 20
 
 

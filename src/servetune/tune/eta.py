@@ -1,34 +1,177 @@
-"""Time estimates from what this study has measured so far (boot and run durations)."""
+"""Time estimates: seeded before the first boot from what the study file says, then from what
+this study has measured (boot and run durations).
+
+The seed: a boot takes a fixed part plus a part per GiB of weights (the model directory's
+weight files, else a parameter count from its config.json, as `servetune model make` writes
+it); a run takes its requests in waves of `concurrency`, each a prefill and a decode at a rough
+rate that grows with the model's size. Calibrated on two machines: the 2-core CPU box (tiny
+model: launch to healthy 33-60 s) and the H200 (Qwen3-8B, 15.3 GiB: 44-73 s; TPOT 5.1-7.0 ms;
+run times of its four scenarios within 30 % of this model). The first whole-study estimate is
+kept in the store's meta, and the summary says how far off it was.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
 from statistics import median
+from typing import Any
 
-from ..store import RunRow, TrialRow
+from ..load.scenario import Scenario
+from ..store import RunRow, StudyStore, TrialRow
 
-# Before anything is measured: a guess only, replaced by measurements after the first boot/run.
+# Before anything is measured and without a seed: a guess only.
 DEFAULT_BOOT_S = 90.0
 DEFAULT_RUN_S = 30.0
+
+BOOT_FIXED_S = 40.0      # importing vLLM, the API server, compile and warmup of a small model
+BOOT_S_PER_GIB = 1.0     # loading and profiling the weights
+DECODE_FIXED_S = 0.002   # one decode step of a tiny model
+DECODE_S_PER_GIB = 0.0002  # reading the weights once per step (~5 TB/s)
+PREFILL_TOKENS_PER_S = 40_000.0
+RUN_OVERHEAD_S = 1.0     # prefix-cache reset, /metrics scrapes, the client self-check
+_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2, "float8": 1, "int8": 1}
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+FIRST_ETA_META = "first_eta"
+SEED_META = "eta_seed"
 
 
 @dataclass(frozen=True)
 class Eta:
-    boot_s: float           # median measured boot time
-    run_s: dict[str, float]  # median measured run time per scenario
-    measured: bool          # False while it is still the default guess
+    boot_s: float           # median measured boot time (or the seed's)
+    run_s: dict[str, float]  # median measured run time per scenario (or the seed's)
+    measured: bool          # False while it is still a guess or a seed
+    seed_run_s: dict[str, float] = field(default_factory=dict)  # for scenarios not measured yet
 
     def trial_s(self, scenarios: list[str], replicates: int) -> float:
-        return self.boot_s + replicates * sum(self.run_s.get(s, DEFAULT_RUN_S) for s in scenarios)
+        return self.boot_s + replicates * sum(self.run_s.get(s, self.seed_run_s.get(s, DEFAULT_RUN_S))
+                                              for s in scenarios)
 
 
-def estimate(trials: list[TrialRow], runs: list[RunRow]) -> Eta:
+def estimate(trials: list[TrialRow], runs: list[RunRow], seed: Eta | None = None) -> Eta:
     boots = [t.boot_s for t in trials if t.boot_s is not None]
     per_scenario: dict[str, list[float]] = {}
     for run in runs:
         per_scenario.setdefault(run.scenario, []).append(run.wall_s)
     return Eta(
-        boot_s=median(boots) if boots else DEFAULT_BOOT_S,
+        boot_s=median(boots) if boots else (seed.boot_s if seed else DEFAULT_BOOT_S),
         run_s={s: median(v) for s, v in per_scenario.items()},
         measured=bool(boots) or bool(runs),
+        seed_run_s=dict(seed.run_s) if seed else {},
     )
+
+
+# --- the seed ---------------------------------------------------------------------------
+
+def model_gib(model_dir: Path) -> tuple[float | None, str]:
+    """The weights' size in GiB and where it comes from; None when neither files nor config tell."""
+    files = [p for p in model_dir.glob("*") if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES)]
+    if files:
+        return sum(p.stat().st_size for p in files) / 2**30, "weight files"
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None, "no weights or config.json"
+    params = parameter_count(config)
+    if params is None:
+        return None, "config.json without sizes"
+    return params * _DTYPE_BYTES.get(str(config.get("torch_dtype", "bfloat16")), 2) / 2**30, "config.json"
+
+
+def parameter_count(config: dict[str, Any]) -> float | None:
+    """Weights of a decoder-only transformer (dense or mixture of experts) from its config.json."""
+    try:
+        hidden, layers, vocab = int(config["hidden_size"]), int(config["num_hidden_layers"]), int(config["vocab_size"])
+        heads = int(config.get("num_attention_heads", 1))
+        kv_heads = int(config.get("num_key_value_heads", heads))
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        experts = int(config.get("num_experts") or 0)
+        mlp = (3 * hidden * int(config["moe_intermediate_size"]) * experts + hidden * experts if experts
+               else 3 * hidden * int(config["intermediate_size"]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return float(embeddings + layers * (attention + mlp))
+
+
+def _mean_len(length: Any) -> float:
+    if isinstance(length, int):
+        return float(length)
+    kind = getattr(length, "kind", None)
+    if kind == "fixed":
+        return float(length.value)
+    if kind == "uniform":
+        return (length.low + length.high) / 2
+    if kind == "normal":
+        return float(length.mean)
+    return 512.0  # lengths from a file: not read for a guess
+
+
+def seed_run_s(scenario: Scenario, gib: float) -> float:
+    """One run of `scenario`: its requests (warmups included) in waves of `concurrency`."""
+    if scenario.sweep_input_lens:
+        requests, input_len = len(scenario.sweep_input_lens), sum(scenario.sweep_input_lens) / len(scenario.sweep_input_lens)
+    else:
+        requests, input_len = scenario.num_prompts or 0, _mean_len(scenario.input_len)
+    output_len = _mean_len(scenario.output_len)
+    total = requests + scenario.effective_warmups
+    slots = scenario.concurrency or max(total, 1)
+    per_wave = min(slots, total) * input_len / PREFILL_TOKENS_PER_S + output_len * (DECODE_FIXED_S + DECODE_S_PER_GIB * gib)
+    arrivals = requests / scenario.rate if scenario.rate and math.isfinite(scenario.rate) else 0.0
+    busy = max(math.ceil(total / slots) * per_wave, arrivals + per_wave)
+    return RUN_OVERHEAD_S + max(busy, scenario.duration_s or 0.0)
+
+
+def seed(model_dir: Path, scenarios: list[Scenario]) -> tuple[Eta, str]:
+    """An Eta from the model's size and the scenarios' token counts, and what it rests on."""
+    gib, source = model_gib(model_dir)
+    size = gib if gib is not None else 0.0
+    eta = Eta(boot_s=BOOT_FIXED_S + BOOT_S_PER_GIB * size, run_s={s.name: seed_run_s(s, size) for s in scenarios},
+              measured=False)
+    basis = f"model {size:.2f} GiB ({source})" if gib is not None else f"model size unknown ({source})"
+    return eta, basis
+
+
+def store_seed(store: StudyStore, eta: Eta) -> None:
+    store.set_meta_json(SEED_META, {"boot_s": eta.boot_s, "run_s": eta.run_s})
+
+
+def stored_seed(store: StudyStore) -> Eta | None:
+    """The seed the tuner wrote (None for a store from before seeds): the ETA until measurements come."""
+    raw = store.get_meta_json(SEED_META)
+    if not raw:
+        return None
+    return Eta(boot_s=float(raw["boot_s"]), run_s={k: float(v) for k, v in raw["run_s"].items()}, measured=False)
+
+
+# --- the first estimate and its error -----------------------------------------------------
+
+def record_first_estimate(store: StudyStore, predicted_s: float, basis: str, at: float) -> None:
+    if store.get_meta_json(FIRST_ETA_META) is None:
+        store.set_meta_json(FIRST_ETA_META, {"predicted_s": predicted_s, "basis": basis, "at": at})
+
+
+def record_took(store: StudyStore) -> None:
+    first = store.get_meta_json(FIRST_ETA_META)
+    if first is not None:
+        store.set_meta_json(FIRST_ETA_META, {**first, "took_s": store.elapsed_wall_s()})
+
+
+def first_estimate_summary(store: StudyStore) -> str | None:
+    """'first estimate 25 min, took 31 min (+24 %)', or '..., 12 min so far' while it runs."""
+    first = store.get_meta_json(FIRST_ETA_META)
+    if not first or not first.get("predicted_s"):
+        return None
+    predicted = float(first["predicted_s"])
+    head = f"first estimate {_minutes(predicted)} ({first.get('basis', 'seeded')})"
+    if first.get("took_s") is None:
+        return f"{head}, {_minutes(store.elapsed_wall_s())} so far"
+    took = float(first["took_s"])
+    return f"{head}, took {_minutes(took)} ({(took - predicted) / predicted * 100:+.0f} %)"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"

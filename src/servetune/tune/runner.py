@@ -17,12 +17,14 @@ from rich.markup import escape
 
 from ..engine import VllmEngine
 from ..engine.config import Config
+from ..engine.defaults import EngineDefaults
 from ..engine.outcome import Outcome
 from ..errors import ServetuneError
 from ..search import make_strategy
 from ..store import StudyStore, TrialRow
 from ..study.spec import StudySpec
-from . import analysis
+from . import analysis, known
+from . import eta as eta_seed
 from .display import StudyDisplay
 from .eta import estimate
 from .lock import StudyLock, TunerProcess
@@ -64,6 +66,8 @@ class StudyRunner:
             launch_flags={"served-model-name": served_name} if served_name else None,
         )
         self.baseline_config = spec.baseline_config()
+        self.defaults: EngineDefaults | None = None  # read in run(): a subprocess of ~10 s
+        self.seed: eta_seed.Eta | None = None  # the ETA before anything is measured, set in run()
         self._session = 0
         self._last_heartbeat = 0.0
         self._deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
@@ -81,6 +85,8 @@ class StudyRunner:
         try:
             with self.display:
                 try:
+                    self._read_engine_defaults()
+                    self._seed_eta()
                     self._recover_unfinished()
                     self._ensure_baseline()
                     self._search()
@@ -94,12 +100,30 @@ class StudyRunner:
             self.store.end_session(self._session, reason)
             self._lock.release()
         result = analysis.analyze(self.store, self.spec)
+        if reason == "finished":
+            eta_seed.record_took(self.store)
         if not self.paused:
             self.store.set_meta_json("verdict", {"winner": result.winner.key if result.winner else None,
                                                  "reason": result.winner_reason})
         return result
 
     # --- phases -------------------------------------------------------------------------
+
+    def _read_engine_defaults(self) -> None:
+        self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command))
+        if not self.defaults.known:
+            self.display.note(f"engine defaults {self.defaults.source}: only boot logs tell configs apart")
+
+    def _seed_eta(self) -> None:
+        """Before the first boot: an ETA from the model's size and the scenarios, kept to be judged."""
+        seed, basis = eta_seed.seed(Path(self.spec.engine.model), list(self.spec.scenarios))
+        self.seed = seed
+        eta_seed.store_seed(self.store, seed)
+        if not self.store.trials():
+            predicted = analysis.planned_trial_count(self.store, self.spec) * seed.trial_s(
+                self.spec.scenario_names, self.spec.replicates.min)
+            eta_seed.record_first_estimate(self.store, predicted, basis, at=time.time())
+            self.display.note(f"first estimate {predicted / 60:.1f} min ({basis}, boot ~{seed.boot_s:.0f} s)")
 
     def _recover_unfinished(self) -> None:
         """A killed predecessor may have left a trial `running` and its server alive."""
@@ -114,7 +138,7 @@ class StudyRunner:
     def _search(self) -> None:
         strategy = make_strategy(self.spec)
         while True:
-            candidates = self.store.trials("candidate")
+            candidates = [t for t in self.store.trials("candidate") if known.was_booted(t)]
             if self.spec.budget.trials is not None and len(candidates) >= self.spec.budget.trials:
                 self.display.note(f"trial budget reached ({self.spec.budget.trials} candidates)")
                 return
@@ -156,6 +180,15 @@ class StudyRunner:
     def _execute(self, trial: TrialRow) -> None:
         self._update_overview()
         label = self._label(trial.config)
+        is_candidate = trial.role == "candidate"
+        defaults = self.defaults or EngineDefaults()
+        decided = known.before_boot(self.store, trial, self.baseline_config, defaults) if is_candidate else None
+        if decided is not None:
+            outcome, detail = decided
+            self.store.finish_trial(trial.id, str(outcome), detail=detail)
+            self.display.note(f"#{trial.seq} {trial.role} {label}: {outcome}, not booted: {escape(detail[:300])}")
+            self._update_overview()
+            return
         eta_now = time.time() + analysis.remaining_s(self.store, self.spec)
         self._log_eta(trial, eta_now)
         outcome = self.executor.run(
@@ -164,6 +197,8 @@ class StudyRunner:
                       max_replicates=self.spec.replicates.max),
             enough=lambda t, reps: analysis.enough_replicates(self.store, self.spec, t, reps),
             progress=lambda t, s, r, d, n: self._on_progress(t, label, s, r, d, n),
+            duplicate_of=(lambda t, facts: known.after_boot(self.store, t, facts, self.baseline_config, defaults))
+            if is_candidate else None,
         )
         done = self.store.trial(trial.id)
         if outcome != str(Outcome.ok):
@@ -197,7 +232,7 @@ class StudyRunner:
         """With --stop-after, do not start a boot that cannot finish: a cut trial costs a second boot."""
         if self._deadline is None:
             return
-        eta = estimate(self.store.trials(), self.store.runs())
+        eta = estimate(self.store.trials(), self.store.runs(), self.seed)
         if not eta.measured:
             return  # nothing measured yet: no basis for a decision, so try
         needed = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
@@ -206,7 +241,7 @@ class StudyRunner:
             raise _Pause
 
     def _time_left_for_another(self) -> bool:
-        eta = estimate(self.store.trials(), self.store.runs())
+        eta = estimate(self.store.trials(), self.store.runs(), self.seed)
         if self.spec.budget.wall_minutes is None:
             return True
         per_trial = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
@@ -218,7 +253,7 @@ class StudyRunner:
         for trial in reversed(self.store.trials()):
             if trial.role in analysis.BASELINE_ROLES:
                 break
-            if trial.role == "candidate":
+            if trial.role == "candidate" and known.was_booted(trial):
                 count += 1
         return count
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .. import server_http
 from ..engine import Server
+from ..engine.bootfacts import BootFacts
 from ..engine.launch import new_launch_token
 from ..engine.classify import tail
 from ..engine.config import Config
@@ -34,6 +35,9 @@ ENDS_TRIAL = frozenset({Outcome.crashed, Outcome.stalled, Outcome.run_timeout, O
 ProgressFn = Callable[[TrialRow, str | None, int, int, int], None]
 # Decides after each full replicate whether more are needed: (trial, replicates done) -> stop?
 EnoughFn = Callable[[TrialRow, int], bool]
+# After a healthy boot: why this server runs as a config already measured (then it is not
+# measured), or None.
+DuplicateFn = Callable[[TrialRow, BootFacts], str | None]
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,8 @@ class TrialExecutor:
         # Flags every server of the study gets that are not part of what is tuned (a served name).
         self.launch = Config.of(launch_flags or {})
 
-    def run(self, trial: TrialRow, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn) -> str:
+    def run(self, trial: TrialRow, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn,
+            duplicate_of: DuplicateFn | None = None) -> str:
         """Run the trial to its end and return its outcome. Failures are outcomes, never raised."""
         log_path = self._log_path(trial)
         stored_log = str(log_path.relative_to(self.out_dir))  # relative: the study dir can move
@@ -83,16 +88,22 @@ class TrialExecutor:
 
         server = started.server
         try:
-            api_key = self.engine.client_api_key(config)  # from the server's environment, never stored
-            outcome, detail = self._measure(trial, plan, server, api_key, enough, progress)
-            if outcome == str(Outcome.crashed):
-                detail = f"{detail}: {self.engine.diagnose(server).detail}"
-            detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
+            twin = duplicate_of(trial, started.boot_facts) if duplicate_of else None
+            if twin is not None:
+                # Measuring it would only measure its twin again: the boot is kept as evidence, no runs.
+                outcome, detail = str(Outcome.duplicate), twin
+            else:
+                api_key = self.engine.client_api_key(config)  # from the server's environment, never stored
+                outcome, detail = self._measure(trial, plan, server, api_key, enough, progress)
+                if outcome == str(Outcome.crashed):
+                    detail = f"{detail}: {self.engine.diagnose(server).detail}"
+                detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
         finally:
             stopped = self.engine.stop(server)
         # Measurements stay valid; a user must still see that a process or the port was left.
         detail = "; ".join(x for x in (detail, stopped.problem()) if x) or None
-        log_tail = tail(log_path.read_text(errors="replace")) if outcome != str(Outcome.ok) else None
+        failed = outcome not in (str(Outcome.ok), str(Outcome.duplicate))
+        log_tail = tail(log_path.read_text(errors="replace")) if failed else None
         self.store.finish_trial(trial.id, outcome, detail=detail, log_tail=log_tail)
         return outcome
 

@@ -1,0 +1,120 @@
+"""The installed engine's own argument defaults, read before any boot.
+
+vLLM's CLI defaults come from its argument parser (`EngineArgs.add_cli_args`), which this module
+asks in a subprocess of the interpreter the study's engine command runs, so the answer is the
+installed build's (a CPU and a GPU build differ) and servetune itself never imports vLLM.
+Many of vLLM's defaults are `None` ("resolved at start-up from the platform and the model"):
+those are not known here; the boot log's effective values stand in for them (see
+`engine.equivalence`). A docker command, or an interpreter without vLLM, gives "unknown".
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+READ_TIMEOUT_S = 180.0
+
+# Runs in the engine's interpreter. Prints one JSON object: the version and {dest: default}
+# for every option whose default is JSON data (reprs of other objects are not defaults a
+# study file could spell, so they are left out).
+_PROBE = r"""
+import argparse, json
+from vllm.engine.arg_utils import AsyncEngineArgs
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
+import vllm
+parser = FlexibleArgumentParser()
+AsyncEngineArgs.add_cli_args(parser)
+out = {}
+for action in parser._actions:
+    if action.dest == "help" or action.default is argparse.SUPPRESS:
+        continue
+    try:
+        json.dumps(action.default)
+    except (TypeError, ValueError):
+        continue
+    out[action.dest] = action.default
+print(json.dumps({"version": getattr(vllm, "__version__", None), "defaults": out}))
+"""
+
+
+class EngineDefaults(BaseModel):
+    """Flag name (`max-num-seqs`) -> the installed engine's default; `None` values are left out."""
+
+    known: bool = False
+    source: str = ""  # what was read, or why nothing could be
+    values: dict[str, Any] = Field(default_factory=dict)
+
+    def default(self, flag: str) -> Any | None:
+        """The engine's default for `flag`, None when it is not known before a boot."""
+        return self.values.get(flag)
+
+
+def engine_interpreter(command: list[str]) -> str | None:
+    """The Python interpreter that runs the engine command, None when it is not a local Python."""
+    if not command:
+        return None
+    first = command[0]
+    if Path(first).name in ("docker", "podman"):
+        return None
+    if first in ("python", "python3"):
+        return sys.executable  # the launcher runs a bare python as servetune's own interpreter
+    if Path(first).name.startswith("python"):
+        return first
+    script = shutil.which(first)  # `vllm serve`: the console script's shebang names its Python
+    if script is None:
+        return None
+    try:
+        with open(script, "rb") as handle:
+            line = handle.readline(4096).decode(errors="replace").strip()
+    except OSError:
+        return None
+    if not line.startswith("#!"):
+        return None
+    words = line[2:].split()
+    if words and Path(words[0]).name == "env":
+        words = words[1:]
+    return words[0] if words and Path(words[0]).name.startswith("python") else None
+
+
+def runs_vllm(command: list[str]) -> bool:
+    """`vllm serve ...` or `python -m vllm.…`: only then are vLLM's parser defaults this engine's."""
+    if command and Path(command[0]).name == "vllm":
+        return True
+    return any(word == "-m" and nxt.split(".")[0] == "vllm" for word, nxt in zip(command, command[1:]))
+
+
+def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_S) -> EngineDefaults:
+    """Ask the engine command's interpreter for vLLM's argument defaults (one subprocess, ~10 s)."""
+    if command and Path(command[0]).name in ("docker", "podman"):
+        return EngineDefaults(source="unknown: the engine runs in a container, its defaults are not read")
+    if not runs_vllm(command):
+        return EngineDefaults(source="unknown: the engine command does not run vLLM's own entry point")
+    python = engine_interpreter(command)
+    if python is None:
+        return EngineDefaults(source=f"unknown: no Python interpreter found for {command[0] if command else '?'!r}")
+    try:
+        done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return EngineDefaults(source=f"unknown: reading vLLM's defaults with {python} failed ({exc})")
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return EngineDefaults(source=f"unknown: {python} could not read vLLM's defaults ({last[:200]})")
+    try:
+        answer = json.loads(lines[-1])
+    except ValueError:
+        return EngineDefaults(source=f"unknown: {python} answered something other than JSON")
+    values = {dest.replace("_", "-"): v for dest, v in answer.get("defaults", {}).items() if v is not None}
+    return EngineDefaults(known=True, source=f"vLLM {answer.get('version')} argument defaults ({python})",
+                          values=values)

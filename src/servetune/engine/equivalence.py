@@ -1,0 +1,123 @@
+"""Is a config the same server as one already measured, or one known to fail?
+
+Two configs are the same server when every flag in which they differ runs at the same value in
+both. A flag's value is known from, in this order: the config's boot log (the engine config
+line, the resolved-value lines: what really ran), the requested value when the log does not
+contradict it, and the installed engine's argument default (`engine.defaults`) for a flag the
+config leaves unset. vLLM resolves many defaults at start-up (per platform: the CPU and GPU
+builds differ), so an unset flag whose argument default is None is known only from a boot log;
+anything unknown makes two configs different, never the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .applied import as_number, applied_value, same_value, took_effect
+from .bootfacts import BootFacts
+from .config import Config, FlagValue
+from .defaults import EngineDefaults
+
+# Flags that leave the KV cache's size alone: a config that differs from a failed one only in
+# these (and a max-model-len at least as large) fails the same way.
+_NOT_MEMORY = frozenset({"enable-prefix-caching", "async-scheduling", "scheduling-policy",
+                         "disable-log-stats", "served-model-name"})
+
+
+@dataclass(frozen=True)
+class Booted:
+    """A config that already ran: `name` says which in a detail ("the baseline (#1)", "#4")."""
+
+    name: str
+    config: Config
+    facts: BootFacts | None
+
+
+@dataclass(frozen=True)
+class _Known:
+    value: Any
+    where: str  # how it is known, for the detail
+
+
+def _known(flag: str, config: Config, facts: BootFacts | None, defaults: EngineDefaults,
+           name: str) -> _Known | None:
+    requested = config.flags.get(flag)
+    if facts is not None:
+        shown = applied_value(flag, facts)
+        if shown is not None:
+            return _Known(shown, f"{name}'s boot log")
+        if requested is not None and not took_effect(flag, requested, facts):
+            return None  # requested, but the log says it did not run as asked
+    if requested is not None:
+        return _Known(requested, "requested")
+    default = defaults.default(flag)
+    return None if default is None else _Known(default, "the installed engine's argument default")
+
+
+def _show(value: Any) -> str:
+    return str(value).strip("'\"")
+
+
+def same_server(new: Config, new_facts: BootFacts | None, old: Booted, defaults: EngineDefaults,
+                new_name: str = "this config") -> list[str] | None:
+    """Why `new` runs as `old` does, one reason per flag they differ in; None when it may not."""
+    if new.env != old.config.env:
+        return None  # environment variables are not in any log: only equal ones are the same
+    reasons: list[str] = []
+    for flag in sorted(set(new.flags) | set(old.config.flags)):
+        mine, theirs = new.flags.get(flag), old.config.flags.get(flag)
+        if mine == theirs:
+            continue
+        a = _known(flag, new, new_facts, defaults, new_name)
+        b = _known(flag, old.config, old.facts, defaults, old.name)
+        if a is None or b is None or not same_value(a.value, b.value):
+            return None
+        reasons.append(_reason(flag, mine, theirs, a, b, old.name))
+    return reasons
+
+
+def _reason(flag: str, mine: FlagValue, theirs: FlagValue, a: _Known, b: _Known, old_name: str) -> str:
+    if theirs is None and same_value(mine, a.value):
+        return f"{flag}={_show(mine)} is vLLM's default here ({b.where} shows {_show(b.value)})"
+    if mine is None and same_value(theirs, b.value):
+        return f"{flag}={_show(theirs)} of {old_name} is vLLM's default here ({a.where} shows {_show(a.value)})"
+    return (f"{flag}={_unset(mine)} runs as {_show(a.value)} ({a.where}), as {flag}={_unset(theirs)} "
+            f"of {old_name} does ({b.where})")
+
+
+def _unset(value: FlagValue) -> str:
+    return "(unset)" if value is None else _show(value)
+
+
+def duplicate_detail(new: Config, new_facts: BootFacts | None, measured: list[Booted],
+                     defaults: EngineDefaults, new_name: str = "this config") -> str | None:
+    """'same as the baseline (#1): ...' for the first measured config `new` runs as, else None."""
+    for old in measured:
+        reasons = same_server(new, new_facts, old, defaults, new_name)
+        if reasons is not None:
+            return f"same as {old.name}: " + ("; ".join(reasons) or "the same flags and environment")
+    return None
+
+
+def known_to_fail(new: Config, too_long: list[Booted]) -> str | None:
+    """Why `new` must fail `context_too_long`: a max-model-len at least as large as one that
+    already failed so, with the same memory settings. None when that is not known."""
+    length = as_number(new.flags.get("max-model-len"))
+    if length is None:
+        return None
+    for failed in too_long:
+        failed_length = as_number(failed.config.flags.get("max-model-len"))
+        if failed_length is None or length < failed_length or not _same_memory(new, failed.config):
+            continue
+        return (f"max-model-len={_show(new.flags['max-model-len'])} is not below "
+                f"max-model-len={_show(failed.config.flags['max-model-len'])}, which failed context_too_long "
+                f"in {failed.name} with the same memory settings")
+    return None
+
+
+def _same_memory(a: Config, b: Config) -> bool:
+    if a.env != b.env:
+        return False
+    flags = (set(a.flags) | set(b.flags)) - _NOT_MEMORY - {"max-model-len"}
+    return all(a.flags.get(f) == b.flags.get(f) for f in flags)

@@ -1,0 +1,76 @@
+"""What the store already knows about a config, so that no boot is spent learning it again.
+
+Before a candidate boots: does it run as a measured config (`duplicate`), or must it fail as
+one already did (`skipped`)? After it booted: does its boot log show it runs as a measured
+config (`duplicate`, not measured)? The engine's defaults are read once per study and kept in
+the store's meta, so a resumed study decides the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..engine.bootfacts import BootFacts
+from ..engine.config import Config
+from ..engine.defaults import EngineDefaults, read_engine_defaults
+from ..engine.equivalence import Booted, duplicate_detail, known_to_fail
+from ..engine.outcome import Outcome
+from ..store import StudyStore, TrialRow
+
+DEFAULTS_META = "engine_defaults"
+NOT_BOOTED = (str(Outcome.duplicate), str(Outcome.skipped))
+
+
+def engine_defaults(store: StudyStore, command: list[str],
+                    read: Callable[[list[str]], EngineDefaults] = read_engine_defaults) -> EngineDefaults:
+    """The engine's argument defaults, read on the study's first start and kept in its meta."""
+    cached = store.get_meta_json(DEFAULTS_META)
+    if cached is not None:
+        return EngineDefaults.model_validate(cached)
+    defaults = read(command)
+    store.set_meta_json(DEFAULTS_META, defaults.model_dump(mode="json"))
+    return defaults
+
+
+def was_booted(trial: TrialRow) -> bool:
+    """False for a trial decided without a boot (a launch token is written before every spawn)."""
+    return not (trial.outcome in NOT_BOOTED and trial.launch_token is None)
+
+
+def _name(trial: TrialRow, baseline: Config) -> str:
+    label = trial.config.label(baseline)
+    return f"the baseline (#{trial.seq})" if label == "baseline" else f"#{trial.seq} ({label})"
+
+
+def _facts(trial: TrialRow) -> BootFacts | None:
+    return BootFacts.model_validate(trial.boot_facts) if trial.boot_facts else None
+
+
+def measured(store: StudyStore, baseline: Config, *, excluding: int | None = None) -> list[Booted]:
+    """One measured trial per config (its first), the baseline first."""
+    seen: dict[str, Booted] = {}
+    for trial in store.trials():
+        key = trial.config.key()
+        if trial.id == excluding or trial.outcome != str(Outcome.ok) or key in seen:
+            continue
+        seen[key] = Booted(_name(trial, baseline), trial.config, _facts(trial))
+    return sorted(seen.values(), key=lambda b: not b.name.startswith("the baseline"))
+
+
+def before_boot(store: StudyStore, trial: TrialRow, baseline: Config,
+                defaults: EngineDefaults) -> tuple[Outcome, str] | None:
+    """(duplicate | skipped, why) when booting `trial` would teach nothing new, else None."""
+    twin = duplicate_detail(trial.config, None, measured(store, baseline, excluding=trial.id), defaults)
+    if twin is not None:
+        return Outcome.duplicate, twin
+    too_long = [Booted(_name(t, baseline), t.config, _facts(t)) for t in store.trials()
+                if t.outcome == str(Outcome.context_too_long)]
+    doomed = known_to_fail(trial.config, too_long)
+    return (Outcome.skipped, doomed) if doomed else None
+
+
+def after_boot(store: StudyStore, trial: TrialRow, facts: BootFacts, baseline: Config,
+               defaults: EngineDefaults) -> str | None:
+    """Why the booted `trial` runs as a measured config (its boot log against theirs), or None."""
+    detail = duplicate_detail(trial.config, facts, measured(store, baseline, excluding=trial.id), defaults)
+    return None if detail is None else f"{detail} (effective engine config from the boot logs; not measured)"

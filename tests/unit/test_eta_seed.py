@@ -1,0 +1,83 @@
+"""The first ETA, seeded before the first boot from the model's size and the scenarios' token
+counts, and its error reported once the study is done (status and report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servetune.cli import app
+from servetune.engine.bootfacts import BootFacts
+from servetune.load.scenario import Scenario
+from servetune.models.presets import make_model
+from servetune.store import StudyStore
+from servetune.tune import analysis, eta
+from tests.fakes.counting_engine import CountingEngine, spec, tune
+
+# The H200 study's scenarios (docs/results/h200.md) and the median wall time of their runs there.
+H200_RUNS = [
+    (Scenario(name="single-decode", input_len=512, output_len=512, concurrency=1, num_prompts=3, warmups=1), 10.87),
+    (Scenario(name="prefill-heavy", input_len=8192, output_len=256, concurrency=4, num_prompts=8, warmups=4), 7.86),
+    (Scenario(name="contention", input_len=2048, output_len=512, concurrency=16, num_prompts=16, warmups=16), 8.67),
+    (Scenario(name="chat", input_len=2048, output_len=256, concurrency=2, num_prompts=6, warmups=2), 6.11),
+]
+
+
+def test_seed_from_a_model_make_preset_matches_the_h200_study(tmp_path: Path) -> None:
+    model = make_model("qwen3-8b", tmp_path / "qwen3-8b")  # config.json only, as for --load-format dummy
+    gib, source = eta.model_gib(model)
+    assert source == "config.json" and gib == pytest.approx(15.27, rel=0.01)  # the boot log's 15.27 GiB
+    seeded, basis = eta.seed(model, [s for s, _ in H200_RUNS])
+    assert basis == "model 15.26 GiB (config.json)"
+    assert 44 <= seeded.boot_s <= 73  # the H200's launch-to-healthy range over 9 boots
+    for scenario, measured in H200_RUNS:
+        assert seeded.run_s[scenario.name] == pytest.approx(measured, rel=0.3), scenario.name
+
+
+def test_weight_files_give_the_size_when_present(tmp_path: Path) -> None:
+    (tmp_path / "model-00001.safetensors").write_bytes(b"\0" * 2**20)
+    assert eta.model_gib(tmp_path) == (1 / 1024, "weight files")
+
+
+def test_the_first_estimate_and_its_error_are_in_status_and_the_store(tmp_path: Path) -> None:
+    model = make_model("tiny", tmp_path / "tiny")
+    engine, store = tune(tmp_path, spec(tmp_path, {}, {"max-num-seqs": [4]}, model=model),
+                         lambda url: CountingEngine(url, lambda c: BootFacts()))
+    first = store.get_meta_json(eta.FIRST_ETA_META)
+    study = spec(tmp_path, {}, {"max-num-seqs": [4]}, model=model)
+    seeded, basis = eta.seed(model, list(study.scenarios))
+    assert first["basis"] == basis == "model 0.00 GiB (config.json)"
+    # before the first boot: the trials the study plans, each a boot and one run of "s" as seeded
+    planned = analysis.planned_trial_count(StudyStore.in_dir(tmp_path / "fresh"), study)
+    assert first["predicted_s"] == pytest.approx(planned * (seeded.boot_s + seeded.run_s["s"]))
+    assert first["took_s"] == pytest.approx(store.elapsed_wall_s(), abs=5)
+    store.close()
+    shown = CliRunner().invoke(app, ["status", str(tmp_path / "study")])
+    assert shown.exit_code == 0, shown.output
+    assert "first estimate " in shown.output and " took " in shown.output
+
+
+def test_summary_says_how_far_off_the_first_estimate_was(tmp_path: Path) -> None:
+    store = StudyStore.in_dir(tmp_path)
+    eta.record_first_estimate(store, 1500.0, "model 15.26 GiB (config.json)", at=0.0)
+    assert eta.first_estimate_summary(store).endswith(" so far")
+    store.set_meta_json(eta.FIRST_ETA_META, {**store.get_meta_json(eta.FIRST_ETA_META), "took_s": 1860.0})
+    assert eta.first_estimate_summary(store) == \
+        "first estimate 25 min (model 15.26 GiB (config.json)), took 31 min (+24 %)"
+
+
+def test_the_planned_search_counts_every_value_the_baseline_does_not_run() -> None:
+    """The first estimate is planned trials x seeded trial time: the example's OFAT walk proposes
+    max-num-seqs 4 and 32 (the baseline runs 1), three batch budgets and both prefix-caching values."""
+    from servetune.study import load_study
+
+    example = load_study(Path(__file__).resolve().parents[2] / "examples" / "tiny-cpu.yaml")
+    assert analysis.search_size(example) == 2 + 3 + 2
+    grid = example.model_copy(update={"strategy": "grid"})
+    assert analysis.search_size(grid) == 2 * 3 * 2  # the baseline (max-num-seqs 1) is not a grid point
+    in_grid = grid.model_copy(update={"engine": grid.engine.model_copy(
+        update={"args": {**grid.engine.args, "max-num-seqs": 4, "max-num-batched-tokens": 256,
+                         "enable-prefix-caching": True}})})
+    assert analysis.search_size(in_grid) == 2 * 3 * 2 - 1
