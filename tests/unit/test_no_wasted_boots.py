@@ -12,7 +12,8 @@ from servetune.engine.defaults import EngineDefaults, engine_interpreter, read_e
 from servetune.engine.equivalence import Booted, same_server
 from servetune.engine.outcome import Outcome
 from servetune.store import StudyStore
-from servetune.tune import known
+from servetune.report.context import build as build_report_data
+from servetune.tune import analysis, known
 from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine, spec as _spec, tune as _tune
 
 
@@ -31,6 +32,8 @@ def test_a_candidate_equal_to_the_baseline_after_defaults_is_not_booted(tmp_path
     assert trials[1].detail == ("same as the baseline (#1): enable-prefix-caching=True is vLLM's default here "
                                 "(the baseline (#1)'s boot log shows True)")
     assert trials[1].launch_token is None and store.runs(trials[1].id) == []
+    headline = build_report_data(analysis.analyze(store, spec), store).headline
+    assert "1 not booted (already known)" in headline and "0 failed to run" in headline, headline
 
 
 def test_a_booted_config_whose_boot_log_equals_a_measured_one_is_merged_not_measured(tmp_path: Path) -> None:

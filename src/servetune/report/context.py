@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.config import Config
+from ..engine.outcome import Outcome
 from ..secrets import Redactor
 from ..store.sqlite import RunRow, StudyStore, TrialRow
 from ..study.metrics import higher_is_better
@@ -188,7 +189,9 @@ def _headline(analysis: StudyAnalysis) -> str:
     if not analysis.baseline_measured:
         return f"No verdict: {analysis.winner_reason}."
     tried = [c for c in analysis.configs if not c.is_baseline]
-    failed = [c for c in tried if c.outcome != "ok"]
+    # A duplicate or skipped config was never booted on purpose: it did not fail.
+    not_run = [c for c in tried if c.outcome in (Outcome.duplicate, Outcome.skipped)]
+    failed = [c for c in tried if c.outcome != Outcome.ok and c not in not_run]
     if analysis.winner is not None and analysis.baseline is not None:
         eff = analysis.winner.objective_effect
         label = analysis.winner.config.label(analysis.baseline.config)
@@ -198,8 +201,9 @@ def _headline(analysis: StudyAnalysis) -> str:
                     f"({_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, Holm-adjusted p = {p:.3g}) "
                     f"over the baseline.")
         return f"Winner: {label}."
-    return (f"No config beat the baseline: {len(tried)} candidate config(s) tried, {len(failed)} failed to "
-            f"run, none improved {analysis.objective_metric} significantly while meeting every SLO.")
+    known = f", {len(not_run)} not booted (already known)" if not_run else ""
+    return (f"No config beat the baseline: {len(tried) - len(not_run)} candidate config(s) tried, {len(failed)} "
+            f"failed to run{known}, none improved {analysis.objective_metric} significantly while meeting every SLO.")
 
 
 def _config_lines(analysis: StudyAnalysis) -> list[ConfigLine]:
