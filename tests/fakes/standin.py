@@ -24,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from servetune.engine.launch import processes_with_env
 from servetune.engine.ports import port_is_free
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,16 +110,7 @@ def run_tuner(study: Path, out: Path, mark: str, *, timeout_s: float, extra_env:
 
 def marked_processes(mark: str) -> list[psutil.Process]:
     """Live processes that carry MARK=mark in their environment (tuners and stand-ins alike)."""
-    found = []
-    for proc in psutil.process_iter(["status"]):
-        try:
-            if proc.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get(MARK) == mark:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+    return processes_with_env(MARK, mark)
 
 
 def standin_processes(mark: str) -> list[psutil.Process]:

@@ -66,6 +66,14 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 DEFAULT_KEY_VARIABLES = ("VLLM_API_KEY", "OPENAI_API_KEY")
 
 
+def check_server_choice(url: str | None, serve: Path | None, serve_arg: list[str]) -> None:
+    """A command measures either a running server (--url) or one it launches (--serve)."""
+    if (url is None) == (serve is None):
+        raise ServetuneError("give exactly one of --url (a running server) or --serve MODEL_DIR")
+    if serve_arg and serve is None:
+        raise ServetuneError("--serve-arg needs --serve")
+
+
 def api_key_from_env(name: str | None) -> str | None:
     """The value of environment variable `name` (None: the first of DEFAULT_KEY_VARIABLES
     that is set). The key is only ever passed to the client; messages name the variable."""
@@ -161,10 +169,7 @@ def register(app: typer.Typer) -> None:
         api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the server's API key (default: VLLM_API_KEY, else OPENAI_API_KEY, when set)"),
     ) -> None:
         """Measure one scenario; prints a summary and writes vllm-bench-compatible JSON."""
-        if (url is None) == (serve is None):
-            raise ServetuneError("give exactly one of --url (a running server) or --serve MODEL_DIR")
-        if serve_arg and serve is None:
-            raise ServetuneError("--serve-arg needs --serve")
+        check_server_choice(url, serve, serve_arg)
         slo_ms = parse_slo(slo)
         pcts = parse_percentiles(percentiles)
         sc = build_scenario(scenario, input_len=input_len, output_len=output_len, concurrency=concurrency,

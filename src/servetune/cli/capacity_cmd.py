@@ -18,7 +18,7 @@ from ..capacity.search import SearchResult, SearchSettings, search
 from ..capacity.slo import Judgement, Slo, parse_slos
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
-from .bench_cmd import api_key_from_env, build_scenario, served
+from .bench_cmd import api_key_from_env, build_scenario, check_server_choice, served
 from .boundary import EXIT_NO_RESULT, print_error
 from .paths import writable_file
 
@@ -88,10 +88,7 @@ def register(app: typer.Typer) -> None:
         api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the server's API key (default: VLLM_API_KEY, else OPENAI_API_KEY, when set)"),
     ) -> None:
         """Search the load level: prints the capacity with its interval and the levels measured."""
-        if (url is None) == (serve is None):
-            raise ServetuneError("give exactly one of --url (a running server) or --serve MODEL_DIR")
-        if serve_arg and serve is None:
-            raise ServetuneError("--serve-arg needs --serve")
+        check_server_choice(url, serve, serve_arg)
         if load not in _DEFAULT_MAX:
             raise ServetuneError(f"--load {load!r}: expected rate or concurrency")
         if not 0 < alpha < 1:

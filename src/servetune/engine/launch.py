@@ -239,8 +239,11 @@ def stop_if_ours(pid: int | None, pgid: int | None, create_time: float | None, g
 def carrying_token(token: str | None) -> list[psutil.Process]:
     """Live processes of this user whose environment holds SERVETUNE_TRIAL_TOKEN=`token`: the
     server launched with it and everything it started, whatever group or session they moved to."""
-    if not token:
-        return []
+    return processes_with_env(LAUNCH_TOKEN_ENV, token) if token else []
+
+
+def processes_with_env(name: str, value: str) -> list[psutil.Process]:
+    """Live processes of this user, other than this one, whose environment holds name=value."""
     found = []
     uid = os.getuid()
     for proc in psutil.process_iter(["uids", "status"]):
@@ -249,7 +252,7 @@ def carrying_token(token: str | None) -> list[psutil.Process]:
                 continue
             if proc.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            if proc.environ().get(LAUNCH_TOKEN_ENV) == token:
+            if proc.environ().get(name) == value:
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
