@@ -7,6 +7,7 @@ starts), so running the same command after a kill continues exactly where the st
 
 from __future__ import annotations
 
+from collections import Counter
 import os
 import signal
 import time
@@ -161,14 +162,27 @@ class StudyRunner:
             plan = []
             for key in keys:
                 plan += [["baseline_final", self.baseline_config.key()], ["finalist", key]]
+            if not keys and self.spec.finalists > 0 and self._baseline_boot_variance_unknown():
+                # Every verdict carries boot-to-boot variance, learnt from a config booted twice;
+                # `finalists: 0` asks for no boot after the search, so it gets none.
+                plan = [["baseline_final", self.baseline_config.key()]]
             self.store.set_meta_json("final_plan", plan)
             if not keys:
-                self.display.note("no candidate beat the baseline's point estimate: no finalists to re-validate")
+                self.display.note("no candidate beat the baseline's point estimate: no finalists to re-validate"
+                                  + ("; one more baseline boot to measure boot-to-boot variance" if plan else ""))
         configs = {t.config.key(): t for t in self.store.trials()}
         done = [t for t in self.store.trials() if t.role in ("finalist", "baseline_final")]
         for role, key in plan[len(done):]:
             source = configs[key]
             self._start_trial(role, source.config, source.params)
+
+    def _baseline_boot_variance_unknown(self) -> bool:
+        """True when candidates were measured but no config has two measured boots yet."""
+        ok = [t for t in self.store.trials() if t.outcome == str(Outcome.ok)]
+        if not any(t.role == "candidate" for t in ok):
+            return False
+        boots = Counter(t.config.key() for t in ok)
+        return max(boots.values()) < 2
 
     # --- trials -------------------------------------------------------------------------
 

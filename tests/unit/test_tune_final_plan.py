@@ -1,0 +1,63 @@
+"""The plan after the search: finalists and their baseline boots, or, when no candidate earned
+re-validation, one more baseline boot so that every verdict can carry boot-to-boot variance."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from servetune.study import parse_study
+from servetune.tune import analysis
+from servetune.tune.display import StudyDisplay
+from servetune.tune.runner import StudyRunner
+from tests.unit.test_tune_analysis import STUDY, _trial
+
+
+def _runner(tmp_path: Path, finalists: int) -> tuple[StudyRunner, list[tuple[str, str]]]:
+    spec = parse_study(STUDY + f"finalists: {finalists}\n")
+    runner = StudyRunner(spec, tmp_path, display=StudyDisplay(Console(file=io.StringIO()), enabled=False))
+    started: list[tuple[str, str]] = []
+    runner._start_trial = lambda role, config, params: started.append((role, config.key()))  # type: ignore[method-assign]
+    return runner, started
+
+
+def _worse_candidates(runner: StudyRunner) -> None:
+    rng = np.random.default_rng(3)
+    _trial(runner.store, runner.spec, rng, "baseline", {}, 100)
+    _trial(runner.store, runner.spec, rng, "candidate", {"max-num-seqs": 8}, 90)
+    _trial(runner.store, runner.spec, rng, "candidate", {"max-num-seqs": 16}, 80)
+
+
+def test_no_finalist_still_boots_the_baseline_again_so_verdicts_know_boot_variance(tmp_path: Path) -> None:
+    runner, started = _runner(tmp_path, finalists=1)
+    _worse_candidates(runner)
+    assert analysis.pick_finalists(runner.store, runner.spec, 1) == []
+    runner._validate_finalists()
+    assert started == [("baseline_final", runner.spec.baseline_config().key())]
+
+
+def test_finalists_zero_asks_for_no_boot_after_the_search(tmp_path: Path) -> None:
+    runner, started = _runner(tmp_path, finalists=0)
+    _worse_candidates(runner)
+    runner._validate_finalists()
+    assert started == []
+
+
+def test_no_extra_boot_when_the_baseline_was_already_booted_twice(tmp_path: Path) -> None:
+    runner, started = _runner(tmp_path, finalists=1)
+    _worse_candidates(runner)
+    _trial(runner.store, runner.spec, np.random.default_rng(4), "baseline_check", {}, 100)
+    runner._validate_finalists()
+    assert started == []
+
+
+def test_without_a_second_boot_the_study_says_why_it_has_no_verdict(tmp_path: Path) -> None:
+    runner, _ = _runner(tmp_path, finalists=0)
+    _worse_candidates(runner)
+    result = analysis.analyze(runner.store, runner.spec)
+    assert result.winner is None
+    assert result.winner_reason.startswith("no verdict: boot-to-boot variance is unknown")
+    assert all(c.objective_effect is None for c in result.configs)
