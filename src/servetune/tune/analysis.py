@@ -239,8 +239,9 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
         _objective_effects([c for c in configs if not c.is_baseline], baseline, spec, components)
     winner, reason = _winner(configs, spec)
     if winner is None and not components.known and any(c.objective_boots for c in configs if not c.is_baseline):
-        reason = ("no verdict: boot-to-boot variance is unknown, no config was measured on two boots "
-                  "(finalists >= 1 or a smaller baseline_every boots the baseline again)")
+        remedy = ("with finalists: 0 nothing is re-booted; finalists >= 1 or a smaller baseline_every boots "
+                  "the baseline again" if spec.finalists == 0 else "a smaller baseline_every boots the baseline again")
+        reason = f"no verdict: boot-to-boot variance is unknown, no config was measured on two boots ({remedy})"
     if baseline is None or not baseline.measured:
         winner, reason = None, _unmeasured_baseline_reason(store, configs, baseline_key)
     return StudyAnalysis(
