@@ -18,6 +18,7 @@ MODEL = QueueModel(slots=16, prefill_ms=100.0, itl_ms=20.0, output_len=6)
 RUN = 200   # requests a run; a p90 is decided on that many
 
 
+@pytest.mark.slow
 def test_capacity_of_the_fake_server_is_found_over_http(tmp_path: Path) -> None:
     truth = MODEL.true_crossing(0.9, 250.0, RUN, runs=200)
     out = tmp_path / "cap.json"

@@ -12,7 +12,13 @@ import pytest
 
 from servetune.capacity.estimate import estimate
 from servetune.capacity.monitor import LevelMonitor
-from servetune.capacity.search import LevelSample, Measure, SearchSettings, SearchResult, search
+from servetune.capacity.search import (
+    LevelSample,
+    Measure,
+    SearchResult,
+    SearchSettings,
+    search,
+)
 from servetune.capacity.slo import Slo, Verdict, parse_slo
 from tests.fakes.queue_model import QueueModel, simulated_measure
 
@@ -35,6 +41,7 @@ def searches() -> list[SearchResult]:
             for seed in range(SEARCHES)]
 
 
+@pytest.mark.slow
 def test_estimates_are_within_ten_percent_of_the_true_capacity(searches: list[SearchResult], truth: float) -> None:
     assert 0.75 * MODEL.saturation_rate < truth < 0.9 * MODEL.saturation_rate  # a crossing before the runaway
     errors = np.array([abs(estimate(r.levels).capacity / truth - 1) for r in searches])
@@ -43,6 +50,7 @@ def test_estimates_are_within_ten_percent_of_the_true_capacity(searches: list[Se
     assert np.mean(errors <= 0.10) >= 0.95 and np.median(errors) <= 0.05, sorted(errors)[-5:]
 
 
+@pytest.mark.slow
 def test_intervals_cover_the_true_capacity_in_ninety_percent_of_searches(searches: list[SearchResult], truth: float) -> None:
     ests = [estimate(r.levels) for r in searches]
     assert all(e.low < e.capacity <= e.high for e in ests)
@@ -50,6 +58,7 @@ def test_intervals_cover_the_true_capacity_in_ninety_percent_of_searches(searche
     assert covered >= 0.9 * SEARCHES, covered
 
 
+@pytest.mark.slow
 def test_early_stops_save_requests_and_keep_the_answer(searches: list[SearchResult], truth: float) -> None:
     stopped = [lv for r in searches for lv in r.levels if lv.stopped]
     assert len(stopped) >= len(searches)   # every search ends some level early

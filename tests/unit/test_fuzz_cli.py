@@ -11,9 +11,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from cli_run import Outcome, servetune, tree
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.slow  # fast tier: ./scripts/test-fast.sh leaves these out
 
 FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])

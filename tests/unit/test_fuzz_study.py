@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from cli_run import servetune
 from hypothesis import HealthCheck, given, settings
@@ -22,6 +23,8 @@ from hypothesis import strategies as st
 
 from servetune.errors import ServetuneError
 from servetune.study import StudySpec, load_study
+
+pytestmark = pytest.mark.slow  # fast tier: ./scripts/test-fast.sh leaves these out
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-cpu.yaml"
 TEXT = EXAMPLE.read_text().replace("command: [python, -m, vllm.entrypoints.openai.api_server]",

@@ -14,6 +14,8 @@ import pytest
 from tests.fakes.accuracy import errors_ms, measure
 from tests.fakes.launch import fake_server
 
+pytestmark = pytest.mark.slow  # fast tier: ./scripts/test-fast.sh leaves these out
+
 STREAMS = 256
 ATTEMPTS = 5
 TAIL_BOUND_MS = 10.0

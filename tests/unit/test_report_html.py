@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from report_study import build_study, chromium_check
 
 from servetune.report import write_report
+
+pytestmark = pytest.mark.slow  # fast tier: ./scripts/test-fast.sh leaves these out
 
 
 def test_html_renders_in_chromium_without_errors(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ def test_rate_interval_is_clopper_pearson() -> None:
     assert rate_interval(0, 50, method="x").low == 0.0
 
 
+@pytest.mark.slow
 def test_aa_resplit_on_same_distribution_is_near_alpha() -> None:
     rng = np.random.default_rng(5)
     a, b = rng.normal(100, 2, 20), rng.normal(100, 2, 20)
@@ -37,6 +38,7 @@ def test_aa_resplit_enumerates_small_pools_exactly() -> None:
     assert separated.estimate == pytest.approx(2 / 20)
 
 
+@pytest.mark.slow
 def test_full_rule_false_winner_rate_under_alpha() -> None:
     """Three candidates identical to the baseline, adaptive replication (3..5), Welch, Holm:
     the chance that *some* candidate is declared a winner stays below alpha = 0.05."""
@@ -45,6 +47,7 @@ def test_full_rule_false_winner_rate_under_alpha() -> None:
     assert rate.estimate <= 0.05, rate
 
 
+@pytest.mark.slow
 def test_full_rule_one_candidate_fixed_replicates_is_nominal() -> None:
     """No adaptive stopping (min = max = 5), one candidate: any verdict other than no_difference
     happens at the test's alpha."""
@@ -53,6 +56,7 @@ def test_full_rule_one_candidate_fixed_replicates_is_nominal() -> None:
     assert rate.low <= 0.05 <= rate.high, rate
 
 
+@pytest.mark.slow
 def test_full_rule_on_an_empirical_noise_distribution() -> None:
     measured = [812.0, 798.5, 805.2, 790.1, 820.4, 801.7, 808.8, 795.0]  # replicate throughputs
     rate = simulate_false_positive_rate(empirical_sampler(measured), n_candidates=2, min_reps=3,

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from servetune.stats import Verdict, compare, compare_percentile, fieller_ratio_ci, verdict
+from servetune.stats import (
+    Verdict,
+    compare,
+    compare_percentile,
+    fieller_ratio_ci,
+    verdict,
+)
 
 
 def binomial_tolerance(p: float, n: int, k: float = 3.0) -> float:
@@ -38,6 +44,7 @@ def test_fieller_solves_its_defining_equation() -> None:
     assert fieller_ratio_ci(1.0, 0.1, 0.1, 1.0, 2.0) == (-math.inf, math.inf)  # denominator ~ 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [3, 5])
 def test_effect_ci_coverage(n: int) -> None:
     """Fieller interval of the % effect, unequal variances: coverage of the true +10 %.
@@ -88,6 +95,7 @@ def test_detects_a_10_percent_latency_cut_as_better_when_lower_is_better() -> No
     assert verdict(compare(cand, base, higher_is_better=False)) is Verdict.worse
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("test", ["welch", "permutation"])
 def test_identical_distributions_flagged_at_about_alpha(test: str) -> None:
     rng = np.random.default_rng(41)
@@ -152,6 +160,7 @@ def test_compare_percentile_finds_a_20_percent_p90_increase() -> None:
     assert verdict(cmp) is Verdict.worse
 
 
+@pytest.mark.slow
 def test_compare_percentile_ci_coverage_and_aa_rate() -> None:
     """Iid requests, candidate 10 % slower: coverage of +10 % in the p90 CI; then candidate =
     baseline: how often p < 0.05. The two-level bootstrap is conservative without run effects."""

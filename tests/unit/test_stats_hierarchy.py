@@ -11,7 +11,12 @@ from scipy import stats as sps
 
 from servetune import stats
 from servetune.stats import (
-    VarianceComponents, boots_needed, compare_boots, detectable_effect_pct, hierarchical_bootstrap_ci, log_t_ci,
+    VarianceComponents,
+    boots_needed,
+    compare_boots,
+    detectable_effect_pct,
+    hierarchical_bootstrap_ci,
+    log_t_ci,
     variance_components,
 )
 from servetune.stats.multiple import holm
@@ -42,6 +47,7 @@ def test_boot_variance_is_unknown_without_a_config_booted_twice() -> None:
     assert c.boot_df == 0 and math.isnan(c.boot_var) and not c.known
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("base_boots", "cand_boots"), [(3, 1), (3, 2)])
 def test_log_effect_ci_coverage_two_level(base_boots: int, cand_boots: int) -> None:
     """True +10 % between configs, boot and replicate noise, components estimated from a study of
@@ -61,6 +67,7 @@ def test_log_effect_ci_coverage_two_level(base_boots: int, cand_boots: int) -> N
     assert hits / sims >= 0.95 - binomial_tolerance(0.95, sims), hits / sims
 
 
+@pytest.mark.slow
 def test_aa_two_level_study_gives_verdicts_at_most_at_alpha() -> None:
     """Every config equal: a baseline booted 3 times, five single-boot candidates and one re-validated
     (2 boots). The rate of studies with any label but no_difference (promising, not promising,
@@ -86,6 +93,7 @@ def test_a_single_boot_is_never_better_or_worse() -> None:
     assert stats.label(stats.Verdict.better, 2) == "better"
 
 
+@pytest.mark.slow
 def test_power_matches_brute_force_simulation() -> None:
     """At the effect detectable_effect_pct names, a simulation of the two-level data judged by
     compare_boots (components known, as in a study that pooled many boots) rejects about 90 % of the time."""
@@ -131,6 +139,7 @@ def test_log_t_interval_coverage_of_lognormal_replicates(n: int) -> None:
     assert abs(hits / sims - 0.95) <= binomial_tolerance(0.95, sims), hits / sims
 
 
+@pytest.mark.slow
 def test_percentile_interval_covers_with_three_runs_that_differ() -> None:
     """Runs with their own level (sd 0.15 on the log scale, request spread 0.5), 3 runs: the widened
     two-level bootstrap covers the population p90 at >= 0.93 (the plain one: about 0.82)."""

@@ -16,6 +16,7 @@ def binomial_tolerance(p: float, n: int, k: float = 3.0) -> float:
     return k * math.sqrt(p * (1 - p) / n)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [2, 3, 5, 10])
 def test_mean_ci_coverage_normal(n: int) -> None:
     rng = np.random.default_rng(1000 + n)
@@ -69,6 +70,7 @@ def test_confidence_must_be_a_fraction(confidence: float) -> None:
 
 # --- hierarchical bootstrap ---------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("statistic", "q"), [("p50", 0.5), ("p90", 0.9)])
 def test_bootstrap_coverage_iid_runs(statistic: str, q: float) -> None:
     """Runs with no run-to-run effect: resampling both levels counts the request noise twice, and
@@ -89,6 +91,7 @@ def test_bootstrap_coverage_iid_runs(statistic: str, q: float) -> None:
     assert 0 < ci.low < ci.estimate < ci.high < 2 * ci.estimate
 
 
+@pytest.mark.slow
 def test_bootstrap_coverage_with_run_effects() -> None:
     """Every run has its own level (log-normal shift with sd 0.15 against a request spread of 0.5).
 
