@@ -30,7 +30,7 @@ from ..errors import ServetuneError
 from . import arrivals, client, health, metrics
 from .dataset import RequestSpec, request_specs
 from .prompts import LocalTokenizer, PromptFactory, RemoteTokenizer, Tokenizer
-from .records import RequestRecord, RunResult
+from .records import RequestRecord, RunResult, RunSummary
 from .scenario import Scenario
 from .scrape import Scraper
 
@@ -270,7 +270,7 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
     summary.update({"tokenizer_source": tok_source, "chat_template_tokens": info.chat_overhead,
                     "prompts_inexact": info.inexact, "nonce_salt": f"{salt:016x}"})
     lasts = [p.last_dispatch_ns for p in parts if p.last_dispatch_ns]
-    result.summary = summary
+    result.summary = RunSummary.model_validate(summary)
     result.server_stats = scraper.result()
     result.client_health = health.assess(
         loop_lag_ns=[x for p in parts for x in p.loop_lag_ns],
@@ -350,7 +350,7 @@ def _write(out_dir: Path, run_id: str, result: RunResult, scenario: Scenario, mo
         "request_rate": "inf" if run_plan.rate is None or math.isinf(run_plan.rate) else run_plan.rate,
         "burstiness": scenario.burstiness,
         "max_concurrency": run_plan.concurrency,
-        **result.summary,
+        **result.summary.to_dict(),
         **metrics.per_request_arrays(records),
         "scenario": json.loads(scenario.model_dump_json()),
         "outcome": result.outcome.value,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.applied import AppliedMismatch
+from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..load import scrape
 
@@ -81,7 +82,7 @@ def _truthy(value: Any) -> bool:
 
 
 def advise_config(label: str, config: Config, baseline: Config | None,
-                  evidence: Mapping[str, Evidence], boot_facts: Mapping[str, Any] | None,
+                  evidence: Mapping[str, Evidence], boot_facts: BootFacts | Mapping[str, Any] | None,
                   mismatches: Iterable[Mapping[str, Any]] = ()) -> list[Advice]:
     """Advice for one config from its per-scenario evidence, BootFacts and applied-check mismatches."""
     out: list[Advice] = []
@@ -114,7 +115,7 @@ def advise_config(label: str, config: Config, baseline: Config | None,
         out.append(Advice(label, "prefix-caching",
                           "The prefix cache hit rate is ~0 in every scenario: prefix caching buys nothing on "
                           "this traffic (on hybrid models it also forces mamba 'align' mode, which costs 5-10 %)."))
-    facts = boot_facts or {}
+    facts = boot_facts.model_dump() if isinstance(boot_facts, BootFacts) else boot_facts or {}
     # Waiting > 0 alone is normal (a request waits a scheduler step); it points at max-num-seqs
     # only when the running batch sat at that limit while the KV pool had room.
     limit = _number(config.flags.get("max-num-seqs", facts.get("max_num_seqs")))
