@@ -15,15 +15,15 @@ from typing import Any
 from ..engine.applied import AppliedMismatch
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
-from ..load import scrape
 
 # Keys of RunResult.server_stats, as servetune.load.scrape names them (deltas; peaks prefixed "peak_").
-_PREEMPTIONS = scrape.COUNTERS["vllm:num_preemptions"]
-_PREFIX_HITS = scrape.COUNTERS["vllm:prefix_cache_hits"]
-_PREFIX_QUERIES = scrape.COUNTERS["vllm:prefix_cache_queries"]
-_KV_PEAK = "peak_" + scrape.GAUGES["vllm:kv_cache_usage_perc"]
-_WAITING_PEAK = "peak_" + scrape.GAUGES["vllm:num_requests_waiting"]
-_RUNNING_PEAK = "peak_" + scrape.GAUGES["vllm:num_requests_running"]
+# The engine-neutral keys every engine's scrape stores (engine/server_metrics.py).
+_PREEMPTIONS = "preemptions"
+_PREFIX_HITS = "prefix_cache_hits"
+_PREFIX_QUERIES = "prefix_cache_queries"
+_KV_PEAK = "peak_kv_cache_usage"
+_WAITING_PEAK = "peak_waiting"
+_RUNNING_PEAK = "peak_running"
 
 KV_TIGHT = 0.90   # peak KV usage at which the pool counts as tight
 KV_LOW = 0.60     # below this, more KV memory buys nothing

@@ -8,7 +8,6 @@ starts), so running the same command after a kill continues exactly where the st
 from __future__ import annotations
 
 from collections import Counter
-import os
 import signal
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..engine import VllmEngine
+from ..engine import Engine, engine_for
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
 from ..engine.outcome import Outcome
@@ -49,13 +48,7 @@ class StudyRunner:
         except BaseException:
             self._lock.release()
             raise
-        self.engine = VllmEngine(
-            command=list(spec.engine.command),
-            model=str(spec.engine.model),
-            startup_timeout_s=spec.engine.startup_timeout_s,
-            pin_engine_core=spec.engine.pin_engine_core,
-            secrets=spec.engine.secrets,
-        )
+        self.engine: Engine = engine_for(spec.engine)  # the registered class of `engine.kind`
         self.engine.check_secrets()  # a missing secret stops the study here, before any boot
         self.store.redact = self.engine.redact
         model_dir = Path(spec.engine.model)
@@ -77,8 +70,6 @@ class StudyRunner:
     # --- entry point --------------------------------------------------------------------
 
     def run(self) -> analysis.StudyAnalysis:
-        # /reset_prefix_cache exists only in dev mode; it is a launch detail, not part of a Config.
-        os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")
         me = TunerProcess.current()
         self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import server_http
-from ..engine import Server
+from ..engine import Engine, Server
 from ..engine.bootfacts import BootFacts
 from ..engine.launch import new_launch_token
 from ..engine.classify import tail
@@ -48,7 +48,7 @@ class TrialPlan:
 
 
 class TrialExecutor:
-    def __init__(self, engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None, *,
+    def __init__(self, engine: Engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None, *,
                  port: int | None = None, launch_flags: dict[str, str] | None = None):
         self.engine = engine
         self.store = store
@@ -139,7 +139,7 @@ class TrialExecutor:
 
     def _run_once(self, trial: TrialRow, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn) -> tuple[RunResult, float]:
-        reset_prefix_cache(url, api_key)
+        self.engine.before_run(url, api_key)  # the engine's own reset between runs (vLLM: its prefix cache)
         started_at = time.time()
         suffix = f"-a{attempt}" if attempt > 1 else ""
         result = run_scenario(
@@ -149,6 +149,7 @@ class TrialExecutor:
             run_id=f"trial{trial.seq:03d}-{scenario.name}-r{replicate}{suffix}",
             progress=lambda d, t: progress(trial, scenario.name, replicate, d, t),
             api_key=api_key,
+            metric_names=self.engine.metric_names,
         )
         return result, started_at
 
@@ -179,11 +180,3 @@ def served_model_name(url: str, api_key: str | None) -> str:
     models_url = f"{url}/v1/models"
     return server_http.model_ids(server_http.get_json(models_url, api_key), models_url)[0]
 
-
-def reset_prefix_cache(url: str, api_key: str | None) -> bool:
-    """Empty vLLM's prefix cache between runs (needs VLLM_SERVER_DEV_MODE=1). Without it,
-    the nonce at the start of every prompt still keeps runs from hitting each other's cache."""
-    try:
-        return server_http.post(f"{url}/reset_prefix_cache", api_key) == 200
-    except server_http.ServerAnswerError:
-        return False
