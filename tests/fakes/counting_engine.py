@@ -65,6 +65,9 @@ class CountingEngine:
     def check_secrets(self) -> None:
         pass
 
+    def read_defaults(self) -> EngineDefaults:
+        return CPU_DEFAULTS
+
     def before_run(self, url: str, api_key: str | None) -> None:
         self.runs_started += 1
 

@@ -17,6 +17,7 @@ from .applied import AppliedMismatch
 from .bootfacts import BootFacts
 from .classify import Failure
 from .config import Config
+from .defaults import EngineDefaults
 from .launch import Server, StopReport
 from .outcome import Outcome
 from .server_metrics import MetricNames
@@ -65,3 +66,5 @@ class Engine(Protocol):
     def redact(self, text: str) -> str: ...  # secret values of the last launch masked
 
     def before_run(self, url: str, api_key: str | None) -> None: ...  # between runs (a cache reset)
+
+    def read_defaults(self) -> EngineDefaults: ...  # its argument defaults, once per study

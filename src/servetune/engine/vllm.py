@@ -17,6 +17,7 @@ from .bootfacts import parse_boot_facts
 from .classify import Failure, classify_failure, tail
 from .config import Config, normalize_flag_name, render_flags
 from .cpu_layout import pin_engine_core
+from .defaults import EngineDefaults, read_engine_defaults
 from .launch import HealthWait, Server, StopReport, launch, terminate, wait_healthy
 from .outcome import Outcome
 from .ports import LOOPBACK, free_port, port_is_free
@@ -199,6 +200,10 @@ class VllmEngine:
 
     def stop(self, server: Server) -> StopReport:
         return terminate(server, grace_s=self.grace_s)
+
+    def read_defaults(self) -> EngineDefaults:
+        """vLLM's argument defaults, from the command's interpreter (a subprocess of ~10 s)."""
+        return read_engine_defaults(self.command)
 
     def before_run(self, url: str, api_key: str | None) -> None:
         """Empty the prefix cache (dev mode only). Without it, the nonce at the start of every

@@ -102,7 +102,8 @@ class StudyRunner:
     # --- phases -------------------------------------------------------------------------
 
     def _read_engine_defaults(self) -> None:
-        self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command))
+        self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command),
+                                              lambda _command: self.engine.read_defaults())
         if not self.defaults.known:
             self.display.note(f"engine defaults {self.defaults.source}: only boot logs tell configs apart")
 
