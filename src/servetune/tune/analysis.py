@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,7 +136,12 @@ def _all_measured(store: StudyStore) -> list[_Measured]:
 
 def history(store: StudyStore, spec: StudySpec) -> list[TrialView]:
     """What the search strategies see: every candidate/baseline trial with its objective samples."""
-    measured = _all_measured(store)
+    return history_of(store.trials(), spec)
+
+
+def history_of(trials: Sequence[Trial], spec: StudySpec) -> list[TrialView]:
+    """`history` of these trials only (a prefix of the study replays what a strategy saw then)."""
+    measured = [_measured(t) for t in trials]
     reference = _reference(measured, spec)
     views = []
     for m in measured:
