@@ -153,6 +153,7 @@ def history_of(trials: Sequence[Trial], spec: StudySpec) -> list[TrialView]:
             outcome=Outcome(m.trial.outcome or Outcome.crashed),
             samples=tuple(samples),
             feasible=m.trial.ok and not _violations(m, spec),
+            trial=m.trial,
         ))
     return views
 
