@@ -207,7 +207,7 @@ class StudyRunner:
             if is_candidate else None,
         )
         done = self.store.trial(trial.id)
-        if outcome is not Outcome.ok:
+        if outcome != Outcome.ok:
             self.display.note(f"[yellow]#{trial.seq} {trial.role} {label}: {outcome}[/] {escape((done.detail or '')[:300])}")
         else:
             boot = f"boot {done.boot_s:.0f} s, " if done.boot_s else ""
