@@ -39,7 +39,7 @@ def test_report_of_a_real_study_has_every_section_with_numbers(example_study: Pa
     assert "## Winning config" in text or "## Recommended config (the baseline: nothing beat it)" in text
     store = StudyStore.open_existing(example_study)
     baseline = store.trials("baseline")[0]
-    kv_tokens = baseline.boot_facts["kv_cache_tokens"]
+    kv_tokens = baseline.boot_facts.kv_cache_tokens
     assert f"{kv_tokens:,}" in text                      # BootFacts of the real boot
     throughput = store.runs(baseline.id)[0].summary["output_throughput"]
     assert throughput > 0
@@ -73,7 +73,7 @@ def test_emitted_serve_command_starts_a_server_that_applies_the_recommendation(e
         applied = sorted(json.dumps(m.model_dump(mode="json")["flag"]) for m in started.mismatches)
         assert applied == sorted(json.dumps(m["flag"]) for m in trial.mismatches)
         assert started.boot_facts.non_default_args == {
-            k: v for k, v in trial.boot_facts["non_default_args"].items() if k not in ("port", "host")
+            k: v for k, v in trial.boot_facts.non_default_args.items() if k not in ("port", "host")
         } | {k: v for k, v in started.boot_facts.non_default_args.items() if k in ("port", "host")}
     finally:
         if started.server is not None:

@@ -11,10 +11,12 @@ from typing import Any
 from rich.console import Console
 
 from servetune.engine.base import StartResult
+from servetune.engine.classify import Failure
 from servetune.engine.config import Config
 from servetune.engine.defaults import EngineDefaults
 from servetune.engine.launch import Server, StopReport
 from servetune.engine.outcome import Outcome
+from servetune.engine.server_metrics import VLLM_METRIC_NAMES
 from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
 from servetune.tune import known
@@ -28,12 +30,16 @@ CPU_DEFAULTS = EngineDefaults(known=True, source="test", values={"load-format": 
 class CountingEngine:
     """Boots nothing: every start hands out the fake server with BootFacts from `facts_for`."""
 
+    name = "counting"
+    metric_names = VLLM_METRIC_NAMES  # the fake server speaks vLLM's /metrics
+
     def __init__(self, url: str, facts_for, fails_for=lambda config: None):
         self.url = url
         self.facts_for = facts_for
         self.fails_for = fails_for
         self.started: list[Config] = []
         self.stopped = 0
+        self.runs_started = 0
 
     def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
               launch_token: str | None = None) -> StartResult:
@@ -55,6 +61,21 @@ class CountingEngine:
 
     def redact(self, text: str) -> str:
         return text
+
+    def check_secrets(self) -> None:
+        pass
+
+    def read_defaults(self) -> EngineDefaults:
+        return CPU_DEFAULTS
+
+    def before_run(self, url: str, api_key: str | None) -> None:
+        self.runs_started += 1
+
+    def build_command(self, config: Config, port: int) -> list[str]:
+        return []
+
+    def diagnose(self, server: Server) -> Failure:
+        return Failure(outcome=Outcome.crashed, detail="the fake server went away", evidence=[])
 
 
 def spec(tmp_path: Path, args: dict[str, Any], space: dict[str, Any], model: Path | None = None) -> StudySpec:

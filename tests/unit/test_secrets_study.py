@@ -58,7 +58,6 @@ def _files_holding(root: Path, values: list[str]) -> list[str]:
 @pytest.fixture
 def secret_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", FROM_ENV)
-    monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")  # the runner sets it otherwise, for the whole process
 
 
 def test_no_secret_value_in_any_file_of_the_study(tmp_path: Path, secret_env: None) -> None:

@@ -31,7 +31,8 @@ def test_trial_and_runs_round_trip(tmp_path):
     assert row.config == config and row.config.key() == config.key()
     assert row.params == {"max-num-seqs": 8}
     assert row.outcome == "ok" and row.status == "done"
-    assert row.boot_facts == {"kv_cache_tokens": 1024} and row.mismatches == [{"flag": "x"}]
+    assert row.boot_facts is not None and row.boot_facts.kv_cache_tokens == 1024
+    assert row.mismatches == [{"flag": "x"}]
     assert row.boot_s == pytest.approx(80)
     assert row.log_path == "logs/t.log"
     (run,) = reopened.runs(row.id)

@@ -226,13 +226,14 @@ def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
     """vLLM launched on `model_dir` with `serve_args` (--serve, --serve-arg) for the duration:
     yields its URL and the key to send (`api_key`, else the one the server uses); always stopped."""
     from ..engine.config import Config
+    from ..engine.base import Engine
     from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
     from .serve_cmd import flags_from_argv
 
     if not model_dir.is_dir():
         raise ServetuneError(f"--serve {model_dir}: not a directory")
     flags = flags_from_argv([a for arg in serve_args for a in shlex.split(arg)])
-    engine = VllmEngine(DEFAULT_COMMAND, model=str(model_dir), startup_timeout_s=900, log_dir=log_dir)
+    engine: Engine = VllmEngine(DEFAULT_COMMAND, model=str(model_dir), startup_timeout_s=900, log_dir=log_dir)
     config = Config.of(flags)
     api_key = api_key or engine.client_api_key(config)
     console.print(f"starting vLLM on {model_dir} ...")

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..engine.base import StartResult
+from ..engine.base import Engine, StartResult
 from ..engine.bootfacts import log_message
 from ..engine.config import Config, FlagValue, is_env_name, normalize_flag_name
 from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
@@ -142,8 +142,10 @@ def register(app: typer.Typer) -> None:
                 raise ServetuneError(f"--env expects NAME=VALUE with NAME of letters, digits and _, got {item!r}")
             env_vars[name] = value
         config = Config.of(flags_from_argv(list(ctx.args)), env=env_vars)
-        engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
-                            startup_timeout_s=startup_timeout, log_dir=log_dir, pin_engine_core=pin_engine_core)
+        # `serve` starts vLLM from its own options; everything after this line uses the Engine protocol.
+        engine: Engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
+                                    startup_timeout_s=startup_timeout, log_dir=log_dir,
+                                    pin_engine_core=pin_engine_core)
         log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
         console.print(f"starting vLLM (log: {log_path}) ...")
 

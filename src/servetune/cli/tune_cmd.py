@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ServetuneError
-from ..store import StudyStore
+from ..store import StudyStore, TrialRole
 from ..tune.display import StudyDisplay, format_duration
 from ..tune.eta import estimate, first_estimate_summary
 from .boundary import EXIT_NO_RESULT, store_errors, validation_text
@@ -52,13 +52,13 @@ def register(app: typer.Typer) -> None:
         spec = store.get_meta_json("spec") or {}
         trials = store.trials()
         runs = store.runs()
-        done = [t for t in trials if t.status == "done"]
-        running = [t for t in trials if t.status != "done"]
+        done = [t for t in trials if t.done]
+        running = [t for t in trials if not t.done]
         eta = estimate(trials, runs)
         table = Table(title=escape(f"study {spec.get('name', out)}"))
         for col in ("#", "role", "config", "outcome", "boot s", "runs"):
             table.add_column(col)
-        base_cfg = next((t.config for t in trials if t.role == "baseline"), None)
+        base_cfg = next((t.config for t in trials if t.role is TrialRole.baseline), None)
         sessions = store.sessions()
         # A live tuner heartbeats every few seconds; a silent open session was killed.
         live = bool(sessions) and sessions[-1].ended_at is None and time.time() - sessions[-1].last_seen < 60

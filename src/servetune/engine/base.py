@@ -1,17 +1,26 @@
-"""What every engine (vLLM now, SGLang later) offers the runner."""
+"""What every engine (vLLM now, SGLang later) offers the runner and the CLI.
+
+A new engine is one module with a class that satisfies `Engine` and one registration
+(`@register_engine("kind")` from engine/registry.py); a study selects it with `engine: {kind: ...}`.
+Everything that differs between engines (command line, environment, boot log, /metrics names,
+what to do between runs) lives behind this protocol."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Callable
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .applied import AppliedMismatch
 from .bootfacts import BootFacts
+from .classify import Failure
 from .config import Config
+from .defaults import EngineDefaults
 from .launch import Server, StopReport
 from .outcome import Outcome
+from .server_metrics import MetricNames
 
 
 class StartResult(BaseModel):
@@ -38,11 +47,24 @@ class StartResult(BaseModel):
 
 class Engine(Protocol):
     name: str
+    metric_names: MetricNames  # its /metrics families -> servetune's neutral keys
 
     def build_command(self, config: Config, port: int) -> list[str]: ...
 
-    def start(self, config: Config, log_path: Path | None = None, port: int | None = None) -> StartResult: ...
+    def start(self, config: Config, log_path: Path | None = None, port: int | None = None,
+              on_spawn: Callable[[Server], None] | None = None,
+              launch_token: str | None = None) -> StartResult: ...
 
     def stop(self, server: Server) -> StopReport: ...
 
+    def diagnose(self, server: Server) -> Failure: ...  # why a server that was healthy died
+
     def client_api_key(self, config: Config) -> str | None: ...  # what clients of its server send
+
+    def check_secrets(self) -> None: ...  # ServetuneError before any boot when a secret is not set
+
+    def redact(self, text: str) -> str: ...  # secret values of the last launch masked
+
+    def before_run(self, url: str, api_key: str | None) -> None: ...  # between runs (a cache reset)
+
+    def read_defaults(self) -> EngineDefaults: ...  # its argument defaults, once per study

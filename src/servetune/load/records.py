@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine.outcome import Outcome
 
@@ -31,6 +32,75 @@ class RequestRecord(BaseModel):
         return self.error is None and self.end_ns is not None
 
 
+class RunSummary(BaseModel):
+    """One run's summary under `vllm bench serve`'s JSON field names; servetune's extras (per-token
+    ITL, percentiles other than the declared ones, prompt checks, ...) are kept as extra fields.
+
+    It also reads like the dict it replaces (`summary["completed"]`, `.get`, `in`, `.keys()`):
+    code that indexes a summary by a metric name chosen at run time (the objective, an SLO) keeps
+    working, and a key that was never written is missing, as it was in the dict, not None.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    duration: float | None = None
+    completed: int | None = None
+    failed: int | None = None
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    request_throughput: float | None = None
+    request_goodput: float | None = None
+    output_throughput: float | None = None
+    total_token_throughput: float | None = None
+    max_output_tokens_per_s: float | None = None
+    max_concurrent_requests: int | None = None
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
+    std_ttft_ms: float | None = None
+    p99_ttft_ms: float | None = None
+    mean_tpot_ms: float | None = None
+    median_tpot_ms: float | None = None
+    std_tpot_ms: float | None = None
+    p99_tpot_ms: float | None = None
+    mean_itl_ms: float | None = None
+    median_itl_ms: float | None = None
+    std_itl_ms: float | None = None
+    p99_itl_ms: float | None = None
+    mean_e2el_ms: float | None = None
+    median_e2el_ms: float | None = None
+    std_e2el_ms: float | None = None
+    p99_e2el_ms: float | None = None
+    errors: list[str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields that were written, under their `vllm bench serve` names (what JSON gets)."""
+        return self.model_dump(exclude_unset=True)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.model_fields_set:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self.model_fields_set else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.model_fields_set
+
+    def keys(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def items(self) -> Iterator[tuple[str, Any]]:
+        return iter(self.to_dict().items())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return self.to_dict() == dict(other)
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dict it replaces
+
+
 class RunResult(BaseModel):
     """One Scenario measured once on one server.
 
@@ -40,7 +110,7 @@ class RunResult(BaseModel):
 
     scenario: str
     outcome: Outcome = Outcome.ok
-    summary: dict[str, Any] = Field(default_factory=dict)
+    summary: RunSummary = Field(default_factory=RunSummary)
     server_stats: dict[str, Any] = Field(default_factory=dict)   # /metrics deltas and peaks
     client_health: dict[str, Any] = Field(default_factory=dict)  # loop lag, schedule delay, cpu
     records_path: str | None = None                              # JSONL of RequestRecord

@@ -1,4 +1,4 @@
-"""Server-side view of a Run from Prometheus /metrics (vLLM v1 metric names).
+"""Server-side view of a Run from Prometheus /metrics (the engine's family names, engine/server_metrics.py).
 
 Counters are read before and after the run and reported as deltas (summed over label sets,
 e.g. over engines); gauges are sampled during the run (every 0.5 s) and reported as peaks.
@@ -16,26 +16,12 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from .. import server_http
+from ..engine.server_metrics import VLLM_METRIC_NAMES, MetricNames
 
-# family name (as the parser reports it, counters without _total) -> result key
-COUNTERS = {
-    "vllm:num_preemptions": "preemptions",
-    "vllm:prefix_cache_queries": "prefix_cache_queries",
-    "vllm:prefix_cache_hits": "prefix_cache_hits",
-    "vllm:prompt_tokens": "prompt_tokens",
-    "vllm:generation_tokens": "generation_tokens",
-    "vllm:spec_decode_num_drafts": "spec_decode_drafts",
-    "vllm:spec_decode_num_draft_tokens": "spec_decode_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "spec_decode_accepted_tokens",
-    "vllm:request_success": "requests_succeeded",
-}
-GAUGES = {
-    "vllm:kv_cache_usage_perc": "kv_cache_usage",
-    "vllm:num_requests_running": "running",
-    "vllm:num_requests_waiting": "waiting",
-}
+# vLLM's names: the default for a server of unknown kind (bench, capacity); a study's engine passes its own.
+COUNTERS = dict(VLLM_METRIC_NAMES.counters)
+GAUGES = dict(VLLM_METRIC_NAMES.gauges)
 SAMPLE_INTERVAL_S = 0.5
-_GAUGE_PREFIXES = tuple(name.encode() for name in GAUGES)
 
 
 def parse_values(text: str, wanted: dict[str, str]) -> dict[str, float]:
@@ -57,8 +43,10 @@ def parse_values(text: str, wanted: dict[str, str]) -> dict[str, float]:
 class Scraper:
     """before() / start sampling / after(); `result()` gives deltas and peaks."""
 
-    def __init__(self, base_url: str, api_key: str | None = None) -> None:
+    def __init__(self, base_url: str, api_key: str | None = None, names: MetricNames = VLLM_METRIC_NAMES) -> None:
         self.url = base_url.rstrip("/") + "/metrics"
+        self.names = names
+        self._gauge_prefixes = tuple(name.encode() for name in names.gauges)
         self._api_key = api_key
         self._session: aiohttp.ClientSession | None = None
         self._before: dict[str, float] | None = None
@@ -86,10 +74,10 @@ class Scraper:
             return None
         text = raw.decode(errors="replace")
         self._keep_gauges(raw)
-        return parse_values(text, COUNTERS)
+        return parse_values(text, dict(self.names.counters))
 
     def _keep_gauges(self, raw: bytes) -> None:
-        self._scrapes.append(b"\n".join(line for line in raw.splitlines() if line.startswith(_GAUGE_PREFIXES)))
+        self._scrapes.append(b"\n".join(line for line in raw.splitlines() if line.startswith(self._gauge_prefixes)))
 
     async def _sample_loop(self) -> None:
         while True:
@@ -117,12 +105,12 @@ class Scraper:
     def result(self) -> dict[str, Any]:
         out: dict[str, Any] = {"samples": len(self._scrapes)}
         if self._before is not None and self._after is not None:
-            for key in COUNTERS.values():
+            for key in self.names.counters.values():
                 if key in self._after:
                     out[key] = self._after[key] - self._before.get(key, 0.0)
         peaks: dict[str, float] = {}
         for chunk in self._scrapes:
-            for key, value in parse_values(chunk.decode(errors="replace") + "\n", GAUGES).items():
+            for key, value in parse_values(chunk.decode(errors="replace") + "\n", dict(self.names.gauges)).items():
                 peaks[key] = max(peaks.get(key, value), value)
         for key, value in peaks.items():
             out[f"peak_{key}"] = value

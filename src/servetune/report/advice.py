@@ -13,16 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.applied import AppliedMismatch
+from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
-from ..load import scrape
 
 # Keys of RunResult.server_stats, as servetune.load.scrape names them (deltas; peaks prefixed "peak_").
-_PREEMPTIONS = scrape.COUNTERS["vllm:num_preemptions"]
-_PREFIX_HITS = scrape.COUNTERS["vllm:prefix_cache_hits"]
-_PREFIX_QUERIES = scrape.COUNTERS["vllm:prefix_cache_queries"]
-_KV_PEAK = "peak_" + scrape.GAUGES["vllm:kv_cache_usage_perc"]
-_WAITING_PEAK = "peak_" + scrape.GAUGES["vllm:num_requests_waiting"]
-_RUNNING_PEAK = "peak_" + scrape.GAUGES["vllm:num_requests_running"]
+# The engine-neutral keys every engine's scrape stores (engine/server_metrics.py).
+_PREEMPTIONS = "preemptions"
+_PREFIX_HITS = "prefix_cache_hits"
+_PREFIX_QUERIES = "prefix_cache_queries"
+_KV_PEAK = "peak_kv_cache_usage"
+_WAITING_PEAK = "peak_waiting"
+_RUNNING_PEAK = "peak_running"
 
 KV_TIGHT = 0.90   # peak KV usage at which the pool counts as tight
 KV_LOW = 0.60     # below this, more KV memory buys nothing
@@ -81,7 +82,7 @@ def _truthy(value: Any) -> bool:
 
 
 def advise_config(label: str, config: Config, baseline: Config | None,
-                  evidence: Mapping[str, Evidence], boot_facts: Mapping[str, Any] | None,
+                  evidence: Mapping[str, Evidence], boot_facts: BootFacts | Mapping[str, Any] | None,
                   mismatches: Iterable[Mapping[str, Any]] = ()) -> list[Advice]:
     """Advice for one config from its per-scenario evidence, BootFacts and applied-check mismatches."""
     out: list[Advice] = []
@@ -114,7 +115,7 @@ def advise_config(label: str, config: Config, baseline: Config | None,
         out.append(Advice(label, "prefix-caching",
                           "The prefix cache hit rate is ~0 in every scenario: prefix caching buys nothing on "
                           "this traffic (on hybrid models it also forces mamba 'align' mode, which costs 5-10 %)."))
-    facts = boot_facts or {}
+    facts = boot_facts.model_dump() if isinstance(boot_facts, BootFacts) else boot_facts or {}
     # Waiting > 0 alone is normal (a request waits a scheduler step); it points at max-num-seqs
     # only when the running batch sat at that limit while the KV pool had room.
     limit = _number(config.flags.get("max-num-seqs", facts.get("max_num_seqs")))

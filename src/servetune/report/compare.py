@@ -98,7 +98,7 @@ def _study_side(path: Path) -> Side:
         label = chosen.config.label(base_cfg) if base_cfg is not None and not chosen.is_baseline else "baseline"
         scenarios: dict[str, ScenarioRuns] = {}
         for run in store.runs():
-            if run.trial_id not in chosen.trial_ids or run.outcome != "ok":
+            if run.trial_id not in chosen.trial_ids or not run.ok:
                 continue
             runs = scenarios.setdefault(run.scenario, ScenarioRuns())
             runs.summaries.append(run.summary)

@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.outcome import Outcome
 from ..secrets import Redactor
-from ..store.sqlite import RunRow, StudyStore, TrialRow
+from ..store import Run, StudyStore, Trial
 from ..study.metrics import higher_is_better
 from ..study.spec import ObjectiveSpec
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
@@ -226,17 +227,17 @@ def _redactor(store: StudyStore, spec: dict[str, Any]) -> Callable[[str], str]:
     return lambda text: from_env(store.redact(text))
 
 
-def _trial_view(t: TrialRow, runs: list[RunRow], base: Config | None, redact: Callable[[str], str]) -> TrialView:
-    facts = t.boot_facts or {}
-    startup = facts.get("startup_seconds") if facts.get("startup_seconds") is not None else t.boot_s
+def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> TrialView:
+    facts = t.boot_facts or BootFacts()
+    startup = facts.startup_seconds if facts.startup_seconds is not None else t.boot_s
     mism = [describe_mismatch(m) for m in t.mismatches]
     return TrialView(
         seq=t.seq, role=t.role, label=t.config.label(base) if base is not None else t.config.label(),
         outcome=t.outcome or t.status, detail=redact(t.detail) if t.detail else t.detail,
-        log_lines=explaining_lines(redact(t.log_tail or "")) if (t.outcome or "ok") != "ok" else [],
-        kv_cache_tokens=facts.get("kv_cache_tokens"), max_concurrency=facts.get("max_concurrency"),
-        startup_s=startup, vllm_version=facts.get("vllm_version"), mismatches=mism,
-        runs_ok=sum(r.outcome == "ok" for r in runs), runs_total=len(runs))
+        log_lines=explaining_lines(redact(t.log_tail or "")) if t.outcome not in (None, Outcome.ok) else [],
+        kv_cache_tokens=facts.kv_cache_tokens, max_concurrency=facts.max_concurrency,
+        startup_s=startup, vllm_version=facts.vllm_version, mismatches=mism,
+        runs_ok=len(t.ok_runs()), runs_total=len(t.runs))
 
 
 def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
@@ -251,7 +252,7 @@ def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
         diff = c.config.diff(base.config)
         if len(diff) == 1:
             (name, (_, value)), = diff.items()
-            rows.append(ParamEffectRow(name, fmt_value(value), c.objective_effect if c.outcome == "ok" else None,
+            rows.append(ParamEffectRow(name, fmt_value(value), c.objective_effect if c.ok else None,
                                        c.objective))
     return sorted(rows, key=lambda r: (r.parameter, r.value))
 
@@ -259,7 +260,7 @@ def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
 def _importances(analysis: StudyAnalysis) -> dict[str, float]:
     """PED-ANOVA importance (Optuna) of each varied parameter for the objective, over feasible
     configs; PED-ANOVA needs no scikit-learn, unlike Optuna's fANOVA."""
-    pts = [c for c in analysis.configs if c.feasible and c.objective is not None and c.outcome == "ok"
+    pts = [c for c in analysis.configs if c.feasible and c.objective is not None and c.ok
            and math.isfinite(c.objective.estimate)]
     if len(pts) < MIN_CONFIGS_FOR_IMPORTANCE or analysis.baseline is None:
         return {}
@@ -290,7 +291,7 @@ def _importances(analysis: StudyAnalysis) -> dict[str, float]:
 
 def _distribution_configs(analysis: StudyAnalysis) -> list[ConfigResult]:
     chosen = [c for c in (analysis.baseline, analysis.winner) if c is not None]
-    rest = sorted((c for c in analysis.configs if c.outcome == "ok" and c not in chosen and c.objective),
+    rest = sorted((c for c in analysis.configs if c.ok and c not in chosen and c.objective),
                   key=lambda c: (not c.is_finalist, -(c.objective.estimate if c.objective else 0.0)))
     out = []
     for c in chosen + rest:
@@ -299,7 +300,7 @@ def _distribution_configs(analysis: StudyAnalysis) -> list[ConfigResult]:
     return out[:MAX_DISTRIBUTION_CONFIGS]
 
 
-def _plots(analysis: StudyAnalysis, store: StudyStore, runs_by_trial: dict[int, list[RunRow]],
+def _plots(analysis: StudyAnalysis, store: StudyStore, trial_by_id: dict[int, Trial],
            slo_metrics: list[str]) -> list[plots.Plot]:
     out: list[plots.Plot] = []
     base_cfg = analysis.baseline.config if analysis.baseline else None
@@ -310,9 +311,9 @@ def _plots(analysis: StudyAnalysis, store: StudyStore, runs_by_trial: dict[int, 
         label = c.label if c.is_baseline or base_cfg is None else c.config.label(base_cfg)
         by_scenario: dict[str, list[Path]] = {}
         for tid in c.trial_ids:
-            for r in runs_by_trial.get(tid, []):
+            for r in trial_by_id[tid].runs if tid in trial_by_id else ():
                 path = resolve(r.records_path, study_dir)
-                if r.outcome == "ok" and path is not None:
+                if r.ok and path is not None:
                     by_scenario.setdefault(r.scenario, []).append(path)
         for scenario, paths in by_scenario.items():
             per_run = runs_series_ms(paths)
@@ -328,7 +329,7 @@ def _plots(analysis: StudyAnalysis, store: StudyStore, runs_by_trial: dict[int, 
     for c in analysis.configs:
         for scenario, s in c.scenarios.items():
             lat, thr = s.metrics.get(lat_metric), s.metrics.get(thr_metric)
-            if c.outcome == "ok" and lat is not None and thr is not None:
+            if c.ok and lat is not None and thr is not None:
                 tradeoff.setdefault(scenario, []).append(plots.TradeoffPoint(
                     c.label, lat.estimate, thr.estimate, c.is_baseline,
                     analysis.winner is not None and c.key == analysis.winner.key))
@@ -337,10 +338,10 @@ def _plots(analysis: StudyAnalysis, store: StudyStore, runs_by_trial: dict[int, 
         out.append(plots.Plot("throughput_vs_latency", f"{thr_metric} versus {lat_metric}, with the Pareto front",
                               png))
 
-    seq_of = {t.id: t.seq for t in store.trials()}
+    seq_of = {t.id: t.seq for t in trial_by_id.values()}
     obj_points = [plots.ObjectivePoint(
         seq=min((seq_of[t] for t in c.trial_ids if t in seq_of), default=0), label=c.label,
-        estimate=c.objective.estimate if c.objective and c.feasible and c.outcome == "ok" else None,
+        estimate=c.objective.estimate if c.objective and c.feasible and c.ok else None,
         low=c.objective.low if c.objective else math.nan, high=c.objective.high if c.objective else math.nan)
         for c in analysis.configs]
     png = plots.objective_over_trials(sorted(obj_points, key=lambda p: p.seq), analysis.objective_metric,
@@ -354,7 +355,7 @@ def _plots(analysis: StudyAnalysis, store: StudyStore, runs_by_trial: dict[int, 
     return out
 
 
-def _cost(analysis: StudyAnalysis, store: StudyStore, trials: list[TrialRow], runs: list[RunRow]) -> CostView:
+def _cost(analysis: StudyAnalysis, store: StudyStore, trials: list[Trial], runs: list[Run]) -> CostView:
     boot = sum(t.boot_s for t in trials if t.boot_s is not None)
     measure = sum(r.wall_s for r in runs)
     wall = store.elapsed_wall_s()
@@ -401,10 +402,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
     slo_metrics = list(dict.fromkeys(m for s in (analysis.baseline.scenarios if analysis.baseline else {})
                                      for m in objective.slo_for(s)))
     trials = store.trials()
-    runs = store.runs()
-    runs_by_trial: dict[int, list[RunRow]] = {}
-    for r in runs:
-        runs_by_trial.setdefault(r.trial_id, []).append(r)
+    runs = [r for t in trials for r in t.runs]
     trial_by_id = {t.id: t for t in trials}
     base = analysis.baseline
     base_cfg = base.config if base else None
@@ -418,8 +416,8 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         if base_cfg is not None:
             diff = [(k, fmt_value(a), fmt_value(b)) for k, (a, b) in subject.config.diff(base_cfg).items()]
         facts = next((trial_by_id[t].boot_facts for t in reversed(subject.trial_ids)
-                      if t in trial_by_id and trial_by_id[t].boot_facts), None) or {}
-        dep = Deployment.of(subject.config, spec.get("engine"), facts.get("vllm_version"))
+                      if t in trial_by_id and trial_by_id[t].boot_facts), None) or BootFacts()
+        dep = Deployment.of(subject.config, spec.get("engine"), facts.vllm_version)
 
     evidence: list[EvidenceRow] = []
     advice: list[Advice] = []
@@ -444,7 +442,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         emitted_for=emitted_for, metric_rows=_metric_rows(analysis, analysis.winner, objective),
         configs=_config_lines(analysis), diff=diff, deployment=dep,
         snippets=snippets(dep) if dep is not None else None,
-        trials=[_trial_view(t, runs_by_trial.get(t.id, []), base_cfg, redact) for t in trials],
+        trials=[_trial_view(t, base_cfg, redact) for t in trials],
         param_effects=_param_effects(analysis), importances=importances,
-        plots=_plots(analysis, store, runs_by_trial, slo_metrics), evidence=evidence, advice=advice,
+        plots=_plots(analysis, store, trial_by_id, slo_metrics), evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis))

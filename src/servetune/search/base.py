@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol
 
 from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..store.model import Trial
 from ..study.constraints import config_value
 from ..study.spec import StudySpec
 
@@ -29,13 +30,15 @@ class TrialView:
 
     `params` are the parameter values the trial was proposed with ({} for the baseline);
     `samples` its objective samples (see study.objective; empty when it failed);
-    `feasible` is False for failed outcomes and for SLO breaches.
+    `feasible` is False for failed outcomes and for SLO breaches; `trial` is the store's record it
+    was scored from (None for a hand-made view), for a strategy that needs more than the score.
     """
 
     params: Mapping[str, Any]
     outcome: Outcome = Outcome.ok
     samples: tuple[float, ...] = ()
     feasible: bool = True
+    trial: Trial | None = None
 
     @property
     def usable(self) -> bool:

@@ -1,5 +1,6 @@
-"""The study store: one SQLite file per study, written atomically per run."""
+"""The study store: one SQLite file per study, written atomically per run, read as Trial records."""
 
-from .sqlite import RunRow, StudyStore, TrialRow
+from .model import BASELINE_ROLES, Run, RunRow, Trial, TrialRole, TrialRow, TrialState
+from .sqlite import StudyStore
 
-__all__ = ["RunRow", "StudyStore", "TrialRow"]
+__all__ = ["BASELINE_ROLES", "Run", "RunRow", "StudyStore", "Trial", "TrialRole", "TrialRow", "TrialState"]

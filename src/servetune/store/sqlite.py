@@ -6,6 +6,10 @@ before its server starts, with a launch token that goes into the server's enviro
 server's pid and create time as soon as they exist), so a resumed study can find and stop a server
 its killed predecessor left behind. Each trial names the session (tuner process) that runs it, so
 recovery never takes a live tuner's trial for abandoned.
+
+Readers get `Trial` records (store.model) with their runs, read in one pass and cached: the cache
+is dropped on every write through this store and whenever SQLite's data_version says another
+connection committed, so analysis after every replicate costs no query per trial.
 """
 
 from __future__ import annotations
@@ -21,57 +25,12 @@ from urllib.parse import quote
 
 from ..engine.config import Config
 from ..errors import ServetuneError
-from ..load.records import RunResult
+from ..engine.bootfacts import BootFacts
+from ..engine.outcome import Outcome
+from ..load.records import RunResult, RunSummary
+from .model import RunRow, TrialRow  # noqa: F401  (the names other modules import from here)
+from .model import Run, Trial, TrialRole, TrialState
 from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
-
-
-@dataclass(frozen=True)
-class TrialRow:
-    id: int
-    seq: int
-    role: str
-    config: Config
-    params: dict[str, Any]
-    status: str
-    outcome: str | None
-    detail: str | None
-    log_path: str | None
-    log_tail: str | None
-    boot_facts: dict[str, Any] | None
-    mismatches: list[dict[str, Any]]
-    server_pid: int | None
-    server_pgid: int | None
-    server_create_time: float | None
-    started_at: float
-    healthy_at: float | None
-    ended_at: float | None
-    session_id: int | None = None  # the session running it (None: a store from before owners were kept)
-    launch_token: str | None = None  # in the server's env; recorded before the spawn
-
-    @property
-    def boot_s(self) -> float | None:
-        return None if self.healthy_at is None else self.healthy_at - self.started_at
-
-
-@dataclass(frozen=True)
-class RunRow:
-    id: int
-    trial_id: int
-    scenario: str
-    replicate: int
-    attempt: int
-    outcome: str
-    summary: dict[str, Any]
-    server_stats: dict[str, Any]
-    client_health: dict[str, Any]
-    records_path: str | None
-    error: str | None
-    started_at: float
-    ended_at: float
-
-    @property
-    def wall_s(self) -> float:
-        return self.ended_at - self.started_at
 
 
 @dataclass
@@ -94,6 +53,7 @@ class StudyStore:
         # Masks secret values in server-log text before it is stored (the runner sets the engine's).
         self.redact: Callable[[str], str] = str
         self.read_only = read_only
+        self._cached: tuple[int, tuple[Trial, ...]] | None = None  # (data_version, trials with runs)
         try:
             self._conn = _connect(self.path, read_only)
             _check_is_study_store(self._conn, self.path, fresh_ok=not read_only)
@@ -150,9 +110,27 @@ class StudyStore:
     # --- transactions -------------------------------------------------------------------
 
     def _write(self, sql: str, args: tuple[Any, ...]) -> sqlite3.Cursor:
+        self._cached = None
         with self._conn:  # BEGIN ... COMMIT, ROLLBACK on error
             self._conn.execute("BEGIN IMMEDIATE")
             return self._conn.execute(sql, args)
+
+    def _study(self) -> tuple[Trial, ...]:
+        """Every trial with its runs: two SELECTs in one read transaction, then cached until a write."""
+        # data_version changes when another connection commits (a second process on the file).
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if self._cached is not None and self._cached[0] == version:
+            return self._cached[1]
+        with self._conn:
+            self._conn.execute("BEGIN")
+            trial_rows = self._conn.execute("SELECT * FROM trials ORDER BY seq").fetchall()
+            run_rows = self._conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
+        runs: dict[int, list[Run]] = {}
+        for row in run_rows:
+            runs.setdefault(row["trial_id"], []).append(_run(row))
+        trials = tuple(_trial(row, tuple(runs.get(row["id"], ()))) for row in trial_rows)
+        self._cached = (version, trials)
+        return trials
 
     # --- meta ---------------------------------------------------------------------------
 
@@ -173,16 +151,17 @@ class StudyStore:
 
     # --- trials -------------------------------------------------------------------------
 
-    def begin_trial(self, role: str, config: Config, params: dict[str, Any], *,
-                    session_id: int | None = None) -> TrialRow:
+    def begin_trial(self, role: TrialRole | str, config: Config, params: dict[str, Any], *,
+                    session_id: int | None = None) -> Trial:
         now = time.time()
+        self._cached = None
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
             seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM trials").fetchone()[0]
             cur = self._conn.execute(
                 "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at, session_id)"
                 " VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
-                (seq, role, config.key(), config.canonical_json(), json.dumps(params, sort_keys=True), now,
+                (seq, str(TrialRole(role)), config.key(), config.canonical_json(), json.dumps(params, sort_keys=True), now,
                  session_id),
             )
         return self.trial(int(cur.lastrowid))
@@ -196,17 +175,21 @@ class StudyStore:
         self._write("UPDATE trials SET server_pid = ?, server_pgid = ?, server_create_time = ?, log_path = ?"
                     " WHERE id = ?", (pid, pgid, create_time, log_path, trial_id))
 
-    def record_boot(self, trial_id: int, *, healthy_at: float | None, boot_facts: dict[str, Any] | None,
+    def record_boot(self, trial_id: int, *, healthy_at: float | None,
+                    boot_facts: BootFacts | dict[str, Any] | None,
                     mismatches: list[dict[str, Any]], log_path: str | None) -> None:
+        if isinstance(boot_facts, dict):  # a test's or an older caller's plain facts
+            boot_facts = BootFacts.model_validate(boot_facts)
+        boot_facts = None if boot_facts is None else boot_facts.model_dump(mode="json")
         self._write("UPDATE trials SET healthy_at = ?, boot_facts_json = ?, mismatches_json = ?,"
                     " log_path = COALESCE(?, log_path) WHERE id = ?",
                     (healthy_at, _dumps(boot_facts), json.dumps(mismatches), log_path, trial_id))
 
-    def finish_trial(self, trial_id: int, outcome: str, *, detail: str | None = None,
+    def finish_trial(self, trial_id: int, outcome: Outcome | str, *, detail: str | None = None,
                      log_tail: str | None = None) -> None:
         detail, log_tail = (None if x is None else self.redact(x) for x in (detail, log_tail))
         self._write("UPDATE trials SET status = 'done', outcome = ?, detail = ?, log_tail = COALESCE(?, log_tail),"
-                    " ended_at = ? WHERE id = ?", (outcome, detail, log_tail, time.time(), trial_id))
+                    " ended_at = ? WHERE id = ?", (str(Outcome(outcome)), detail, log_tail, time.time(), trial_id))
 
     def reopen_trial(self, trial_id: int, *, session_id: int | None = None) -> None:
         """A trial interrupted by a kill: keep its runs, clear the dead server, boot it again
@@ -216,21 +199,18 @@ class StudyStore:
                     " session_id = ? WHERE id = ?",
                     (time.time(), session_id, trial_id))
 
-    def trial(self, trial_id: int) -> TrialRow:
-        row = self._conn.execute("SELECT * FROM trials WHERE id = ?", (trial_id,)).fetchone()
-        if row is None:
+    def trial(self, trial_id: int) -> Trial:
+        found = next((t for t in self._study() if t.id == trial_id), None)
+        if found is None:
             raise KeyError(trial_id)
-        return _trial(row)
+        return found
 
-    def trials(self, role: str | None = None) -> list[TrialRow]:
-        if role is None:
-            rows = self._conn.execute("SELECT * FROM trials ORDER BY seq").fetchall()
-        else:
-            rows = self._conn.execute("SELECT * FROM trials WHERE role = ? ORDER BY seq", (role,)).fetchall()
-        return [_trial(r) for r in rows]
+    def trials(self, role: TrialRole | str | None = None) -> list[Trial]:
+        """Trials in the order they started, each with its runs (`role`: only those)."""
+        return [t for t in self._study() if role is None or t.role == role]
 
-    def unfinished_trials(self) -> list[TrialRow]:
-        return [t for t in self.trials() if t.status != "done"]
+    def unfinished_trials(self) -> list[Trial]:
+        return [t for t in self._study() if t.state is not TrialState.done]
 
     # --- runs ---------------------------------------------------------------------------
 
@@ -239,17 +219,16 @@ class StudyStore:
         self._write(
             "INSERT INTO runs(trial_id, scenario, replicate, attempt, outcome, summary_json, server_stats_json,"
             " client_health_json, records_path, error, started_at, ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (trial_id, result.scenario, replicate, attempt, str(result.outcome), json.dumps(result.summary),
+            (trial_id, result.scenario, replicate, attempt, str(result.outcome), json.dumps(result.summary.to_dict()),
              json.dumps(result.server_stats), json.dumps(result.client_health), result.records_path,
              result.error, started_at, ended_at),
         )
 
-    def runs(self, trial_id: int | None = None) -> list[RunRow]:
+    def runs(self, trial_id: int | None = None) -> list[Run]:
+        """Runs in the order they were recorded: all of them, or one trial's."""
         if trial_id is None:
-            rows = self._conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
-        else:
-            rows = self._conn.execute("SELECT * FROM runs WHERE trial_id = ? ORDER BY id", (trial_id,)).fetchall()
-        return [_run(r) for r in rows]
+            return sorted((r for t in self._study() for r in t.runs), key=lambda r: r.id)
+        return list(next((t.runs for t in self._study() if t.id == trial_id), ()))
 
     # --- sessions (wall-clock budget across resumes) -------------------------------------
 
@@ -317,18 +296,22 @@ def _loads(raw: str | None, default: Any = None) -> Any:
     return default if raw is None else json.loads(raw)
 
 
-def _trial(row: sqlite3.Row) -> TrialRow:
+def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
     config_data = json.loads(row["config_json"])
-    return TrialRow(
-        id=row["id"], seq=row["seq"], role=row["role"],
+    facts = _loads(row["boot_facts_json"])
+    return Trial(
+        id=row["id"], seq=row["seq"], role=TrialRole(row["role"]),
         config=Config(flags=config_data["flags"], env=config_data["env"]),
-        params=json.loads(row["params_json"]), status=row["status"], outcome=row["outcome"],
+        params=json.loads(row["params_json"]), state=TrialState(row["status"]),
+        outcome=None if row["outcome"] is None else Outcome(row["outcome"]),
         detail=row["detail"], log_path=row["log_path"], log_tail=row["log_tail"],
-        boot_facts=_loads(row["boot_facts_json"]), mismatches=_loads(row["mismatches_json"], []),
+        boot_facts=BootFacts.model_validate(facts) if facts else None,
+        mismatches=_loads(row["mismatches_json"], []),
         server_pid=row["server_pid"], server_pgid=row["server_pgid"],
         server_create_time=row["server_create_time"], started_at=row["started_at"],
         healthy_at=row["healthy_at"], ended_at=row["ended_at"],
         session_id=_optional(row, "session_id"), launch_token=_optional(row, "launch_token"),
+        runs=runs,
     )
 
 
@@ -343,10 +326,11 @@ def _optional(row: sqlite3.Row, column: str) -> Any:
     return row[column] if column in row.keys() else None
 
 
-def _run(row: sqlite3.Row) -> RunRow:
-    return RunRow(
+def _run(row: sqlite3.Row) -> Run:
+    return Run(
         id=row["id"], trial_id=row["trial_id"], scenario=row["scenario"], replicate=row["replicate"],
-        attempt=row["attempt"], outcome=row["outcome"], summary=json.loads(row["summary_json"]),
+        attempt=row["attempt"], outcome=Outcome(row["outcome"]),
+        summary=RunSummary.model_validate(json.loads(row["summary_json"])),
         server_stats=json.loads(row["server_stats_json"]), client_health=json.loads(row["client_health_json"]),
         records_path=row["records_path"], error=row["error"], started_at=row["started_at"],
         ended_at=row["ended_at"],

@@ -65,7 +65,7 @@ class _Strict(BaseModel):
 
 
 class EngineSpec(_Strict):
-    kind: Literal["vllm"] = "vllm"
+    kind: str = "vllm"  # a registered engine (engine/registry.py)
     command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), min_length=1)
     model: str
     args: dict[str, FlagValue] = Field(default_factory=dict)
@@ -81,6 +81,14 @@ class EngineSpec(_Strict):
     pin_engine_core: bool = False
     # Secret values the study file gave literally: used at launch, never dumped (so never stored).
     _secret_values: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("kind")
+    @classmethod
+    def _registered(cls, kind: str) -> str:
+        from ..engine.registry import engine_kinds  # the registry imports this module's types
+        if kind not in engine_kinds():
+            raise ValueError(f"unknown engine kind {kind!r}; known: {', '.join(engine_kinds())}")
+        return kind
 
     @model_validator(mode="wrap")
     @classmethod

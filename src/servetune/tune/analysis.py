@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,8 @@ from scipy import stats as scipy_stats
 from .. import stats
 from ..engine.outcome import Outcome
 from ..search.base import SearchBase, TrialView
-from ..store import StudyStore, TrialRow
+from ..load.records import RunSummary
+from ..store import BASELINE_ROLES, StudyStore, Trial, TrialRole, TrialState
 from ..study.metrics import higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
@@ -33,7 +35,6 @@ from .analysis_types import (
 )
 from .eta import estimate, stored_seed
 
-BASELINE_ROLES = ("baseline", "baseline_check", "baseline_final")
 REPORTED_METRICS = (
     "output_throughput", "request_throughput", "total_token_throughput",
     "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
@@ -45,16 +46,16 @@ REPORTED_METRICS = (
 class _Measured:
     """Usable runs of one trial: {scenario: {replicate: summary}}."""
 
-    trial: TrialRow
-    by_scenario: dict[str, dict[int, dict]]
+    trial: Trial
+    by_scenario: dict[str, dict[int, RunSummary]]
     server: dict[str, dict[int, dict]]
 
 
-def _measured(store: StudyStore, trial: TrialRow) -> _Measured:
-    by_scenario: dict[str, dict[int, dict]] = defaultdict(dict)
+def _measured(trial: Trial) -> _Measured:
+    by_scenario: dict[str, dict[int, RunSummary]] = defaultdict(dict)
     server: dict[str, dict[int, dict]] = defaultdict(dict)
-    for run in store.runs(trial.id):
-        if run.outcome == str(Outcome.ok):
+    for run in trial.runs:
+        if run.ok:
             by_scenario[run.scenario][run.replicate] = run.summary
             server[run.scenario][run.replicate] = run.server_stats
     return _Measured(trial, dict(by_scenario), dict(server))
@@ -129,28 +130,35 @@ def objective_samples(m: _Measured, spec: StudySpec, reference: Reference) -> li
 # --- what the runner asks during a study --------------------------------------------------
 
 def _all_measured(store: StudyStore) -> list[_Measured]:
-    return [_measured(store, t) for t in store.trials()]
+    """Every trial's usable runs, from the store's one cached read (no query per trial)."""
+    return [_measured(t) for t in store.trials()]
 
 
 def history(store: StudyStore, spec: StudySpec) -> list[TrialView]:
     """What the search strategies see: every candidate/baseline trial with its objective samples."""
-    measured = _all_measured(store)
+    return history_of(store.trials(), spec)
+
+
+def history_of(trials: Sequence[Trial], spec: StudySpec) -> list[TrialView]:
+    """`history` of these trials only (a prefix of the study replays what a strategy saw then)."""
+    measured = [_measured(t) for t in trials]
     reference = _reference(measured, spec)
     views = []
     for m in measured:
-        if m.trial.role not in ("baseline", "candidate") or m.trial.status != "done":
+        if m.trial.role not in (TrialRole.baseline, TrialRole.candidate) or not m.trial.done:
             continue
-        samples = objective_samples(m, spec, reference) if m.trial.outcome == str(Outcome.ok) else []
+        samples = objective_samples(m, spec, reference) if m.trial.ok else []
         views.append(TrialView(
             params=m.trial.params,
             outcome=Outcome(m.trial.outcome or Outcome.crashed),
             samples=tuple(samples),
-            feasible=m.trial.outcome == str(Outcome.ok) and not _violations(m, spec),
+            feasible=m.trial.ok and not _violations(m, spec),
+            trial=m.trial,
         ))
     return views
 
 
-def enough_replicates(store: StudyStore, spec: StudySpec, trial: TrialRow, replicates_done: int) -> bool:
+def enough_replicates(store: StudyStore, spec: StudySpec, trial: Trial, replicates_done: int) -> bool:
     if replicates_done >= spec.replicates.max:
         return True
     measured = _all_measured(store)
@@ -171,7 +179,7 @@ def pick_finalists(store: StudyStore, spec: StudySpec, k: int) -> list[str]:
     """The best few feasible candidates whose objective point estimate beats the baseline."""
     result = analyze(store, spec)
     ranked = [c for c in result.configs
-              if not c.is_baseline and c.outcome == str(Outcome.ok) and c.feasible
+              if not c.is_baseline and c.ok and c.feasible
               and c.objective is not None and c.objective.estimate > 1.0]
     ranked.sort(key=lambda c: c.objective.estimate, reverse=True)
     return [c.key for c in ranked[:k]]
@@ -181,9 +189,9 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
     """Trials this study is expected to run in all: done + what the budget and plan still allow."""
     trials = store.trials()
     plan = store.get_meta_json("final_plan")
-    candidates = len([t for t in trials if t.role == "candidate"])
+    candidates = len([t for t in trials if t.role is TrialRole.candidate])
     if plan is not None:  # search over
-        return len([t for t in trials if t.role not in ("finalist", "baseline_final")]) + len(plan)
+        return len([t for t in trials if not t.role.is_validation]) + len(plan)
     expected_candidates = max(min(spec.budget.trials or 10**6, search_size(spec)), candidates)
     checks = expected_candidates // max(spec.baseline_every, 1)
     return 1 + expected_candidates + checks + 2 * spec.finalists
@@ -193,7 +201,7 @@ def remaining_s(store: StudyStore, spec: StudySpec) -> float:
     """Seconds the planned trials not yet done should take, from measured boot and run times."""
     trials = store.trials()
     eta = estimate(trials, store.runs(), stored_seed(store))
-    done = sum(t.status == "done" for t in trials)
+    done = sum(t.done for t in trials)
     left = max(planned_trial_count(store, spec) - done, 0)
     return left * eta.trial_s(spec.scenario_names, spec.replicates.min)
 
@@ -310,8 +318,8 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
                    baseline_key: str) -> ConfigResult:
     is_baseline = key == baseline_key
     first = group[0].trial
-    outcomes = [m.trial.outcome for m in group if m.trial.status == "done"]
-    ok = any(o == str(Outcome.ok) for o in outcomes)
+    outcomes = [m.trial.outcome for m in group if m.trial.done and m.trial.outcome is not None]
+    ok = any(o is Outcome.ok for o in outcomes)
     per_boot = [s for s in (objective_samples(m, spec, reference) for m in group) if s and min(s) > 0]
     samples = [x for s in per_boot for x in s]
     metrics = _metric_samples(group)
@@ -341,7 +349,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         params=first.params,
         label=first.config.label(spec.baseline_config()),
         trial_ids=[m.trial.id for m in group],
-        outcome=str(Outcome.ok) if ok else (outcomes[-1] if outcomes else "running"),
+        outcome=Outcome.ok if ok else (outcomes[-1] if outcomes else TrialState.running),
         scenarios=scenarios,
         objective=_estimate(samples, spec) if samples else None,
         objective_samples=samples,
@@ -349,7 +357,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         boot_samples=[float(np.mean(s)) for s in per_boot],
         feasible=ok and not any(s.slo_violations for s in scenarios.values()),
         is_baseline=is_baseline,
-        is_finalist=any(m.trial.role == "finalist" for m in group),
+        is_finalist=any(m.trial.role is TrialRole.finalist for m in group),
     )
 
 
@@ -409,12 +417,12 @@ def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult 
 
 def _unmeasured_baseline_reason(store: StudyStore, configs: list[ConfigResult], baseline_key: str) -> str:
     """Why there is no verdict: what became of the baseline, and whether anything was measured at all."""
-    trials = [t for t in store.trials() if t.config.key() == baseline_key and t.status == "done"]
+    trials = [t for t in store.trials() if t.config.key() == baseline_key and t.done]
     if trials:
         last = trials[-1]
         detail = (last.detail or "").strip().splitlines()
         why = f"baseline failed: {last.outcome}" + (f" — {detail[0][:200]}" if detail else "")
-        if last.outcome == str(Outcome.ok):
+        if last.ok:
             why = "baseline booted but none of its runs produced a measurement"
     else:
         why = "the baseline never ran"
@@ -451,7 +459,7 @@ def _violations(m: _Measured, spec: StudySpec) -> list[str]:
     out = []
     for scenario, reps in m.by_scenario.items():
         means = {}
-        for metric in {k for s in reps.values() for k in s}:
+        for metric in {k for s in reps.values() for k in s.keys()}:
             vals = [s[metric] for s in reps.values() if _finite(s.get(metric))]
             if vals:
                 means[metric] = float(np.mean(vals))
@@ -461,7 +469,7 @@ def _violations(m: _Measured, spec: StudySpec) -> list[str]:
 
 def _cost(store: StudyStore) -> dict[str, float]:
     trials = store.trials()
-    runs = store.runs()
+    runs = [r for t in trials for r in t.runs]
     boot = sum(t.boot_s or 0.0 for t in trials)
     failed_boot = sum(((t.ended_at or t.started_at) - t.started_at) for t in trials if t.healthy_at is None)
     measure = sum(r.wall_s for r in runs)

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.config import Config
+from ..engine.outcome import Outcome
+from ..store.model import TrialState
 from ..stats.hierarchy import VarianceComponents
 
 
@@ -51,7 +53,7 @@ class ConfigResult:
     params: dict[str, Any]
     label: str
     trial_ids: list[int]
-    outcome: str                                  # ok, or the failure class of its last trial
+    outcome: Outcome | TrialState                 # ok, the failure class of its last trial, or running
     scenarios: dict[str, ScenarioResult] = field(default_factory=dict)
     objective: Estimate | None = None             # ratio to the baseline (the baseline: exactly 1.0)
     objective_samples: list[float] = field(default_factory=list)
@@ -61,6 +63,11 @@ class ConfigResult:
     feasible: bool = True
     is_baseline: bool = False
     is_finalist: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Some boot of the config ran to the end with outcome ok."""
+        return self.outcome == Outcome.ok
 
     @property
     def measured(self) -> bool:

@@ -18,7 +18,7 @@ from ..engine.outcome import Outcome
 from ..store import StudyStore, TrialRow
 
 DEFAULTS_META = "engine_defaults"
-NOT_BOOTED = (str(Outcome.duplicate), str(Outcome.skipped))
+NOT_BOOTED = (Outcome.duplicate, Outcome.skipped)
 
 
 def engine_defaults(store: StudyStore, command: list[str],
@@ -42,18 +42,14 @@ def _name(trial: TrialRow, baseline: Config) -> str:
     return f"the baseline (#{trial.seq})" if label == "baseline" else f"#{trial.seq} ({label})"
 
 
-def _facts(trial: TrialRow) -> BootFacts | None:
-    return BootFacts.model_validate(trial.boot_facts) if trial.boot_facts else None
-
-
 def measured(store: StudyStore, baseline: Config, *, excluding: int | None = None) -> list[Booted]:
     """One measured trial per config (its first), the baseline first."""
     seen: dict[str, Booted] = {}
     for trial in store.trials():
         key = trial.config.key()
-        if trial.id == excluding or trial.outcome != str(Outcome.ok) or key in seen:
+        if trial.id == excluding or not trial.ok or key in seen:
             continue
-        seen[key] = Booted(_name(trial, baseline), trial.config, _facts(trial))
+        seen[key] = Booted(_name(trial, baseline), trial.config, trial.boot_facts)
     return sorted(seen.values(), key=lambda b: not b.name.startswith("the baseline"))
 
 
@@ -63,8 +59,8 @@ def before_boot(store: StudyStore, trial: TrialRow, baseline: Config,
     twin = duplicate_detail(trial.config, None, measured(store, baseline, excluding=trial.id), defaults)
     if twin is not None:
         return Outcome.duplicate, twin
-    too_long = [Booted(_name(t, baseline), t.config, _facts(t)) for t in store.trials()
-                if t.outcome == str(Outcome.context_too_long)]
+    too_long = [Booted(_name(t, baseline), t.config, t.boot_facts) for t in store.trials()
+                if t.outcome is Outcome.context_too_long]
     doomed = known_to_fail(trial.config, too_long)
     return (Outcome.skipped, doomed) if doomed else None
 

@@ -8,7 +8,6 @@ starts), so running the same command after a kill continues exactly where the st
 from __future__ import annotations
 
 from collections import Counter
-import os
 import signal
 import time
 from pathlib import Path
@@ -16,13 +15,13 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..engine import VllmEngine
+from ..engine import Engine, engine_for
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
 from ..engine.outcome import Outcome
 from ..errors import ServetuneError
 from ..search import make_strategy
-from ..store import StudyStore, TrialRow
+from ..store import StudyStore, TrialRole, TrialRow
 from ..study.spec import StudySpec
 from . import analysis, known
 from . import eta as eta_seed
@@ -49,13 +48,7 @@ class StudyRunner:
         except BaseException:
             self._lock.release()
             raise
-        self.engine = VllmEngine(
-            command=list(spec.engine.command),
-            model=str(spec.engine.model),
-            startup_timeout_s=spec.engine.startup_timeout_s,
-            pin_engine_core=spec.engine.pin_engine_core,
-            secrets=spec.engine.secrets,
-        )
+        self.engine: Engine = engine_for(spec.engine)  # the registered class of `engine.kind`
         self.engine.check_secrets()  # a missing secret stops the study here, before any boot
         self.store.redact = self.engine.redact
         model_dir = Path(spec.engine.model)
@@ -77,8 +70,6 @@ class StudyRunner:
     # --- entry point --------------------------------------------------------------------
 
     def run(self) -> analysis.StudyAnalysis:
-        # /reset_prefix_cache exists only in dev mode; it is a launch detail, not part of a Config.
-        os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")
         me = TunerProcess.current()
         self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
         previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -111,7 +102,8 @@ class StudyRunner:
     # --- phases -------------------------------------------------------------------------
 
     def _read_engine_defaults(self) -> None:
-        self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command))
+        self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command),
+                                              lambda _command: self.engine.read_defaults())
         if not self.defaults.known:
             self.display.note(f"engine defaults {self.defaults.source}: only boot logs tell configs apart")
 
@@ -133,13 +125,13 @@ class StudyRunner:
             self._execute(trial)
 
     def _ensure_baseline(self) -> None:
-        if not self.store.trials("baseline"):
-            self._start_trial("baseline", self.baseline_config, {})
+        if not self.store.trials(TrialRole.baseline):
+            self._start_trial(TrialRole.baseline, self.baseline_config, {})
 
     def _search(self) -> None:
         strategy = make_strategy(self.spec)
         while True:
-            candidates = [t for t in self.store.trials("candidate") if known.was_booted(t)]
+            candidates = [t for t in self.store.trials(TrialRole.candidate) if known.was_booted(t)]
             if self.spec.budget.trials is not None and len(candidates) >= self.spec.budget.trials:
                 self.display.note(f"trial budget reached ({self.spec.budget.trials} candidates)")
                 return
@@ -147,13 +139,13 @@ class StudyRunner:
                 self.display.note("wall-clock budget reached")
                 return
             if self._candidates_since_baseline() >= self.spec.baseline_every:
-                self._start_trial("baseline_check", self.baseline_config, {})
+                self._start_trial(TrialRole.baseline_check, self.baseline_config, {})
                 continue
             proposal = strategy.propose(analysis.history(self.store, self.spec))
             if proposal is None:
                 self.display.note("search strategy finished: nothing left to try")
                 return
-            self._start_trial("candidate", self.spec.config_for(proposal.params), proposal.params)
+            self._start_trial(TrialRole.candidate, self.spec.config_for(proposal.params), proposal.params)
 
     def _validate_finalists(self) -> None:
         plan = self.store.get_meta_json("final_plan")
@@ -161,32 +153,32 @@ class StudyRunner:
             keys = analysis.pick_finalists(self.store, self.spec, self.spec.finalists)
             plan = []
             for key in keys:
-                plan += [["baseline_final", self.baseline_config.key()], ["finalist", key]]
+                plan += [[TrialRole.baseline_final, self.baseline_config.key()], [TrialRole.finalist, key]]
             if not keys and self.spec.finalists > 0 and self._baseline_boot_variance_unknown():
                 # Every verdict carries boot-to-boot variance, learnt from a config booted twice;
                 # `finalists: 0` asks for no boot after the search, so it gets none.
-                plan = [["baseline_final", self.baseline_config.key()]]
+                plan = [[TrialRole.baseline_final, self.baseline_config.key()]]
             self.store.set_meta_json("final_plan", plan)
             if not keys:
                 self.display.note("no candidate beat the baseline's point estimate: no finalists to re-validate"
                                   + ("; one more baseline boot to measure boot-to-boot variance" if plan else ""))
         configs = {t.config.key(): t for t in self.store.trials()}
-        done = [t for t in self.store.trials() if t.role in ("finalist", "baseline_final")]
+        done = [t for t in self.store.trials() if t.role.is_validation]
         for role, key in plan[len(done):]:
             source = configs[key]
-            self._start_trial(role, source.config, source.params)
+            self._start_trial(TrialRole(role), source.config, source.params)
 
     def _baseline_boot_variance_unknown(self) -> bool:
         """True when candidates were measured but no config has two measured boots yet."""
-        ok = [t for t in self.store.trials() if t.outcome == str(Outcome.ok)]
-        if not any(t.role == "candidate" for t in ok):
+        ok = [t for t in self.store.trials() if t.ok]
+        if not any(t.role is TrialRole.candidate for t in ok):
             return False
         boots = Counter(t.config.key() for t in ok)
         return max(boots.values()) < 2
 
     # --- trials -------------------------------------------------------------------------
 
-    def _start_trial(self, role: str, config: Config, params: dict[str, Any]) -> None:
+    def _start_trial(self, role: TrialRole, config: Config, params: dict[str, Any]) -> None:
         self._pause_if_no_time()
         trial = self.store.begin_trial(role, config, params, session_id=self._session)
         self._execute(trial)
@@ -194,12 +186,12 @@ class StudyRunner:
     def _execute(self, trial: TrialRow) -> None:
         self._update_overview()
         label = self._label(trial.config)
-        is_candidate = trial.role == "candidate"
+        is_candidate = trial.role is TrialRole.candidate
         defaults = self.defaults or EngineDefaults()
         decided = known.before_boot(self.store, trial, self.baseline_config, defaults) if is_candidate else None
         if decided is not None:
             outcome, detail = decided
-            self.store.finish_trial(trial.id, str(outcome), detail=detail)
+            self.store.finish_trial(trial.id, outcome, detail=detail)
             self.display.note(f"#{trial.seq} {trial.role} {label}: {outcome}, not booted: {escape(detail[:300])}")
             self._update_overview()
             return
@@ -215,7 +207,7 @@ class StudyRunner:
             if is_candidate else None,
         )
         done = self.store.trial(trial.id)
-        if outcome != str(Outcome.ok):
+        if outcome != Outcome.ok:
             self.display.note(f"[yellow]#{trial.seq} {trial.role} {label}: {outcome}[/] {escape((done.detail or '')[:300])}")
         else:
             boot = f"boot {done.boot_s:.0f} s, " if done.boot_s else ""
@@ -238,7 +230,7 @@ class StudyRunner:
     # --- budget and ETA -----------------------------------------------------------------
 
     def _update_overview(self) -> None:
-        done = len([t for t in self.store.trials() if t.status == "done"])
+        done = len([t for t in self.store.trials() if t.done])
         self.display.trials(done, analysis.planned_trial_count(self.store, self.spec),
                             analysis.remaining_s(self.store, self.spec))
 
@@ -265,9 +257,9 @@ class StudyRunner:
     def _candidates_since_baseline(self) -> int:
         count = 0
         for trial in reversed(self.store.trials()):
-            if trial.role in analysis.BASELINE_ROLES:
+            if trial.role.is_baseline:
                 break
-            if trial.role == "candidate" and known.was_booted(trial):
+            if trial.role is TrialRole.candidate and known.was_booted(trial):
                 count += 1
         return count
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import server_http
-from ..engine import Server
+from ..engine import Engine, Server
 from ..engine.bootfacts import BootFacts
 from ..engine.launch import new_launch_token
 from ..engine.classify import tail
@@ -48,7 +48,7 @@ class TrialPlan:
 
 
 class TrialExecutor:
-    def __init__(self, engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None, *,
+    def __init__(self, engine: Engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None, *,
                  port: int | None = None, launch_flags: dict[str, str] | None = None):
         self.engine = engine
         self.store = store
@@ -59,7 +59,7 @@ class TrialExecutor:
         self.launch = Config.of(launch_flags or {})
 
     def run(self, trial: TrialRow, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn,
-            duplicate_of: DuplicateFn | None = None) -> str:
+            duplicate_of: DuplicateFn | None = None) -> Outcome:
         """Run the trial to its end and return its outcome. Failures are outcomes, never raised."""
         log_path = self._log_path(trial)
         stored_log = str(log_path.relative_to(self.out_dir))  # relative: the study dir can move
@@ -77,69 +77,69 @@ class TrialExecutor:
         self.store.record_boot(
             trial.id,
             healthy_at=(time.time() if started.outcome == Outcome.ok else None),
-            boot_facts=started.boot_facts.model_dump(mode="json") if started.boot_facts else None,
+            boot_facts=started.boot_facts,
             mismatches=[m.model_dump(mode="json") for m in started.mismatches],
             log_path=stored_log,
         )
         if started.outcome != Outcome.ok or started.server is None:
             detail = "\n".join([started.detail, *started.evidence]).strip()
-            self.store.finish_trial(trial.id, str(started.outcome), detail=detail, log_tail=started.log_tail)
-            return str(started.outcome)
+            self.store.finish_trial(trial.id, started.outcome, detail=detail, log_tail=started.log_tail)
+            return started.outcome
 
         server = started.server
         try:
             twin = duplicate_of(trial, started.boot_facts) if duplicate_of else None
             if twin is not None:
                 # Measuring it would only measure its twin again: the boot is kept as evidence, no runs.
-                outcome, detail = str(Outcome.duplicate), twin
+                outcome, detail = Outcome.duplicate, twin
             else:
                 api_key = self.engine.client_api_key(config)  # from the server's environment, never stored
                 outcome, detail = self._measure(trial, plan, server, api_key, enough, progress)
-                if outcome == str(Outcome.crashed):
+                if outcome is Outcome.crashed:
                     detail = f"{detail}: {self.engine.diagnose(server).detail}"
                 detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
         finally:
             stopped = self.engine.stop(server)
         # Measurements stay valid; a user must still see that a process or the port was left.
         detail = "; ".join(x for x in (detail, stopped.problem()) if x) or None
-        failed = outcome not in (str(Outcome.ok), str(Outcome.duplicate))
+        failed = outcome not in (Outcome.ok, Outcome.duplicate)
         log_tail = tail(log_path.read_text(errors="replace")) if failed else None
         self.store.finish_trial(trial.id, outcome, detail=detail, log_tail=log_tail)
         return outcome
 
     def _measure(self, trial: TrialRow, plan: TrialPlan, server, api_key: str | None, enough: EnoughFn,
-                 progress: ProgressFn) -> tuple[str, str | None]:
+                 progress: ProgressFn) -> tuple[Outcome, str | None]:
         try:
             model = served_model_name(server.url, api_key)
         except server_http.ServerAnswerError as exc:
-            return str(for_http_status(exc.status)), f"asking the server for its model: {exc}"
+            return for_http_status(exc.status), f"asking the server for its model: {exc}"
         for replicate in range(1, plan.max_replicates + 1):
             for scenario in plan.scenarios:
                 attempts = [r for r in self.store.runs(trial.id)
                             if (r.scenario, r.replicate) == (scenario.name, replicate)]
-                if any(r.outcome == str(Outcome.ok) for r in attempts):
+                if any(r.ok for r in attempts):
                     continue
                 for attempt in range(len(attempts) + 1, MAX_ATTEMPTS + 1):
                     if not server.is_alive():
-                        return str(Outcome.crashed), f"server exited before {scenario.name} replicate {replicate}"
+                        return Outcome.crashed, f"server exited before {scenario.name} replicate {replicate}"
                     result, started_at = self._run_once(trial, server.url, api_key, model, scenario, replicate,
                                                         attempt, progress)
                     if not server.is_alive():
                         # Requests that died with the server are not a measurement of this config.
-                        return str(Outcome.crashed), f"server died during {scenario.name} replicate {replicate}"
+                        return Outcome.crashed, f"server died during {scenario.name} replicate {replicate}"
                     self.store.record_run(trial.id, replicate, _relative(result, self.out_dir),
                                           started_at=started_at, ended_at=time.time(), attempt=attempt)
                     if result.outcome in ENDS_TRIAL:
-                        return str(result.outcome), f"{scenario.name} replicate {replicate}: {result.error}"
+                        return result.outcome, f"{scenario.name} replicate {replicate}: {result.error}"
                     if result.outcome != Outcome.client_bound:
                         break  # a client-bound run is kept as evidence but measured again
             if replicate >= plan.min_replicates and enough(trial, replicate):
                 break
-        return str(Outcome.ok), None
+        return Outcome.ok, None
 
     def _run_once(self, trial: TrialRow, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn) -> tuple[RunResult, float]:
-        reset_prefix_cache(url, api_key)
+        self.engine.before_run(url, api_key)  # the engine's own reset between runs (vLLM: its prefix cache)
         started_at = time.time()
         suffix = f"-a{attempt}" if attempt > 1 else ""
         result = run_scenario(
@@ -149,6 +149,7 @@ class TrialExecutor:
             run_id=f"trial{trial.seq:03d}-{scenario.name}-r{replicate}{suffix}",
             progress=lambda d, t: progress(trial, scenario.name, replicate, d, t),
             api_key=api_key,
+            metric_names=self.engine.metric_names,
         )
         return result, started_at
 
@@ -179,11 +180,3 @@ def served_model_name(url: str, api_key: str | None) -> str:
     models_url = f"{url}/v1/models"
     return server_http.model_ids(server_http.get_json(models_url, api_key), models_url)[0]
 
-
-def reset_prefix_cache(url: str, api_key: str | None) -> bool:
-    """Empty vLLM's prefix cache between runs (needs VLLM_SERVER_DEV_MODE=1). Without it,
-    the nonce at the start of every prompt still keeps runs from hitting each other's cache."""
-    try:
-        return server_http.post(f"{url}/reset_prefix_cache", api_key) == 200
-    except server_http.ServerAnswerError:
-        return False

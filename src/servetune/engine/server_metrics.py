@@ -1,0 +1,36 @@
+"""Which Prometheus families on a server's /metrics mean what: each engine names its own
+(`Engine.metric_names`); the load generator's scraper and the report read the neutral keys."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """Family name (as prometheus_client's parser reports it, counters without _total) -> the
+    engine-neutral key servetune stores (`preemptions`, `kv_cache_usage`, ...)."""
+
+    counters: Mapping[str, str]  # read before and after a run: deltas
+    gauges: Mapping[str, str]    # sampled during a run: peaks
+
+
+VLLM_METRIC_NAMES = MetricNames(
+    counters={
+        "vllm:num_preemptions": "preemptions",
+        "vllm:prefix_cache_queries": "prefix_cache_queries",
+        "vllm:prefix_cache_hits": "prefix_cache_hits",
+        "vllm:prompt_tokens": "prompt_tokens",
+        "vllm:generation_tokens": "generation_tokens",
+        "vllm:spec_decode_num_drafts": "spec_decode_drafts",
+        "vllm:spec_decode_num_draft_tokens": "spec_decode_draft_tokens",
+        "vllm:spec_decode_num_accepted_tokens": "spec_decode_accepted_tokens",
+        "vllm:request_success": "requests_succeeded",
+    },
+    gauges={
+        "vllm:kv_cache_usage_perc": "kv_cache_usage",
+        "vllm:num_requests_running": "running",
+        "vllm:num_requests_waiting": "waiting",
+    },
+)

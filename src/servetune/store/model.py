@@ -1,0 +1,124 @@
+"""The trial model: one immutable record per server boot, with its runs, as the store hands it out.
+
+In the shape of Optuna's `FrozenTrial` + `TrialState`: the store is the only writer, and every
+reader (runner, analysis, strategies' history, report) takes the same record. Role, state and
+outcome are `StrEnum`s, so a comparison with the plain string (`trial.role == "candidate"`) still
+holds and the store keeps the same text in its columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from ..engine.bootfacts import BootFacts
+from ..engine.config import Config
+from ..engine.outcome import Outcome
+from ..load.records import RunSummary
+
+
+class TrialRole(StrEnum):
+    """Why a trial boots a server."""
+
+    baseline = "baseline"              # the study's reference config, first
+    candidate = "candidate"            # proposed by the search strategy
+    baseline_check = "baseline_check"  # the baseline again during the search (drift)
+    finalist = "finalist"              # a promising candidate re-validated on a fresh boot
+    baseline_final = "baseline_final"  # the baseline booted beside the finalists
+
+    @property
+    def is_baseline(self) -> bool:
+        return self in BASELINE_ROLES
+
+    @property
+    def is_validation(self) -> bool:
+        """Booted after the search, from the stored finalist plan."""
+        return self in (TrialRole.finalist, TrialRole.baseline_final)
+
+
+BASELINE_ROLES = frozenset({TrialRole.baseline, TrialRole.baseline_check, TrialRole.baseline_final})
+
+
+class TrialState(StrEnum):
+    running = "running"  # written before the server starts; a killed tuner leaves it so
+    done = "done"        # has an outcome
+
+
+@dataclass(frozen=True)
+class Run:
+    """One scenario measured once on one trial's server."""
+
+    id: int
+    trial_id: int
+    scenario: str
+    replicate: int
+    attempt: int
+    outcome: Outcome
+    summary: RunSummary
+    server_stats: dict[str, Any]
+    client_health: dict[str, Any]
+    records_path: str | None
+    error: str | None
+    started_at: float
+    ended_at: float
+
+    @property
+    def wall_s(self) -> float:
+        return self.ended_at - self.started_at
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.ok
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One server boot: what was asked (role, config, params), what the boot showed, what was measured."""
+
+    id: int
+    seq: int
+    role: TrialRole
+    config: Config
+    params: dict[str, Any]
+    state: TrialState
+    outcome: Outcome | None
+    detail: str | None
+    log_path: str | None
+    log_tail: str | None
+    boot_facts: BootFacts | None
+    mismatches: list[dict[str, Any]]
+    server_pid: int | None
+    server_pgid: int | None
+    server_create_time: float | None
+    started_at: float
+    healthy_at: float | None
+    ended_at: float | None
+    session_id: int | None = None  # the session running it (None: a store from before owners were kept)
+    launch_token: str | None = None  # in the server's env; recorded before the spawn
+    runs: tuple[Run, ...] = ()       # in the order they were measured
+
+    @property
+    def status(self) -> str:
+        """The state under its older name (the store's column is still `status`)."""
+        return self.state
+
+    @property
+    def done(self) -> bool:
+        return self.state is TrialState.done
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is Outcome.ok
+
+    @property
+    def boot_s(self) -> float | None:
+        return None if self.healthy_at is None else self.healthy_at - self.started_at
+
+    def ok_runs(self) -> list[Run]:
+        return [r for r in self.runs if r.ok]
+
+
+# The names the rest of the code knew these records by.
+TrialRow = Trial
+RunRow = Run
