@@ -16,6 +16,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from .. import server_http
+from . import speculative_metrics
 
 # family name (as the parser reports it, counters without _total) -> result key
 COUNTERS = {
@@ -28,7 +29,11 @@ COUNTERS = {
     "vllm:spec_decode_num_draft_tokens": "spec_decode_draft_tokens",
     "vllm:spec_decode_num_accepted_tokens": "spec_decode_accepted_tokens",
     "vllm:request_success": "requests_succeeded",
+    # One sample per draft position (label `position`): a key per position, see per_label_key.
+    "vllm:spec_decode_num_accepted_tokens_per_pos": "spec_decode_accepted_tokens_pos",
 }
+# Families whose samples are kept apart by one label: result key = the family's key + the label's value.
+PER_LABEL = {"vllm:spec_decode_num_accepted_tokens_per_pos": "position"}
 GAUGES = {
     "vllm:kv_cache_usage_perc": "kv_cache_usage",
     "vllm:num_requests_running": "running",
@@ -40,15 +45,18 @@ _GAUGE_PREFIXES = tuple(name.encode() for name in GAUGES)
 
 def parse_values(text: str, wanted: dict[str, str]) -> dict[str, float]:
     """Per wanted family, its samples summed over label sets (engines), except the KV cache
-    usage fraction, which takes the fullest engine; `_created` samples are skipped."""
+    usage fraction, which takes the fullest engine, and the PER_LABEL families, summed per value
+    of their label (`spec_decode_accepted_tokens_pos0`, ...); `_created` samples are skipped."""
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
-        key = wanted.get(fam.name)
-        if key is None:
+        family_key = wanted.get(fam.name)
+        if family_key is None:
             continue
+        label = PER_LABEL.get(fam.name)
         for s in fam.samples:
-            if s.name.endswith("_created"):
+            if s.name.endswith("_created") or (label is not None and label not in s.labels):
                 continue
+            key = family_key + s.labels[label] if label is not None else family_key
             v = float(s.value)
             out[key] = max(out.get(key, v), v) if key == "kv_cache_usage" else out.get(key, 0.0) + v
     return out
@@ -117,9 +125,9 @@ class Scraper:
     def result(self) -> dict[str, Any]:
         out: dict[str, Any] = {"samples": len(self._scrapes)}
         if self._before is not None and self._after is not None:
-            for key in COUNTERS.values():
-                if key in self._after:
-                    out[key] = self._after[key] - self._before.get(key, 0.0)
+            for key, value in self._after.items():
+                out[key] = value - self._before.get(key, 0.0)
+            out.update(speculative_metrics.derived(out))
         peaks: dict[str, float] = {}
         for chunk in self._scrapes:
             for key, value in parse_values(chunk.decode(errors="replace") + "\n", GAUGES).items():
