@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
+from pydantic import ValidationError
 
 from servetune.load import speculative_metrics as sm
+from servetune.load.client import request_body
+from servetune.load.scenario import Scenario
 from servetune.load.scrape import COUNTERS, Scraper, parse_values
 
 # vLLM 0.32's exposition of the spec-decode counters (lines as the CPU server writes them).
@@ -74,3 +78,14 @@ def test_a_runs_record_gets_acceptance_from_the_deltas(monkeypatch: pytest.Monke
     assert stats[sm.RATE] == pytest.approx(30 / 60)
     assert stats[sm.MEAN_LENGTH] == pytest.approx(1 + 30 / 20)
     assert [stats[f"{sm.RATE_AT}{k}"] for k in range(3)] == pytest.approx([15 / 20, 10 / 20, 5 / 20])
+
+
+def test_a_scenario_can_ask_for_greedy_sampling() -> None:
+    """Acceptance depends on sampling; a scenario with `temperature: 0` sends it, one without
+    leaves the server's default."""
+    greedy = Scenario(temperature=0)
+    body = json.loads(request_body("completions", "m", "p", 8, True, greedy.temperature))
+    assert body["temperature"] == 0
+    assert "temperature" not in json.loads(request_body("completions", "m", "p", 8, True, Scenario().temperature))
+    with pytest.raises(ValidationError):
+        Scenario(temperature=-1)
