@@ -24,7 +24,7 @@ pytestmark = pytest.mark.vllm
 def test_ngram_sweep_records_acceptance_and_names_a_peak_per_scenario(tmp_path: Path) -> None:
     out = tmp_path / "spec"
     done = servetune("tune", str(STUDIES / "specdecode.yaml"), "--out", str(out))
-    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
     store = StudyStore.open_existing(out)
     booted = [t for t in store.trials() if t.outcome == "ok"]
     assert {speculative.speculative_tokens(t.config) for t in booted} == {1, 2, 4}, done.stdout
@@ -50,6 +50,7 @@ def test_drift_on_a_server_without_a_slowdown_finds_none(vllm_server: VllmTestSe
     done = servetune("drift", "--url", vllm_server.url, "--model", vllm_server.model, "--tokenizer",
                      str(vllm_server.model_dir), "--out", str(out), "--short-input-len", "128",
                      "--short-output-len", "48", "--long-input-len", "1800", "--long-output-len", "8")
+    print(done.stdout)  # the terminal output, for a look with -s
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(out.read_text())
     assert doc["verdict"] == "no_slowdown", done.stdout
