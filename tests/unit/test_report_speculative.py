@@ -9,7 +9,7 @@ from report_study import build_study
 
 from servetune.engine.config import Config
 from servetune.report import write_report
-from servetune.report.speculative import acceptance_rows, sweep_peaks
+from servetune.report.speculative import acceptance_rows, peak_line, sweep_peaks
 from servetune.tune.analysis_types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
 
 BASE = Config.of({"load-format": "dummy", "speculative-config": {"method": "ngram", "num_speculative_tokens": 2}})
@@ -56,6 +56,8 @@ def test_the_peak_n_is_named_per_scenario_with_its_interval() -> None:
     assert peaks["short"].runner_up.tokens == 6 and not peaks["short"].separated  # 115 <= 115: overlap
     assert peaks["long"].separated
     assert [p.tokens for p in peaks["long"].points] == [0, 2, 3, 6]
+    assert peak_line(peaks["short"]) == ("speculative decoding, short: n = 3 peaks (output_throughput 120 [115, 125]; "
+                                         "runner-up n = 6: 110 [105, 115], intervals overlap)")
 
 
 def test_configs_that_change_more_than_n_are_not_part_of_the_sweep() -> None:

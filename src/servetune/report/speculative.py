@@ -91,3 +91,18 @@ def sweep_peaks(analysis: StudyAnalysis) -> list[SweepPeak]:
         ranked = sorted(points, key=lambda p: p.value.estimate, reverse=maximize)
         peaks.append(SweepPeak(scenario, metric, ranked[0], ranked[1], points))
     return peaks
+
+
+def peak_line(peak: SweepPeak) -> str:
+    """One scenario's peak for the terminal: `short: n = 4 peaks (output_throughput 123 [118, 128]; ...)`."""
+    def value(p: SweepPoint) -> str:
+        v = p.value
+        ci = f" [{v.low:.4g}, {v.high:.4g}]" if math.isfinite(v.low) and math.isfinite(v.high) else ""
+        return f"{v.estimate:.4g}{ci}"
+
+    tail = ""
+    if peak.runner_up is not None:
+        tail = (f"; runner-up n = {peak.runner_up.tokens}: {value(peak.runner_up)}"
+                + ("" if peak.separated else ", intervals overlap"))
+    return (f"speculative decoding, {peak.scenario}: n = {peak.peak.tokens} peaks "
+            f"({peak.metric} {value(peak.peak)}{tail})")
