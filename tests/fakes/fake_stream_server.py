@@ -14,6 +14,11 @@ chunks and holds the connection open; `--api-key KEY` (or VLLM_API_KEY) answers 
 sees every request carry it); `--models-status CODE` answers /v1/models with that error.
 GET /fake/seen counts the 401s answered and the prefix-cache resets.
 
+A stepwise slowdown, for `servetune drift`: every request whose prompt has at least
+`--drift-long-tokens` tokens adds `--drift-step-itl-ms` to the ITL and `--drift-step-ttft-ms` to the
+TTFT of every request that starts after it (the shape of vLLM issue #17140: short-prompt decode
+slower after each long request, and stuck there).
+
 A server with a known capacity (`--slots N`): a request holds one of N slots from its first token
 to its end, waits in a FIFO queue while all are taken, and its first token comes a prefill time
 after it gets a slot, drawn from a gamma distribution (shape 2) of mean `ttft_ms` (seeded), so TTFT =
@@ -47,7 +52,8 @@ def prompt_key(prompt: str) -> str:
 class FakeServer:
     def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, log: bool, model: str = MODEL, *,
                  stall_after_chunks: int | None = None, api_key: str | None = None, models_status: int = 200,
-                 slots: int | None = None, seed: int = 0) -> None:
+                 slots: int | None = None, seed: int = 0, drift_long_tokens: int | None = None,
+                 drift_step_itl_ms: float = 0.0, drift_step_ttft_ms: float = 0.0) -> None:
         self.ttft_ns, self.itl_ns = int(ttft_ms * 1e6), int(itl_ms * 1e6)
         self.k = tokens_per_chunk
         self.keep_log = log
@@ -59,6 +65,9 @@ class FakeServer:
         self.seen = {"unauthorized": 0, "resets": 0}
         self.slots = asyncio.Semaphore(slots) if slots else None  # FIFO: asyncio wakes waiters in order
         self.rng = random.Random(seed)
+        self.drift_long_tokens = drift_long_tokens
+        self.drift_step_itl_ns, self.drift_step_ttft_ns = int(drift_step_itl_ms * 1e6), int(drift_step_ttft_ms * 1e6)
+        self.long_seen = 0
 
     @web.middleware
     async def require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -101,7 +110,7 @@ class FakeServer:
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
         if self.slots is None:
-            return await self.stream(request, time.perf_counter_ns(), self.ttft_ns)
+            return await self.stream(request, time.perf_counter_ns(), self.ttft_ns + self.long_seen * self.drift_step_ttft_ns)
         arrived = time.perf_counter_ns()
         async with self.slots:
             prefill_ns = int(self.rng.gammavariate(2.0, 0.5) * self.ttft_ns)
@@ -116,6 +125,9 @@ class FakeServer:
         n_prompt = len(prompt.split())
         if "FAIL" in prompt:  # a request the fake rejects, as a server does a bad one
             return web.json_response({"error": {"message": "fake failure", "code": 500}}, status=500)
+        itl_ns = self.itl_ns + self.long_seen * self.drift_step_itl_ns
+        if self.drift_long_tokens is not None and n_prompt >= self.drift_long_tokens:
+            self.long_seen += 1  # a step for the requests that start after this one
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         chunks, tail = _render(chat, n, n_prompt, self.k)
@@ -124,7 +136,7 @@ class FakeServer:
             for chunk in chunks[:self.stall_after_chunks]:
                 await resp.write(chunk)
             await asyncio.sleep(3600)
-        if ttft_ns == 0 and self.itl_ns == 0 and "BREAK" not in prompt:
+        if ttft_ns == 0 and itl_ns == 0 and "BREAK" not in prompt:
             # Fastest mode: the whole stream in one write (many SSE events per read, as a
             # client sees from a server that generates faster than it reads).
             sent = [time.perf_counter_ns()] * len(chunks)
@@ -133,7 +145,7 @@ class FakeServer:
         for i, chunk in enumerate(chunks):
             # The chat role chunk goes out with the first token, as vLLM sends it.
             j = max(i - 1, 0) if chat else i
-            target = arrived + ttft_ns + j * self.itl_ns
+            target = arrived + ttft_ns + j * itl_ns
             wait = target - time.perf_counter_ns()
             if wait > 0:
                 await asyncio.sleep(wait / 1e9)
@@ -202,7 +214,9 @@ def make_app(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, log: bool
 def _serve(args: argparse.Namespace) -> None:
     web.run_app(make_app(args.ttft_ms, args.itl_ms, args.tokens_per_chunk, not args.no_log,
                          stall_after_chunks=args.stall_after_chunks, api_key=args.api_key,
-                         models_status=args.models_status, slots=args.slots, seed=args.seed),
+                         models_status=args.models_status, slots=args.slots, seed=args.seed,
+                         drift_long_tokens=args.drift_long_tokens, drift_step_itl_ms=args.drift_step_itl_ms,
+                         drift_step_ttft_ms=args.drift_step_ttft_ms),
                 host="127.0.0.1", port=args.port, reuse_port=args.processes > 1, print=None,
                 access_log=None, backlog=4096)
 
@@ -222,6 +236,10 @@ def main() -> None:
     p.add_argument("--slots", type=int, default=None,
                    help="serve at most N requests at once, queue the rest (TTFT = queueing + gamma prefill)")
     p.add_argument("--seed", type=int, default=0, help="seed of the prefill times (--slots)")
+    p.add_argument("--drift-long-tokens", type=int, default=None,
+                   help="a prompt this long (tokens) slows every later request by the --drift-step-* amounts")
+    p.add_argument("--drift-step-itl-ms", type=float, default=0.0, help="ITL added after each long prompt")
+    p.add_argument("--drift-step-ttft-ms", type=float, default=0.0, help="TTFT added after each long prompt")
     args = p.parse_args()
     if args.processes > 1:
         procs = [mp.Process(target=_serve, args=(args,)) for _ in range(args.processes)]

@@ -106,6 +106,10 @@ def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None) ->
         console.print(f"[bold]no winner:[/] {escape(result.winner_reason)}")
     else:
         console.print(f"[bold red]no verdict:[/] {escape(result.winner_reason)}")
+    from ..report.speculative import peak_line, sweep_peaks
+
+    for peak in sweep_peaks(result):
+        console.print(escape(peak_line(peak)))
     if report:
         from ..report import write_report
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -14,6 +14,8 @@ class MetricNames:
 
     counters: Mapping[str, str]  # read before and after a run: deltas
     gauges: Mapping[str, str]    # sampled during a run: peaks
+    # Counter families kept apart by one label (family -> label): key = the family's key + the label's value.
+    per_label: Mapping[str, str] = field(default_factory=dict)
 
 
 VLLM_METRIC_NAMES = MetricNames(
@@ -27,10 +29,13 @@ VLLM_METRIC_NAMES = MetricNames(
         "vllm:spec_decode_num_draft_tokens": "spec_decode_draft_tokens",
         "vllm:spec_decode_num_accepted_tokens": "spec_decode_accepted_tokens",
         "vllm:request_success": "requests_succeeded",
+        # One sample per draft position (label `position`): a key per position.
+        "vllm:spec_decode_num_accepted_tokens_per_pos": "spec_decode_accepted_tokens_pos",
     },
     gauges={
         "vllm:kv_cache_usage_perc": "kv_cache_usage",
         "vllm:num_requests_running": "running",
         "vllm:num_requests_waiting": "waiting",
     },
+    per_label={"vllm:spec_decode_num_accepted_tokens_per_pos": "position"},
 )

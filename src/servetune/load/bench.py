@@ -72,7 +72,8 @@ async def _make_jobs(factory: PromptFactory, scenario: Scenario, model: str, spe
             assert spec.input_len is not None
             prompt = await factory.make(spec.input_len, with_prefix=bool(rng.random() < share))
         info.inexact += not prompt.exact
-        body = client.request_body(scenario.endpoint, model, prompt.text, spec.output_len, scenario.ignore_eos)
+        body = client.request_body(scenario.endpoint, model, prompt.text, spec.output_len, scenario.ignore_eos,
+                                   scenario.temperature)
         jobs.append(client.Job(first_index + i, prompt.tokens, spec.output_len, body, warmup))
     return jobs
 

@@ -108,8 +108,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(coro)
 
 
-def request_body(endpoint: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> bytes:
-    """The JSON body `vllm bench serve` sends, plus continuous usage stats (per-chunk token counts)."""
+def request_body(endpoint: str, model: str, prompt: str, max_tokens: int, ignore_eos: bool,
+                 temperature: float | None = None) -> bytes:
+    """The JSON body `vllm bench serve` sends, plus continuous usage stats (per-chunk token counts);
+    `temperature` only when given (None: the server's default sampling)."""
     body: dict[str, Any] = {
         "model": model,
         "stream": True,
@@ -124,6 +126,8 @@ def request_body(endpoint: str, model: str, prompt: str, max_tokens: int, ignore
         body["repetition_penalty"] = 1.0
     if ignore_eos:
         body["ignore_eos"] = True
+    if temperature is not None:
+        body["temperature"] = temperature
     return json.dumps(body, separators=(",", ":")).encode()
 
 

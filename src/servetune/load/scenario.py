@@ -68,6 +68,9 @@ class Scenario(BaseModel):
     warmups: int | None = Field(default=None, ge=0, description="default: max(concurrency, 1)")
     seed: int = 0
     ignore_eos: bool = True
+    # Sampling temperature sent with each request (None: the server's default). 0 is greedy, the
+    # usual setting when speculative decoding's acceptance is compared.
+    temperature: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     shared_prefix: SharedPrefix | None = None
     endpoint: Literal["completions", "chat"] = "completions"
     dataset: Path | None = Field(default=None, description="JSONL of {prompt} or {input_len, output_len}")

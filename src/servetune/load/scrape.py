@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -17,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .. import server_http
 from ..engine.server_metrics import VLLM_METRIC_NAMES, MetricNames
+from . import speculative_metrics
 
 # vLLM's names: the default for a server of unknown kind (bench, capacity); a study's engine passes its own.
 COUNTERS = dict(VLLM_METRIC_NAMES.counters)
@@ -24,17 +26,20 @@ GAUGES = dict(VLLM_METRIC_NAMES.gauges)
 SAMPLE_INTERVAL_S = 0.5
 
 
-def parse_values(text: str, wanted: dict[str, str]) -> dict[str, float]:
+def parse_values(text: str, wanted: dict[str, str], per_label: Mapping[str, str] | None = None) -> dict[str, float]:
     """Per wanted family, its samples summed over label sets (engines), except the KV cache
-    usage fraction, which takes the fullest engine; `_created` samples are skipped."""
+    usage fraction, which takes the fullest engine, and the `per_label` families, summed per value
+    of their label (`spec_decode_accepted_tokens_pos0`, ...); `_created` samples are skipped."""
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
-        key = wanted.get(fam.name)
-        if key is None:
+        family_key = wanted.get(fam.name)
+        if family_key is None:
             continue
+        label = (per_label or {}).get(fam.name)
         for s in fam.samples:
-            if s.name.endswith("_created"):
+            if s.name.endswith("_created") or (label is not None and label not in s.labels):
                 continue
+            key = family_key + s.labels[label] if label is not None else family_key
             v = float(s.value)
             out[key] = max(out.get(key, v), v) if key == "kv_cache_usage" else out.get(key, 0.0) + v
     return out
@@ -74,7 +79,7 @@ class Scraper:
             return None
         text = raw.decode(errors="replace")
         self._keep_gauges(raw)
-        return parse_values(text, dict(self.names.counters))
+        return parse_values(text, dict(self.names.counters), self.names.per_label)
 
     def _keep_gauges(self, raw: bytes) -> None:
         self._scrapes.append(b"\n".join(line for line in raw.splitlines() if line.startswith(self._gauge_prefixes)))
@@ -105,9 +110,9 @@ class Scraper:
     def result(self) -> dict[str, Any]:
         out: dict[str, Any] = {"samples": len(self._scrapes)}
         if self._before is not None and self._after is not None:
-            for key in self.names.counters.values():
-                if key in self._after:
-                    out[key] = self._after[key] - self._before.get(key, 0.0)
+            for key, value in self._after.items():
+                out[key] = value - self._before.get(key, 0.0)
+            out.update(speculative_metrics.derived(out))
         peaks: dict[str, float] = {}
         for chunk in self._scrapes:
             for key, value in parse_values(chunk.decode(errors="replace") + "\n", dict(self.names.gauges)).items():

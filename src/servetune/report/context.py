@@ -29,6 +29,7 @@ from . import plots
 from .advice import Advice, Evidence, advise_config, describe_mismatch
 from .emit import Deployment, Snippets, snippets
 from .requests import resolve, runs_series_ms
+from .speculative import AcceptanceRow, SweepPeak, acceptance_rows, sweep_peaks
 
 MAX_DISTRIBUTION_CONFIGS = 5
 MIN_CONFIGS_FOR_IMPORTANCE = 12  # PED-ANOVA ranks by the top quantile: noise with fewer configs
@@ -131,6 +132,8 @@ class ReportData:
     cost: CostView
     notes: list[str] = field(default_factory=list)
     confidence_pct: str = "95"                    # level of every interval shown: 1 - the study's alpha
+    acceptance: list[AcceptanceRow] = field(default_factory=list)   # speculative decoding, per config and scenario
+    sweep_peaks: list[SweepPeak] = field(default_factory=list)      # the best num_speculative_tokens per scenario
 
 
 def fmt_value(value: Any) -> str:
@@ -445,4 +448,5 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         trials=[_trial_view(t, base_cfg, redact) for t in trials],
         param_effects=_param_effects(analysis), importances=importances,
         plots=_plots(analysis, store, trial_by_id, slo_metrics), evidence=evidence, advice=advice,
-        cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis))
+        cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),
+        acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis))

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..engine.config import Config
-from .space import Scalar, env_var, normalize_param_name
+from .space import Scalar, env_var, json_field, normalize_param_name
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge,
@@ -69,6 +69,10 @@ def parse(expr: str) -> Parsed:
 def config_value(config: Config, name: str) -> Any:
     """The value a Config gives a parameter or engine arg (env values read back as numbers when they are)."""
     var = env_var(name)
+    field = json_field(name)
+    if field is not None:
+        value = config.flags.get(field[0])
+        return value.get(field[1]) if isinstance(value, dict) else None
     if var is None:
         return config.flags.get(name)
     raw = config.env.get(var)

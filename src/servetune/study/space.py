@@ -1,12 +1,15 @@
-"""The search Space: one Parameter per engine flag (`max-num-seqs`) or environment variable (`env.NAME`).
+"""The search Space: one Parameter per engine flag (`max-num-seqs`), environment variable
+(`env.NAME`) or field of a JSON flag (`speculative-config.num_speculative_tokens`).
 
-A Parameter is either categorical (a list of values; booleans as `[true, false]`) or a numeric
-range `{low, high, step?, log?, type?}`.
+A Parameter is either categorical (a list of values; booleans as `[true, false]`; a JSON flag's
+values as mappings) or a numeric range `{low, high, step?, log?, type?}`.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import warnings
 from typing import Any, Literal
 
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
@@ -16,16 +19,34 @@ from ..engine.config import normalize_flag_name
 from ..errors import ServetuneError
 
 Scalar = bool | int | float | str | None
+# A value of a JSON flag (`speculative-config: {method: ngram, num_speculative_tokens: 3}`).
+Value = Scalar | dict[str, Any]
 ENV_PREFIX = "env."
+FIELD_SEP = "."
 # Enumerating more values than this for ofat/grid is a mistake in the study, not a plan.
 MAX_ENUMERATED = 10_000
 
 
 def normalize_param_name(name: str) -> str:
-    """`env.NAME` keeps NAME verbatim (environment variables are case-sensitive); flags are normalised."""
+    """`env.NAME` keeps NAME verbatim (environment variables are case-sensitive); flags are
+    normalised, a JSON flag's field (`FLAG.field`) keeps the field's spelling (vLLM's JSON keys)."""
     if name.startswith(ENV_PREFIX):
         return name
-    return normalize_flag_name(name)
+    flag, sep, field = name.partition(FIELD_SEP)
+    return normalize_flag_name(flag) + sep + field
+
+
+def json_field(name: str) -> tuple[str, str] | None:
+    """(FLAG, field) for a JSON flag's field `FLAG.field`, else None (a plain flag or `env.NAME`)."""
+    if name.startswith(ENV_PREFIX) or FIELD_SEP not in name:
+        return None
+    flag, _, field = name.partition(FIELD_SEP)
+    return flag, field
+
+
+def value_key(value: Value) -> str:
+    """A value's identity for duplicate checks: mappings compare by content, not key order."""
+    return json.dumps([type(value).__name__, value], sort_keys=True, default=str)
 
 
 def env_var(name: str) -> str | None:
@@ -42,7 +63,7 @@ class Parameter(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    values: tuple[Scalar, ...] | None = None
+    values: tuple[Value, ...] | None = None
     low: int | float | None = None
     high: int | float | None = None
     step: int | float | None = None
@@ -65,7 +86,7 @@ class Parameter(BaseModel):
                 raise ValueError("give either a list of values or a range {low, high}, not both")
             if not self.values:
                 raise ValueError("the list of values is empty")
-            seen = [(type(v), v) for v in self.values]
+            seen = [value_key(v) for v in self.values]
             if len(set(seen)) != len(seen):
                 raise ValueError("the list of values has duplicates")
             return self
@@ -89,7 +110,7 @@ class Parameter(BaseModel):
     def kind(self) -> Literal["categorical", "int", "float"]:
         return "categorical" if self.values is not None else self.type  # type: ignore[return-value]
 
-    def enumerate(self, name: str) -> tuple[Scalar, ...]:
+    def enumerate(self, name: str) -> tuple[Value, ...]:
         """Every value ofat and grid try: the list; a stepped range low, low+step, ..., high;
         a log range low, 2·low, 4·low, ... (and high). A float range without step cannot be enumerated."""
         if self.values is not None:
@@ -123,7 +144,11 @@ class Parameter(BaseModel):
     def distribution(self) -> BaseDistribution:
         """The same parameter as an Optuna distribution."""
         if self.values is not None:
-            return CategoricalDistribution(self.values)
+            # Optuna keeps a choice by its index; a mapping only draws a warning about storages
+            # servetune does not use (the study's own store keeps the params).
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Choices for a categorical distribution")
+                return CategoricalDistribution(self.values)
         assert self.low is not None and self.high is not None
         if self.kind == "int":
             return IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))

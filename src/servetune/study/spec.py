@@ -20,7 +20,7 @@ from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
 from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
 from .metrics import check_metric, metric_problem
-from .space import ENV_PREFIX, Parameter, env_var, is_number, normalize_param_name
+from .space import ENV_PREFIX, Parameter, env_var, is_number, json_field, normalize_param_name
 
 Loc = tuple[Any, ...]
 StrategyName = Literal["baseline", "ofat", "grid", "optuna"]
@@ -308,7 +308,7 @@ class StudySpec(_Strict):
     @model_validator(mode="after")
     def _cross_check(self) -> StudySpec:
         problems = (self._scenario_problems() + self._objective_problems() + self._constraint_problems()
-                    + self._secret_problems())
+                    + self._secret_problems() + self._json_field_problems())
         if problems:
             raise SpecError(problems)
         return self
@@ -364,6 +364,26 @@ class StudySpec(_Strict):
         return [(("space", name), f"{name!r} is a secret (engine.secret_env) and cannot be tuned")
                 for name in self.space if (var := env_var(name)) is not None and var in named]
 
+    def _json_field_problems(self) -> list[tuple[Loc, str]]:
+        """A swept field (`speculative-config.num_speculative_tokens`) lives in a mapping the
+        baseline gives (`engine.args.speculative-config: {method: ngram, ...}`), and the whole flag
+        is not swept beside it (the two would overwrite each other)."""
+        args = {normalize_param_name(k): v for k, v in self.engine.args.items()}
+        problems: list[tuple[Loc, str]] = []
+        for name in self.space:
+            field = json_field(name)
+            if field is None:
+                continue
+            flag, key = field
+            if not key:
+                problems.append((("space", name), f"{name!r} needs a field name after the '.'"))
+            elif not isinstance(args.get(flag), dict):
+                problems.append((("space", name), f"{name!r} sets field {key!r} of {flag!r}, so engine.args.{flag} "
+                                 f"must be a mapping (e.g. {{method: ngram}}) that the field is laid into"))
+            elif flag in self.space:
+                problems.append((("space", name), f"{name!r} and {flag!r} are both swept; sweep one of them"))
+        return problems
+
     def _possible_values(self, name: str) -> list[Any]:
         values = [config_value(self.baseline_config(), name)]
         param = self.space.get(name)
@@ -390,6 +410,10 @@ class StudySpec(_Strict):
             if name not in self.space:
                 raise ServetuneError(f"{name!r} is not a parameter of study {self.name!r}{did_you_mean(name, self.space)}")
             var = env_var(name)
+            field = json_field(name)
+            if field is not None:
+                flags[field[0]] = _with_field(flags.get(field[0]), field[1], value)
+                continue
             target: dict[str, Any] = env if var is not None else flags
             key = var if var is not None else name
             if value is None:
@@ -401,3 +425,11 @@ class StudySpec(_Strict):
     def constraint_violations(self, config: Config) -> list[str]:
         return violations(self.constraints, config)
 
+
+
+def _with_field(mapping: Any, key: str, value: Any) -> dict[str, Any]:
+    """A JSON flag's mapping with one field set (None: the field left out), the rest kept."""
+    out = {k: v for k, v in (mapping if isinstance(mapping, dict) else {}).items() if k != key}
+    if value is not None:
+        out[key] = value
+    return out

@@ -1,0 +1,132 @@
+"""`servetune drift`: the regression protocol against one server, with a verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..drift.analysis import DriftAnalysis, analyze
+from ..drift.measure import DriftRun, run_protocol
+from ..drift.protocol import DriftProtocol, Phase
+from ..errors import ServetuneError
+from .bench_cmd import api_key_from_env, check_server_choice, served
+from .boundary import EXIT_NO_RESULT, print_error, validation_text
+from .paths import writable_file
+
+console = Console()
+_OPTION_OF_FIELD = {"short_per_phase": "--short-per-phase", "long_requests": "--long-requests",
+                    "short_input_len": "--short-input-len", "short_output_len": "--short-output-len",
+                    "long_input_len": "--long-input-len", "long_output_len": "--long-output-len",
+                    "warmups": "--warmups"}
+
+
+def _ci(low: float, high: float) -> str:
+    return f"[{low:+.1f}, {high:+.1f}]"
+
+
+def phases_table(analysis: DriftAnalysis) -> Table:
+    """One row per short phase: geometric-mean TTFT and TPOT (ms) with CIs, and the change from
+    the first phase with its CI and verdict."""
+    table = Table(title=f"short requests per phase: geometric mean (ms) [{1 - analysis.alpha:.0%} CI]; "
+                        "change from the first phase", show_header=True)
+    table.add_column("phase")
+    for metric in ("TTFT", "TPOT"):
+        table.add_column(f"{metric} ms", justify="right")
+        table.add_column(f"{metric} change %", justify="right")
+    effects = {(e.phase, e.metric): e for e in analysis.effects}
+    for phase, summary in analysis.phases.items():
+        cells = []
+        for metric in ("ttft", "tpot"):
+            iv = summary.get(metric)
+            cells.append(escape(f"{iv.estimate:.2f} [{iv.low:.2f}, {iv.high:.2f}]") if iv and math.isfinite(iv.low)
+                         else f"{iv.estimate:.2f}" if iv else "-")
+            e = effects.get((phase, metric))
+            cells.append(escape(f"{e.effect_pct:+.1f} {_ci(e.ci_low_pct, e.ci_high_pct)} {e.verdict}") if e else "(reference)")
+        table.add_row(phase, *cells)
+    return table
+
+
+def drift_document(protocol: DriftProtocol, run: DriftRun, analysis: DriftAnalysis, target: dict[str, str | None]) -> dict:
+    return {
+        "verdict": analysis.verdict, "verdict_line": analysis.line(), "target": target,
+        "protocol": protocol.model_dump(), "alpha": analysis.alpha, "min_effect_pct": analysis.min_effect_pct,
+        "phases": [{"phase": r.phase.name, "kind": r.phase.kind, "after_long": r.phase.after_long,
+                    "requests": r.requests, "failed": r.failed, "run": r.run_path, "values_ms": r.values,
+                    "summary": {m: iv.model_dump() for m, iv in analysis.phases.get(r.phase.name, {}).items()}}
+                   for r in run.runs],
+        "effects": [dataclasses.asdict(e) for e in analysis.effects],
+        "error": run.error, "note": analysis.note,
+    }
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("drift")
+    def drift(
+        out: Path = typer.Option(..., "--out", help="result JSON (each phase's run goes to OUT.runs/)"),
+        url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
+        serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
+        serve_arg: list[str] = typer.Option([], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-model-len 32768'"),
+        model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
+        tokenizer: Path | None = typer.Option(None, "--tokenizer", help="model dir with tokenizer.json (default: --serve dir, else the server's /tokenize)"),
+        short_per_phase: int = typer.Option(3, "--short-per-phase", help="short requests in each phase"),
+        long_requests: int = typer.Option(2, "--long-requests", help="long requests, one between each two short phases"),
+        short_input_len: int = typer.Option(256, "--short-input-len"),
+        short_output_len: int = typer.Option(64, "--short-output-len"),
+        long_input_len: int = typer.Option(24_000, "--long-input-len", help="prompt tokens of a long request (it must fit the server's max-model-len)"),
+        long_output_len: int = typer.Option(16, "--long-output-len"),
+        warmups: int = typer.Option(2, "--warmups", help="short requests before the first phase, not measured"),
+        seed: int = typer.Option(0, "--seed"),
+        alpha: float = typer.Option(0.05, "--alpha", help="intervals are 1 - alpha; Holm across phases and metrics"),
+        min_effect_pct: float = typer.Option(10.0, "--min-effect-pct", help="a significant change smaller than this is no slowdown"),
+        api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the server's API key (default: VLLM_API_KEY, else OPENAI_API_KEY, when set)"),
+    ) -> None:
+        """Short requests, a long one, short ones again ...: prints each phase's TTFT and TPOT and
+        whether the long requests left a slowdown behind."""
+        check_server_choice(url, serve, serve_arg)
+        if not 0 < alpha < 1:
+            raise ServetuneError(f"--alpha {alpha:g}: must be between 0 and 1")
+        if not math.isfinite(min_effect_pct) or min_effect_pct < 0:
+            raise ServetuneError(f"--min-effect-pct {min_effect_pct:g}: must be a finite number >= 0")
+        try:
+            protocol = DriftProtocol(short_per_phase=short_per_phase, long_requests=long_requests,
+                                     short_input_len=short_input_len, short_output_len=short_output_len,
+                                     long_input_len=long_input_len, long_output_len=long_output_len,
+                                     warmups=warmups, seed=seed)
+        except ValidationError as exc:
+            raise ServetuneError(validation_text(exc, _OPTION_OF_FIELD)) from None
+        api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
+        writable_file(out, "--out")
+        runs_dir = out.with_name(out.name.removesuffix(".json") + ".runs")
+
+        def announce(phase: Phase) -> None:
+            what = (f"{protocol.short_per_phase} short ({protocol.short_input_len} in / {protocol.short_output_len} out)"
+                    if phase.kind == "short" else f"one long ({protocol.long_input_len} in / {protocol.long_output_len} out)")
+            console.print(escape(f"{phase.name}: {what} ..."))
+
+        if serve is not None:
+            with served(serve, serve_arg, runs_dir / "logs", "drift", api_key) as (base_url, key):
+                run = run_protocol(base_url, protocol, runs_dir, model=model, tokenizer_dir=tokenizer or serve,
+                                   api_key=key, on_phase=announce)
+        else:
+            assert url is not None
+            run = run_protocol(url, protocol, runs_dir, model=model, tokenizer_dir=tokenizer, api_key=api_key,
+                               on_phase=announce)
+        if not run.runs:
+            print_error(f"{run.error or 'no phase was measured'}; nothing written to {out}")
+            raise typer.Exit(EXIT_NO_RESULT)
+        analysis = analyze(run.short_values(), run.after_long(), alpha=alpha, min_effect_pct=min_effect_pct)
+        console.print(phases_table(analysis))
+        if run.error:
+            console.print(f"[red]error:[/] {escape(run.error)}")
+        console.print(escape(analysis.line()))
+        doc = drift_document(protocol, run, analysis, {"url": url, "serve": str(serve) if serve else None})
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
