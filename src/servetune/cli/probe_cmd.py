@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..engine.applied import as_number
 from ..engine.config import Config
 from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
 from ..errors import ServetuneError
@@ -130,6 +131,8 @@ def register(app: typer.Typer) -> None:
                                                        help="the accelerator's memory, to express the pool as "
                                                             "--gpu-memory-utilization"),
         out: Path = typer.Option(Path("runs/probe-memory"), "--out", help="directory for logs, runs and memory.json"),
+        command: str | None = typer.Option(None, "--command", help="base command without a study file (default: "
+                                           f"{' '.join(DEFAULT_COMMAND)})"),
         startup_timeout: float = typer.Option(900.0, "--startup-timeout"),
     ) -> None:
         """Run the scenarios once on one server and say whether the KV cache memory should go up, down or
@@ -146,7 +149,8 @@ def register(app: typer.Typer) -> None:
         else:
             if model is None or not scenario:
                 raise ServetuneError("give a study file, or --model DIR and at least one --scenario")
-            engine = VllmEngine(DEFAULT_COMMAND, model=model, startup_timeout_s=startup_timeout, log_dir=out / "logs")
+            engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
+                                startup_timeout_s=startup_timeout, log_dir=out / "logs")
             config, model_dir, scenarios = extra, model, _scenarios(scenario)
         writable_dir(out, "--out")
         tokenizer = Path(model_dir) if (Path(model_dir) / "tokenizer.json").is_file() else None
@@ -155,10 +159,8 @@ def register(app: typer.Typer) -> None:
         if measured.error and not measured.runs:
             raise ServetuneError(measured.error)
         facts = measured.start.boot_facts
-        limit = facts.engine_config.get("max_num_seqs")
-        seqs = config.flags.get("max-num-seqs", limit)
-        needs = [scenario_need(r.scenario, r.server_stats, r.summary, facts.kv_cache_tokens,
-                               float(seqs) if isinstance(seqs, (int, float, str)) and str(seqs).isdigit() else None)
+        max_num_seqs = as_number(config.flags.get("max-num-seqs"))
+        needs = [scenario_need(r.scenario, r.server_stats, r.summary, facts.kv_cache_tokens, max_num_seqs)
                  for r in measured.runs]
         verdict = judge(needs, facts, config, device_memory_gib)
         (out / "memory.json").write_text(json.dumps(verdict.model_dump(mode="json"), indent=2))
