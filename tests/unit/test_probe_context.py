@@ -123,3 +123,11 @@ def test_model_max_from_config_json(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 40960}))
     assert model_max_len(str(tmp_path)) == 40960
     assert model_max_len(str(tmp_path / "missing")) is None
+
+
+def test_automatic_length_is_read_from_the_auto_fit_line() -> None:
+    # vLLM 0.32 CPU, --max-model-len -1 --kv-cache-memory-bytes 4M: "Using max model len 16384" first,
+    # then "Auto-fit max_model_len: reduced from 16384 to 3968 ..."
+    facts = parse_boot_facts(_log("vllm032-cpu-auto-fit.log"))
+    b = probe_boot(AUTO, StartResult(outcome=Outcome.ok, boot_facts=facts))
+    assert (b.ran_at, b.kv_cache_tokens, b.max_concurrency_tokens) == (3968, 4096, 3968)

@@ -109,10 +109,10 @@ def register(app: typer.Typer) -> None:
         engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
                             startup_timeout_s=startup_timeout, log_dir=log_dir)
         console.print(f"probing the context of {model} (server logs in {log_dir}) ...")
-        boot = engine_boot(engine, config, log_dir,
-                           on_boot=lambda b: console.print("  " + _boot_line(b), markup=False, highlight=False))
-        answer = find_max_model_len(boot, model_max=model_max_len(model), start=start, tolerance=tolerance,
-                                    max_boots=max_boots)
+        answer = find_max_model_len(engine_boot(engine, config, log_dir), model_max=model_max_len(model), start=start,
+                                    tolerance=tolerance, max_boots=max_boots,
+                                    on_boot=lambda b: console.print("  " + _boot_line(b), markup=False,
+                                                                    highlight=False))
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(answer.model_dump(mode="json"), indent=2))

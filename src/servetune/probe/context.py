@@ -97,7 +97,8 @@ def model_max_len(model: str) -> int | None:
 
 
 def find_max_model_len(boot: BootFn, *, model_max: int | None, start: int | None = None,
-                       tolerance: int = 256, max_boots: int = 10) -> ContextAnswer:
+                       tolerance: int = 256, max_boots: int = 10,
+                       on_boot: Callable[[ProbeBoot], None] | None = None) -> ContextAnswer:
     """The largest max-model-len that boots. `start`: the first length to try (the field's
     "deliberately too high" probe); None tries the engine's automatic length first, then the
     model's maximum. Bisection stops when the fitting and failing lengths are `tolerance` apart.
@@ -111,6 +112,8 @@ def find_max_model_len(boot: BootFn, *, model_max: int | None, start: int | None
     while len(boots) < max_boots:
         b = boot(candidate).model_copy(update={"why": why})
         boots.append(b)
+        if on_boot is not None:
+            on_boot(b)
         if b.ok:
             ran = b.ran_at if b.ran_at is not None else (candidate if candidate > 0 else None)
             if ran is None:
@@ -174,8 +177,7 @@ def check_start(start: int | None) -> None:
         raise ServetuneError(f"--start {start}: a max-model-len is at least 1 token")
 
 
-def engine_boot(engine: Engine, config: Config, log_dir: Path,
-                on_boot: Callable[[ProbeBoot], None] | None = None) -> BootFn:
+def engine_boot(engine: Engine, config: Config, log_dir: Path) -> BootFn:
     """A BootFn that starts `engine` with `config` at a max-model-len and stops it at once."""
     count = 0
 
@@ -185,13 +187,8 @@ def engine_boot(engine: Engine, config: Config, log_dir: Path,
         name = "auto" if length == AUTO else str(length)
         result = engine.start(config.merged(Config.of({"max-model-len": length})),
                               log_dir / f"probe-context-{count:02d}-{name}.log")
-        try:
-            b = probe_boot(length, result)
-        finally:
-            if result.server is not None:
-                engine.stop(result.server)
-        if on_boot is not None:
-            on_boot(b)
-        return b
+        if result.server is not None:
+            engine.stop(result.server)
+        return probe_boot(length, result)
 
     return boot
