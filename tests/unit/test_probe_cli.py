@@ -81,3 +81,8 @@ def test_memory_preempting_pool_goes_up(tmp_path: Path) -> None:
     assert verdict["scenarios"][0]["preemptions"] > 0
     assert verdict["smallest_kv_cache_bytes"] > (128 + 40) * 1024
     assert "preemptions in burst" in text
+
+
+def test_memory_needs_a_study_or_a_model_and_a_scenario(tmp_path: Path) -> None:
+    r = servetune("probe", "memory", "--model", tmp_path, "--out", tmp_path / "probe")
+    assert r.code == 2 and r.error_lines == ["error: give a study file, or --model DIR and at least one --scenario"]

@@ -76,3 +76,11 @@ def test_pool_size_prefers_the_exact_flag_over_the_logs_two_decimals() -> None:
     assert pool_size_bytes(tiny, Config.of({"kv-cache-memory-bytes": "4MiB"})) == 4 * 2**20
     assert pool_size_bytes(FACTS, Config.of({"kv-cache-memory-bytes": "4M"})) == 4 * 2**20
     assert pool_size_bytes(FACTS, Config()) == 2**30
+
+
+def test_the_smallest_pool_still_holds_one_request_of_max_model_len() -> None:
+    # 0.1 % of the pool is 1,049 tokens, but vLLM will not boot a pool under max-model-len 2048
+    v = judge([scenario_need("a", stats(0, 0.001), SUMMARY, POOL, None)], FACTS, Config())
+    assert v.needed_tokens == 2048 == FACTS.max_model_len
+    assert v.smallest_kv_cache_bytes == math.ceil(2048 * (1 + HEADROOM) * 1024 / 2**20) * 2**20
+    assert "one request of max-model-len" in v.text

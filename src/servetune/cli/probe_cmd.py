@@ -64,7 +64,7 @@ def _needs_table(verdict: MemoryVerdict) -> Table:
         table.add_column(col, overflow="fold")
     for n in verdict.scenarios:
         table.add_row(n.scenario, "-" if n.preemptions is None else f"{n.preemptions:g}",
-                      "-" if n.kv_usage_peak is None else f"{n.kv_usage_peak:.1%}",
+                      "-" if n.kv_usage_peak is None else f"{n.kv_usage_peak * 100:.3g} %",
                       f"{_g(n.running_peak)} / {_g(n.waiting_peak)}",
                       "-" if n.needed_tokens is None else f"{n.needed_tokens:,}", escape(n.basis))
     return table

@@ -46,7 +46,8 @@ class MemoryVerdict(BaseModel):
     pool_tokens: int | None = None
     pool_bytes: int | None = None
     bytes_per_token: float | None = None
-    needed_tokens: int | None = None
+    needed_tokens: int | None = None  # the most any scenario needs, at least one max-model-len request
+    max_model_len: int | None = None
     smallest_kv_cache_bytes: int | None = None  # holds needed_tokens + HEADROOM
     gpu_memory_utilization: float | None = None  # the same pool as a utilization (device memory given)
     scenarios: list[ScenarioNeed] = Field(default_factory=list)
@@ -63,7 +64,7 @@ def scenario_need(name: str, server_stats: Mapping[str, Any], summary: Mapping[s
                         running_peak=ev.running_peak, waiting_peak=ev.waiting_peak)
     if (ev.preemptions or 0) == 0 and ev.kv_usage_peak is not None and pool_tokens:
         need.needed_tokens = math.ceil(ev.kv_usage_peak * pool_tokens)
-        need.basis = f"peak KV usage {ev.kv_usage_peak:.1%} of {pool_tokens:,} tokens"
+        need.basis = f"peak usage x {pool_tokens:,} tokens"
         return need
     completed = summary.get("completed") or 0
     tokens = (summary.get("total_input_tokens") or 0) + (summary.get("total_output_tokens") or 0)
@@ -73,8 +74,7 @@ def scenario_need(name: str, server_stats: Mapping[str, Any], summary: Mapping[s
     if completed and tokens and held:
         per_request = tokens / completed
         need.needed_tokens = math.ceil(held * per_request)
-        need.basis = (f"preempted: {held:g} requests at once x {per_request:,.0f} tokens a request "
-                      "(an estimate: confirm it with a run)")
+        need.basis = f"preempted: {held:g} requests at once x {per_request:,.0f} tokens (an estimate)"
     return need
 
 
@@ -97,7 +97,7 @@ def judge(needs: list[ScenarioNeed], facts: BootFacts, config: Config,
     per_token = pool_bytes / pool_tokens if pool_bytes and pool_tokens else None
     measured = [n for n in needs if n.preemptions is not None or n.kv_usage_peak is not None]
     verdict = MemoryVerdict(direction="unknown", text="", pool_tokens=pool_tokens, pool_bytes=pool_bytes,
-                            bytes_per_token=per_token, scenarios=needs)
+                            bytes_per_token=per_token, max_model_len=facts.max_model_len, scenarios=needs)
     if not measured:
         verdict.text = "no scenario's /metrics said anything about the KV cache: no advice"
         return verdict
@@ -116,7 +116,8 @@ def judge(needs: list[ScenarioNeed], facts: BootFacts, config: Config,
                                          f"{KV_LOW:.0%} and {KV_TIGHT:.0%}"
     known = [n.needed_tokens for n in measured if n.needed_tokens is not None]
     if known and len(known) == len(measured):
-        verdict.needed_tokens = max(known)
+        # vLLM refuses to boot a pool that cannot hold one request of the server's max-model-len
+        verdict.needed_tokens = max(*known, facts.max_model_len or 0)
     if verdict.needed_tokens is not None and per_token is not None:
         wanted = verdict.needed_tokens * (1 + HEADROOM) * per_token
         verdict.smallest_kv_cache_bytes = math.ceil(wanted / _MIB) * _MIB
@@ -135,7 +136,8 @@ def _text(v: MemoryVerdict, why: str) -> str:
     if v.smallest_kv_cache_bytes is not None:
         line += (f"; the smallest pool that keeps preemptions at zero at this load is --kv-cache-memory-bytes "
                  f"{v.smallest_kv_cache_bytes} ({v.smallest_kv_cache_bytes / _GIB:.3g} GiB, "
-                 f"{v.needed_tokens:,} tokens + {HEADROOM:.0%})")
+                 f"{v.needed_tokens:,} tokens + {HEADROOM:.0%}"
+                 + (", one request of max-model-len" if v.needed_tokens == v.max_model_len else "") + ")")
         if v.pool_bytes:
             line += f" against {v.pool_bytes / _GIB:.3g} GiB now"
     if v.gpu_memory_utilization is not None:
