@@ -131,3 +131,11 @@ def test_automatic_length_is_read_from_the_auto_fit_line() -> None:
     facts = parse_boot_facts(_log("vllm032-cpu-auto-fit.log"))
     b = probe_boot(AUTO, StartResult(outcome=Outcome.ok, boot_facts=facts))
     assert (b.ran_at, b.kv_cache_tokens, b.max_concurrency_tokens) == (3968, 4096, 3968)
+
+
+def test_bisection_to_one_token_finds_the_exact_capacity() -> None:
+    engine = FakeEngine(3979, 16384, auto=False, estimates=False)
+    engine._ok = lambda length, requested: ProbeBoot(requested=requested, outcome="ok", ran_at=length)  # type: ignore[method-assign]
+    answer = find_max_model_len(engine, model_max=16384, tolerance=1, max_boots=40)
+    assert answer.max_model_len == 3979 and answer.confirmed
+    assert len(set(engine.asked)) == len(engine.asked)  # no length booted twice

@@ -164,8 +164,10 @@ def find_max_model_len(boot: BootFn, *, model_max: int | None, start: int | None
 
 
 def _midpoint(low: int, high: int) -> int:
+    """Halfway, on a whole block where that stays above `low` (a length already known)."""
     mid = (low + high) // 2
-    return max(BLOCK, mid - mid % BLOCK) if mid > BLOCK else max(1, mid)
+    rounded = mid - mid % BLOCK
+    return rounded if rounded > low else max(mid, low + 1)
 
 
 def _no_answer(boots: list[ProbeBoot], model_max: int | None, reason: str) -> ContextAnswer:
