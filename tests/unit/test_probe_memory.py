@@ -84,3 +84,9 @@ def test_the_smallest_pool_still_holds_one_request_of_max_model_len() -> None:
     assert v.needed_tokens == 2048 == FACTS.max_model_len
     assert v.smallest_kv_cache_bytes == math.ceil(2048 * (1 + HEADROOM) * 1024 / 2**20) * 2**20
     assert "one request of max-model-len" in v.text
+
+
+def test_the_scenarios_clients_cap_the_requests_held() -> None:
+    # peaks of running (6) and waiting (3) sampled at different moments; 8 clients can hold 8 at most
+    need = scenario_need("burst", stats(3, 1.0, running=6, waiting=3), SUMMARY, 4096, None, clients=8)
+    assert need.needed_tokens == 8 * 544

@@ -160,8 +160,9 @@ def register(app: typer.Typer) -> None:
             raise ServetuneError(measured.error)
         facts = measured.start.boot_facts
         max_num_seqs = as_number(config.flags.get("max-num-seqs"))
-        needs = [scenario_need(r.scenario, r.server_stats, r.summary, facts.kv_cache_tokens, max_num_seqs)
-                 for r in measured.runs]
+        clients = {s.name: s.concurrency for s in scenarios}
+        needs = [scenario_need(r.scenario, r.server_stats, r.summary, facts.kv_cache_tokens, max_num_seqs,
+                               clients.get(r.scenario)) for r in measured.runs]
         verdict = judge(needs, facts, config, device_memory_gib)
         (out / "memory.json").write_text(json.dumps(verdict.model_dump(mode="json"), indent=2))
         console.print(_needs_table(verdict))

@@ -54,11 +54,13 @@ class MemoryVerdict(BaseModel):
 
 
 def scenario_need(name: str, server_stats: Mapping[str, Any], summary: Mapping[str, Any],
-                  pool_tokens: int | None, max_num_seqs: float | None) -> ScenarioNeed:
+                  pool_tokens: int | None, max_num_seqs: float | None,
+                  clients: int | None = None) -> ScenarioNeed:
     """The KV tokens one run's load needs. Without preemptions: the peak share of the pool it
     used. With preemptions the pool was full, so its peak says only "more": the need is then the
-    requests the server held at once (running + waiting, at most max-num-seqs) times the mean
-    tokens of a request (prompt + output), the most each holds at its end."""
+    requests the server held at once (running + waiting, at most max-num-seqs and the scenario's
+    `clients`, since the two peaks are sampled apart) times the mean tokens of a request
+    (prompt + output), the most each holds at its end."""
     ev = Evidence.of(server_stats)
     need = ScenarioNeed(scenario=name, preemptions=ev.preemptions, kv_usage_peak=ev.kv_usage_peak,
                         running_peak=ev.running_peak, waiting_peak=ev.waiting_peak)
@@ -69,8 +71,9 @@ def scenario_need(name: str, server_stats: Mapping[str, Any], summary: Mapping[s
     completed = summary.get("completed") or 0
     tokens = (summary.get("total_input_tokens") or 0) + (summary.get("total_output_tokens") or 0)
     held = (ev.running_peak or 0) + (ev.waiting_peak or 0)
-    if max_num_seqs is not None:
-        held = min(held, max_num_seqs)
+    for cap in (max_num_seqs, clients):
+        if cap is not None:
+            held = min(held, cap)
     if completed and tokens and held:
         per_request = tokens / completed
         need.needed_tokens = math.ceil(held * per_request)
@@ -135,11 +138,15 @@ def _text(v: MemoryVerdict, why: str) -> str:
     line = f"{head}: {why}"
     if v.smallest_kv_cache_bytes is not None:
         line += (f"; the smallest pool that keeps preemptions at zero at this load is --kv-cache-memory-bytes "
-                 f"{v.smallest_kv_cache_bytes} ({v.smallest_kv_cache_bytes / _GIB:.3g} GiB, "
+                 f"{v.smallest_kv_cache_bytes} ({_size(v.smallest_kv_cache_bytes)}, "
                  f"{v.needed_tokens:,} tokens + {HEADROOM:.0%}"
                  + (", one request of max-model-len" if v.needed_tokens == v.max_model_len else "") + ")")
         if v.pool_bytes:
-            line += f" against {v.pool_bytes / _GIB:.3g} GiB now"
+            line += f" against {_size(v.pool_bytes)} now"
     if v.gpu_memory_utilization is not None:
         line += f"; as a utilization: --gpu-memory-utilization {v.gpu_memory_utilization:g}"
     return line
+
+
+def _size(n: int) -> str:
+    return f"{n / _GIB:.3g} GiB" if n >= _GIB else f"{n / _MIB:.3g} MiB"
