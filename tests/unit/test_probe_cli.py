@@ -86,3 +86,10 @@ def test_memory_preempting_pool_goes_up(tmp_path: Path) -> None:
 def test_memory_needs_a_study_or_a_model_and_a_scenario(tmp_path: Path) -> None:
     r = servetune("probe", "memory", "--model", tmp_path, "--out", tmp_path / "probe")
     assert r.code == 2 and r.error_lines == ["error: give a study file, or --model DIR and at least one --scenario"]
+
+
+def test_context_checks_out_before_any_boot(tmp_path: Path) -> None:
+    r = servetune("probe", "context", "--model", _model(tmp_path), "--command", COMMAND, "--log-dir",
+                  tmp_path / "logs", "--out", tmp_path, "--", "--kv-cache-memory-bytes", POOL_4MIB)
+    assert r.code == 2 and r.error_lines == [f"error: --out {tmp_path}: is a directory, expected a file name"]
+    assert not list((tmp_path / "logs").glob("*.log"))  # nothing booted

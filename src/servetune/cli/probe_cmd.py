@@ -22,7 +22,7 @@ from ..probe.memory import MemoryVerdict, judge, scenario_need
 from ..study.loader import load_study
 from .bench_cmd import build_scenario
 from .boundary import EXIT_NO_RESULT
-from .paths import writable_dir
+from .paths import writable_dir, writable_file
 from .serve_cmd import flags_from_argv
 
 console = Console()
@@ -106,6 +106,8 @@ def register(app: typer.Typer) -> None:
         if "max-model-len" in config.flags:
             raise ServetuneError("probe context sets --max-model-len itself; leave it out of the engine flags")
         writable_dir(log_dir, "--log-dir")
+        if out is not None:
+            writable_file(out, "--out")  # now, not after minutes of boots
         engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
                             startup_timeout_s=startup_timeout, log_dir=log_dir)
         console.print(f"probing the context of {model} (server logs in {log_dir}) ...")
@@ -114,7 +116,6 @@ def register(app: typer.Typer) -> None:
                                     on_boot=lambda b: console.print("  " + _boot_line(b), markup=False,
                                                                     highlight=False))
         if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(answer.model_dump(mode="json"), indent=2))
         console.print(context_verdict(answer), style="bold" if answer.max_model_len else "bold red",
                       markup=False, highlight=False)
