@@ -57,6 +57,8 @@ FAULTS = {
 VERSION = "0.32.0"
 BYTES_PER_KV_TOKEN = 1024  # the stand-in's KV cache size follows --kv-cache-memory-bytes
 DEFAULT_MAX_MODEL_LEN = 2048
+MODEL_MAX_LEN = 16384  # the stand-in model's own longest context (max_position_embeddings)
+NULL_BLOCK_TOKENS = 128
 DEFAULT_BATCHED_TOKENS = 2048
 OOM_TEXT = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
             "capacity of 139.80 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process "
@@ -114,6 +116,19 @@ class BootLog:
         batched = int(flags.get("max_num_batched_tokens", DEFAULT_BATCHED_TOKENS))
         kv_bytes = int(flags.get("kv_cache_memory_bytes", 1 << 30))
         tokens = kv_bytes // BYTES_PER_KV_TOKEN
+        fits = tokens - NULL_BLOCK_TOKENS  # vLLM's block pool holds one null block back
+        if max_len == -1:  # vLLM's automatic max-model-len: the longest that fits, up to the model's
+            max_len = min(fits, MODEL_MAX_LEN)
+            self.line("EngineCore", "INFO", "kv_cache_utils.py:2480",
+                      f"Auto-fit max_model_len: reduced from {MODEL_MAX_LEN} to {max_len} to fit in available "
+                      f"KV cache memory ({kv_bytes / 2**30:.2f} GiB CPU)")
+        elif max_len > fits:
+            self.line("EngineCore", "ERROR", "core.py:1510",
+                      f"ValueError: To serve at least one request with the model's max seq len ({max_len}), "
+                      f"({max_len * BYTES_PER_KV_TOKEN / 2**30:.2f} GiB KV cache is needed, which is larger than "
+                      f"the available KV cache memory ({kv_bytes / 2**30:.2f} GiB). Based on the available memory, "
+                      f"the estimated maximum model length is {fits}. Try increasing `gpu_memory_utilization`")
+            sys.exit(1)
         config = {
             "model": repr(model), "tokenizer": repr(model), "dtype": "torch.bfloat16", "max_seq_len": max_len,
             "load_format": flags.get("load_format", "auto"), "device_config": "cpu", "seed": flags.get("seed", 0),
@@ -139,11 +154,19 @@ class BootLog:
 class StandinServer(FakeServer):
     """The fake streaming server with counters, vLLM's extra endpoints and stream faults."""
 
-    def __init__(self, args: argparse.Namespace, model: str) -> None:
+    def __init__(self, args: argparse.Namespace, model: str, kv_tokens: int) -> None:
         super().__init__(ttft_ms=2.0, itl_ms=1.0, tokens_per_chunk=1, log=False, model=model)
         self.args = args
         self.requests = 0
         self.tokens_out = 0
+        # A KV pool of kv_tokens: each running request holds prompt + max_tokens; a request that
+        # does not fit is counted as a preemption (it runs anyway: timings are not the point here).
+        self.kv_tokens = kv_tokens
+        self.kv_held = 0
+        self.kv_peak = 0.0
+        self.preemptions = 0
+        self.running = 0
+        self.running_peak = 0
 
     def faulty(self) -> bool:
         """Request-count faults apply from request K+1 on (warmups count)."""
@@ -155,8 +178,20 @@ class StandinServer(FakeServer):
             BootLog().line("EngineCore", "ERROR", "core.py:1021", "EngineCore encountered a fatal error.")
             print("RuntimeError: stand-in engine core died (fault crash-after)", flush=True)
             os._exit(1)
-        resp = await super().complete(request)
-        self.tokens_out += int(json.loads(await request.read()).get("max_tokens") or 0)
+        body = json.loads(await request.read())
+        held = len(str(body.get("prompt", body.get("messages", ""))).split()) + int(body.get("max_tokens") or 0)
+        if self.kv_held + held > self.kv_tokens:
+            self.preemptions += 1
+        self.kv_held += held
+        self.running += 1
+        self.kv_peak = max(self.kv_peak, min(1.0, self.kv_held / self.kv_tokens))
+        self.running_peak = max(self.running_peak, self.running)
+        try:
+            resp = await super().complete(request)
+        finally:
+            self.kv_held -= held
+            self.running -= 1
+        self.tokens_out += int(body.get("max_tokens") or 0)
         return resp
 
     async def write_chunk(self, resp: web.StreamResponse, index: int, chunk: bytes) -> None:
@@ -176,11 +211,25 @@ class StandinServer(FakeServer):
 
     async def metrics(self, _: web.Request) -> web.Response:
         return web.Response(text=(
-            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running {self._take_running_peak()}\n"
             "# TYPE vllm:request_success_total counter\n"
             f'vllm:request_success_total{{finished_reason="length"}} {float(self.requests)}\n'
             "# TYPE vllm:generation_tokens_total counter\n"
-            f"vllm:generation_tokens_total {float(self.tokens_out)}\n"))
+            f"vllm:generation_tokens_total {float(self.tokens_out)}\n"
+            "# TYPE vllm:num_preemptions_total counter\n"
+            f"vllm:num_preemptions_total {float(self.preemptions)}\n"
+            # the peak since the last scrape: a gauge sampled every 0.5 s would miss short requests
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f"vllm:kv_cache_usage_perc {self._take_kv_peak()}\n"))
+
+    def _take_running_peak(self) -> float:
+        peak, self.running_peak = self.running_peak, self.running
+        return float(peak)
+
+    def _take_kv_peak(self) -> float:
+        peak, self.kv_peak = self.kv_peak, min(1.0, self.kv_held / self.kv_tokens)
+        return peak
 
 
 
@@ -284,7 +333,8 @@ def main(argv: list[str]) -> None:
     if "double-fork" in args.fault:
         double_fork_holding(sock)
     spawn_children(args.fault)
-    server = StandinServer(args, args.served_model_name or model)
+    kv_tokens = int(flags.get("kv_cache_memory_bytes", 1 << 30)) // BYTES_PER_KV_TOKEN
+    server = StandinServer(args, args.served_model_name or model, kv_tokens)
     app = web.Application(middlewares=[error_middleware(args, args.api_key or os.environ.get("VLLM_API_KEY"))])
     app.add_routes(server.routes())
     log.line("APIServer", "INFO", "entry.py:140", f"Starting vLLM server on http://{args.host}:{args.port}")

@@ -48,3 +48,46 @@ def test_a_teardown_that_left_a_process_and_the_port_is_in_the_trial_detail(tmp_
     assert outcome == "ok" and done.outcome == "ok"  # the measurements stand
     assert done.detail == f"teardown left process(es) 4242 still running and port {port} still held by pid 4243"
     assert engine.token_stored_before_start  # the launch intent reached the store before the spawn
+
+
+class TooLongEngine:
+    """Fails every boot context_too_long, with vLLM's estimate or (an older message) without."""
+
+    def __init__(self, estimate: int | None) -> None:
+        self.estimate = estimate
+
+    def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
+              launch_token: str | None = None) -> StartResult:
+        return StartResult(outcome=Outcome.context_too_long, detail="max model length does not fit in the KV cache",
+                           estimated_max_model_len=self.estimate)
+
+
+def _too_long_trial(tmp_path: Path, estimate: int | None, baseline_memory: str) -> str | None:
+    from servetune.engine.bootfacts import BootFacts
+    from servetune.tune import known
+
+    store = StudyStore.in_dir(tmp_path)
+    baseline = Config.of({"kv-cache-memory-bytes": baseline_memory, "max-model-len": 2048})
+    first = store.begin_trial("baseline", baseline, {})
+    facts = BootFacts(kv_cache_tokens=4096, max_concurrency=2.0, max_concurrency_tokens=2048)
+    store.record_boot(first.id, healthy_at=1.0, boot_facts=facts.model_dump(mode="json"), mismatches=[],
+                      log_path="logs/x.log")
+    store.finish_trial(first.id, "ok")
+    trial = store.begin_trial("candidate", Config.of({"kv-cache-memory-bytes": "4MiB", "max-model-len": 8192}), {})
+    outcome = TrialExecutor(TooLongEngine(estimate), store, tmp_path, None).run(
+        trial, TrialPlan([], 1, 1), enough=lambda t, r: True, progress=lambda *a: None,
+        fits_of=lambda t, est: known.context_fit(store, t, est, baseline))
+    assert outcome == "context_too_long"
+    return store.trial(trial.id).detail
+
+
+def test_a_context_too_long_trial_says_what_would_fit_from_vllms_estimate(tmp_path: Path) -> None:
+    detail = _too_long_trial(tmp_path, 3968, "4MiB")
+    assert detail is not None and "fits: --max-model-len 3968 (vLLM's estimate" in detail
+
+
+def test_without_an_estimate_the_kv_cache_of_a_config_with_the_same_memory_says(tmp_path: Path) -> None:
+    detail = _too_long_trial(tmp_path, None, "4MiB")
+    assert detail is not None and "fits: about --max-model-len 4096 (the KV cache of the baseline (#1)" in detail
+    # another pool size says nothing about this one
+    assert "fits:" not in (_too_long_trial(tmp_path / "other", None, "1GiB") or "")

@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "bench_cmd",
     "capacity_cmd",
     "drift_cmd",
+    "probe_cmd",
 ]
 
 for _name in COMMAND_MODULES:

@@ -3,7 +3,8 @@
 Known log dialects (excerpts kept under tests/fixtures/logs/):
 - 0.26 (GPU): "GPU KV cache size: 814,368 tokens" and, on the next line,
   "Maximum concurrency for 40,960 tokens per request: 19.88x".
-- 0.32 (GPU or CPU): one line, "CPU KV cache size: 58,240 tokens, Maximum concurrency for ...".
+- 0.32 (GPU or CPU): one line, "CPU KV cache size: 58,240 tokens, Maximum concurrency for ...";
+  with --max-model-len -1, "Auto-fit max_model_len: reduced from 16384 to 3968 ..." says the length.
 Each fact is optional: a missing line leaves None, never an error.
 """
 
@@ -38,6 +39,9 @@ _ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model
 _ASYNC = re.compile(r"Asynchronous scheduling is (?P<state>enabled|disabled)")
 _CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(?P<n>\d+)")
 _MAX_MODEL_LEN = re.compile(r"Using max model len (?P<n>\d+)")
+# --max-model-len -1 (0.32): the engine fits the length after the lines above were logged
+_AUTO_FIT = re.compile(r"Auto-fit max_model_len: (?:reduced from \d+ to (?P<n>\d+)|full model context length "
+                       r"(?P<full>\d+) fits)")
 _ATTENTION = re.compile(r"Using (?P<b>[A-Z][A-Z0-9_]*) (?:attention )?backend\b")
 _ENGINE_CONFIG = re.compile(r"Initializing a V1 LLM engine \([^)]*\) with config: (?P<cfg>.*)$")
 _MAMBA_MODE = re.compile(r"Mamba cache mode is set to '(?P<mode>\w+)'")
@@ -152,6 +156,9 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
         found("max_num_batched_tokens")
     if m := _MAX_MODEL_LEN.search(msg):
         f.max_model_len = int(m["n"])
+        found("max_model_len")
+    if m := _AUTO_FIT.search(msg):
+        f.max_model_len = int(m["n"] or m["full"])
         found("max_model_len")
     if f.attention_backend is None and (m := _ATTENTION.search(msg)):
         f.attention_backend = m["b"]

@@ -108,7 +108,7 @@ def known_to_fail(new: Config, too_long: list[Booted]) -> str | None:
         return None
     for failed in too_long:
         failed_length = as_number(failed.config.flags.get("max-model-len"))
-        if failed_length is None or length < failed_length or not _same_memory(new, failed.config):
+        if failed_length is None or length < failed_length or not same_memory(new, failed.config):
             continue
         return (f"max-model-len={_show(new.flags['max-model-len'])} is not below "
                 f"max-model-len={_show(failed.config.flags['max-model-len'])}, which failed context_too_long "
@@ -116,7 +116,9 @@ def known_to_fail(new: Config, too_long: list[Booted]) -> str | None:
     return None
 
 
-def _same_memory(a: Config, b: Config) -> bool:
+def same_memory(a: Config, b: Config) -> bool:
+    """Do `a` and `b` get the same KV cache (every flag but max-model-len and those that leave
+    the cache alone, and the environment, equal)?"""
     if a.env != b.env:
         return False
     flags = (set(a.flags) | set(b.flags)) - _NOT_MEMORY - {"max-model-len"}

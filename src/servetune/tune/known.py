@@ -15,6 +15,7 @@ from ..engine.config import Config
 from ..engine.defaults import EngineDefaults, read_engine_defaults
 from ..engine.equivalence import Booted, duplicate_detail, known_to_fail
 from ..engine.outcome import Outcome
+from ..probe.context import fitting_length
 from ..store import StudyStore, TrialRow
 
 DEFAULTS_META = "engine_defaults"
@@ -70,3 +71,8 @@ def after_boot(store: StudyStore, trial: TrialRow, facts: BootFacts, baseline: C
     """Why the booted `trial` runs as a measured config (its boot log against theirs), or None."""
     detail = duplicate_detail(trial.config, facts, measured(store, baseline, excluding=trial.id), defaults)
     return None if detail is None else f"{detail} (effective engine config from the boot logs; not measured)"
+
+
+def context_fit(store: StudyStore, trial: TrialRow, estimate: int | None, baseline: Config) -> str | None:
+    """The max-model-len that would fit `trial`'s memory settings (it failed context_too_long)."""
+    return fitting_length(trial.config, estimate, measured(store, baseline, excluding=trial.id))

@@ -205,6 +205,7 @@ class StudyRunner:
             progress=lambda t, s, r, d, n: self._on_progress(t, label, s, r, d, n),
             duplicate_of=(lambda t, facts: known.after_boot(self.store, t, facts, self.baseline_config, defaults))
             if is_candidate else None,
+            fits_of=lambda t, estimate: known.context_fit(self.store, t, estimate, self.baseline_config),
         )
         done = self.store.trial(trial.id)
         if outcome != Outcome.ok:

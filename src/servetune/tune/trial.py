@@ -38,6 +38,8 @@ EnoughFn = Callable[[TrialRow, int], bool]
 # After a healthy boot: why this server runs as a config already measured (then it is not
 # measured), or None.
 DuplicateFn = Callable[[TrialRow, BootFacts], str | None]
+# After a context_too_long boot (the trial, vLLM's estimate or None): the length that would fit.
+FitsFn = Callable[[TrialRow, int | None], str | None]
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class TrialExecutor:
         self.launch = Config.of(launch_flags or {})
 
     def run(self, trial: TrialRow, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn,
-            duplicate_of: DuplicateFn | None = None) -> Outcome:
+            duplicate_of: DuplicateFn | None = None, fits_of: FitsFn | None = None) -> Outcome:
         """Run the trial to its end and return its outcome. Failures are outcomes, never raised."""
         log_path = self._log_path(trial)
         stored_log = str(log_path.relative_to(self.out_dir))  # relative: the study dir can move
@@ -82,7 +84,9 @@ class TrialExecutor:
             log_path=stored_log,
         )
         if started.outcome != Outcome.ok or started.server is None:
-            detail = "\n".join([started.detail, *started.evidence]).strip()
+            fits = fits_of(trial, started.estimated_max_model_len) \
+                if fits_of is not None and started.outcome is Outcome.context_too_long else None
+            detail = "\n".join(x for x in [started.detail, fits, *started.evidence] if x).strip()
             self.store.finish_trial(trial.id, started.outcome, detail=detail, log_tail=started.log_tail)
             return started.outcome
 

@@ -1,0 +1,178 @@
+"""`servetune probe context` and `servetune probe memory`: one question each, answered by booting."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..engine.applied import as_number
+from ..engine.config import Config
+from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
+from ..errors import ServetuneError
+from ..load.scenario import PRESETS, Scenario
+from ..probe.context import ContextAnswer, ProbeBoot, check_start, engine_boot, find_max_model_len, model_max_len
+from ..probe.measure import measure
+from ..probe.memory import MemoryVerdict, judge, scenario_need
+from ..study.loader import load_study
+from .bench_cmd import build_scenario
+from .boundary import EXIT_NO_RESULT
+from .paths import writable_dir, writable_file
+from .serve_cmd import flags_from_argv
+
+console = Console()
+_EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _boot_line(b: ProbeBoot) -> str:
+    asked = "auto (-1)" if b.requested < 0 else str(b.requested)
+    if b.ok:
+        said = f"ok at {b.ran_at}: KV cache {b.kv_cache_tokens or '?'} tokens"
+        if b.max_concurrency is not None:
+            said += f", max concurrency {b.max_concurrency:.2f}x for {b.max_concurrency_tokens} tokens"
+    else:
+        said = f"{b.outcome}" + (f": vLLM estimates {b.estimate} fits" if b.estimate else f": {b.detail[:160]}")
+    return f"--max-model-len {asked} ({b.why}): {said}"
+
+
+def context_verdict(answer: ContextAnswer) -> str:
+    if answer.max_model_len is None:
+        return f"no max-model-len found: {answer.reason}"
+    how = {"auto-fit": "vLLM's automatic max-model-len", "estimate": "vLLM's estimate after a boot that did not fit",
+           "concurrency": "the 'Maximum concurrency' line (X·Y tokens)", "bisection": "bisection",
+           "start": "the length asked first", "model maximum": "the model's maximum length"}.get(answer.source,
+                                                                                                  answer.source)
+    check = "confirmed by a boot at exactly that length" if answer.confirmed else "NOT confirmed by a boot"
+    line = f"max-model-len {answer.max_model_len} fits (from {how}; {check})"
+    if answer.model_max is not None and answer.max_model_len >= answer.model_max:
+        line += f"; that is the model's own maximum ({answer.model_max})"
+    if answer.kv_cache_tokens is not None:
+        line += f"; KV cache {answer.kv_cache_tokens:,} tokens"
+    if answer.max_concurrency is not None:
+        line += f", max concurrency {answer.max_concurrency:.2f}x at {answer.max_model_len:,} tokens a request"
+    return line
+
+
+def _needs_table(verdict: MemoryVerdict) -> Table:
+    table = Table(title="KV cache under the scenarios (one run each)")
+    for col in ("scenario", "preemptions", "peak KV usage", "peak running / waiting", "KV tokens needed", "from"):
+        table.add_column(col, overflow="fold")
+    for n in verdict.scenarios:
+        table.add_row(n.scenario, "-" if n.preemptions is None else f"{n.preemptions:g}",
+                      "-" if n.kv_usage_peak is None else f"{n.kv_usage_peak * 100:.3g} %",
+                      f"{_g(n.running_peak)} / {_g(n.waiting_peak)}",
+                      "-" if n.needed_tokens is None else f"{n.needed_tokens:,}", escape(n.basis))
+    return table
+
+
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _engine_flags(ctx: typer.Context) -> Config:
+    return Config.of(flags_from_argv(list(ctx.args)))
+
+
+def _scenarios(names: list[str]) -> list[Scenario]:
+    return [build_scenario(name) for name in names]
+
+
+def register(app: typer.Typer) -> None:
+    probe_app = typer.Typer(help="One-question probes: the longest context that fits, the KV memory a load needs.",
+                            no_args_is_help=True)
+
+    @probe_app.command("context", context_settings=_EXTRA)
+    def context(
+        ctx: typer.Context,
+        model: str = typer.Option(..., "--model", help="model directory or name"),
+        start: int | None = typer.Option(None, "--start", help="first max-model-len to try (default: vLLM's "
+                                         "automatic length, then the model's maximum)"),
+        tolerance: int = typer.Option(256, "--tolerance", min=1, help="bisection stops this many tokens apart"),
+        max_boots: int = typer.Option(8, "--max-boots", min=1, help="boots at most"),
+        command: str | None = typer.Option(None, "--command", help=f"base command (default: {' '.join(DEFAULT_COMMAND)})"),
+        startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
+        log_dir: Path = typer.Option(Path("runs/probe"), "--log-dir", help="where the server logs go"),
+        out: Path | None = typer.Option(None, "--out", help="write the answer and every boot as JSON here"),
+    ) -> None:
+        """The largest --max-model-len that fits the memory flags after `--`: vLLM's own answers first
+        (automatic length, its estimate, the max-concurrency line), confirmed by a boot at the answer."""
+        check_start(start)
+        config = _engine_flags(ctx)
+        if "max-model-len" in config.flags:
+            raise ServetuneError("probe context sets --max-model-len itself; leave it out of the engine flags")
+        writable_dir(log_dir, "--log-dir")
+        if out is not None:
+            writable_file(out, "--out")  # now, not after minutes of boots
+        engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
+                            startup_timeout_s=startup_timeout, log_dir=log_dir)
+        console.print(f"probing the context of {model} (server logs in {log_dir}) ...")
+        answer = find_max_model_len(engine_boot(engine, config, log_dir), model_max=model_max_len(model), start=start,
+                                    tolerance=tolerance, max_boots=max_boots,
+                                    on_boot=lambda b: console.print("  " + _boot_line(b), markup=False,
+                                                                    highlight=False))
+        if out is not None:
+            out.write_text(json.dumps(answer.model_dump(mode="json"), indent=2))
+        console.print(context_verdict(answer), style="bold" if answer.max_model_len else "bold red",
+                      markup=False, highlight=False)
+        if answer.max_model_len is None:
+            raise typer.Exit(EXIT_NO_RESULT)
+
+    @probe_app.command("memory", context_settings=_EXTRA)
+    def memory(
+        ctx: typer.Context,
+        study: Path | None = typer.Argument(None, help="study file: its engine, baseline flags and scenarios"),
+        model: str | None = typer.Option(None, "--model", help="model directory (without a study file)"),
+        scenario: list[str] = typer.Option([], "--scenario", help=f"preset to run (repeatable): {', '.join(PRESETS)}"),
+        device_memory_gib: float | None = typer.Option(None, "--device-memory-gib", min=0.001,
+                                                       help="the accelerator's memory, to express the pool as "
+                                                            "--gpu-memory-utilization"),
+        out: Path = typer.Option(Path("runs/probe-memory"), "--out", help="directory for logs, runs and memory.json"),
+        command: str | None = typer.Option(None, "--command", help="base command without a study file (default: "
+                                           f"{' '.join(DEFAULT_COMMAND)})"),
+        startup_timeout: float = typer.Option(900.0, "--startup-timeout"),
+    ) -> None:
+        """Run the scenarios once on one server and say whether the KV cache memory should go up, down or
+        stay, with the smallest --kv-cache-memory-bytes that keeps preemptions at zero at that load."""
+        extra = _engine_flags(ctx)
+        if study is not None:
+            spec = load_study(study)
+            engine = VllmEngine(list(spec.engine.command), model=str(spec.engine.model),
+                                startup_timeout_s=spec.engine.startup_timeout_s, log_dir=out / "logs",
+                                pin_engine_core=spec.engine.pin_engine_core, secrets=spec.engine.secrets,
+                                dev_mode=True)  # the prefix-cache reset between scenarios
+            engine.check_secrets()
+            config, model_dir = spec.baseline_config().merged(extra), str(spec.engine.model)
+            scenarios = _scenarios(scenario) if scenario else list(spec.scenarios)
+        else:
+            if model is None or not scenario:
+                raise ServetuneError("give a study file, or --model DIR and at least one --scenario")
+            engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
+                                startup_timeout_s=startup_timeout, log_dir=out / "logs", dev_mode=True)
+            config, model_dir, scenarios = extra, model, _scenarios(scenario)
+        writable_dir(out, "--out")
+        tokenizer = Path(model_dir) if (Path(model_dir) / "tokenizer.json").is_file() else None
+        console.print(f"booting {model_dir} and running {', '.join(s.name for s in scenarios)} once each ...")
+        measured = measure(engine, config, scenarios, out, tokenizer, "memory")
+        if measured.error and not measured.runs:
+            raise ServetuneError(measured.error)
+        facts = measured.start.boot_facts
+        max_num_seqs = as_number(config.flags.get("max-num-seqs"))
+        clients = {s.name: s.concurrency for s in scenarios}
+        needs = [scenario_need(r.scenario, r.server_stats, r.summary, facts.kv_cache_tokens, max_num_seqs,
+                               clients.get(r.scenario)) for r in measured.runs]
+        verdict = judge(needs, facts, config, device_memory_gib)
+        (out / "memory.json").write_text(json.dumps(verdict.model_dump(mode="json"), indent=2))
+        console.print(_needs_table(verdict))
+        if measured.error:
+            console.print(f"[yellow]{escape(measured.error)}[/]")
+        console.print(f"memory: {verdict.text}", style="bold", markup=False, highlight=False)
+        console.print(escape(f"wrote {out / 'memory.json'}"))
+        if verdict.direction == "unknown":
+            raise typer.Exit(EXIT_NO_RESULT)
+
+    app.add_typer(probe_app, name="probe")

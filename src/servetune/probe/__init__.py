@@ -1,0 +1,1 @@
+"""Probes: one-question commands on the engine layer (`servetune probe context`, `probe memory`)."""
