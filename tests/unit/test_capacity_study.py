@@ -11,12 +11,16 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from rich.console import Console
 
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.errors import ServetuneError
+from servetune.load import arrivals
+from servetune.report.context import build as build_report_data
+from servetune.report.write import write_report
 from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
 from servetune.tune import analysis, capacity_trial, known
@@ -69,7 +73,7 @@ def _servers() -> Iterator[dict[int, str]]:
 
 
 def test_a_capacity_study_names_the_config_that_serves_more_with_an_interval(tmp_path: Path) -> None:
-    spec = _spec(tmp_path)
+    spec = _spec(tmp_path, price_per_gpu_hour=2.0)
     with _servers() as urls:
         runner = StudyRunner(spec, tmp_path / "study", display=StudyDisplay(Console(file=io.StringIO()), enabled=False))
         runner.store.set_meta_json(known.DEFAULTS_META, CPU_DEFAULTS.model_dump(mode="json"))
@@ -91,6 +95,22 @@ def test_a_capacity_study_names_the_config_that_serves_more_with_an_interval(tmp
     capacity = result.winner.scenarios["chat"].metrics["capacity"]
     baseline = result.baseline.scenarios["chat"].metrics["capacity"]
     assert capacity.estimate > 2 * baseline.estimate   # four times the slots: far more than twice the rate
+
+    # The report: capacity per config with intervals, the cost at capacity, the curves.
+    paths = write_report(result, store, tmp_path / "report")
+    data = build_report_data(result, store)
+    assert data.capacity is not None and data.plots[0].name == "latency_vs_load"
+    assert paths["plot:latency_vs_load"].is_file()
+    for row in data.capacity.rows:
+        config = next(c for c in result.configs if c.scenarios["chat"].metrics.get("capacity") is row.capacity)
+        served = [r.summary["output_throughput_at_capacity"] for t in config.trial_ids for r in store.runs(t)
+                  if r.replicate == capacity_trial.CAPACITY_REPLICATE]
+        assert len(row.per_boot) == len(served) == 2 and row.unit == "req/s"
+        # 2 $ an hour for one GPU, at the output tokens per second the capacity serves
+        assert row.usd_per_million_tokens == pytest.approx(2.0 / (sum(served) / 2 * 3600) * 1e6)
+    markdown = paths["markdown"].read_text()
+    assert "Capacity under the SLOs" in markdown and "GPU-hour, the server run at its capacity.\n\n| config |" in markdown
+    assert "| max-num-seqs=8 | chat |" in markdown and "per million output tokens" in paths["html"].read_text()
 
 
 def test_a_killed_capacity_search_resumes_from_its_stored_levels(tmp_path: Path, monkeypatch) -> None:
@@ -136,3 +156,14 @@ def test_a_capacity_objective_without_a_latency_slo_is_refused(tmp_path: Path, o
     with pytest.raises(ServetuneError) as err:
         _spec(tmp_path, objective=objective)
     assert says in str(err.value)
+
+
+def test_the_bursty_chat_preset_is_an_open_loop_burstier_than_poisson_searched_by_rate(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, scenarios=[{"preset": "chat-bursty", "name": "chat"}])
+    (scenario,) = spec.scenarios
+    assert scenario.endpoint == "chat" and scenario.rate is not None and scenario.concurrency is None
+    offsets = arrivals.plan(scenario, 4000, np.random.default_rng(0)).offsets
+    gaps = np.diff(offsets)
+    assert gaps.std() / gaps.mean() > 1.3   # gamma shape 0.5: sqrt(2); Poisson: 1
+    plan = capacity_trial.plan_for(spec)
+    assert plan is not None and not plan.settings["chat"].integer

@@ -26,6 +26,7 @@ from ..study.spec import ObjectiveSpec
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
 from . import plots
 from .advice import Advice, Evidence, advise_config, describe_mismatch
+from .capacity import CapacityView, build_capacity
 from .emit import Deployment, Snippets, snippets
 from .requests import resolve, runs_series_ms
 
@@ -130,6 +131,7 @@ class ReportData:
     cost: CostView
     notes: list[str] = field(default_factory=list)
     confidence_pct: str = "95"                    # level of every interval shown: 1 - the study's alpha
+    capacity: CapacityView | None = None          # a `maximize: capacity` study's section
 
 
 def fmt_value(value: Any) -> str:
@@ -437,6 +439,10 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
     except (ValueError, RuntimeError) as exc:  # fANOVA needs enough distinct points
         importances, notes = {}, [f"parameter importance not computed: {exc}"]
 
+    capacity = build_capacity(analysis, runs_by_trial, objective, spec.get("price_per_gpu_hour"))
+    figures = _plots(analysis, store, runs_by_trial, slo_metrics)
+    if capacity is not None and capacity.plot is not None:
+        figures.insert(0, capacity.plot)
     return ReportData(
         study_name=analysis.study_name, objective_metric=analysis.objective_metric,
         objective_direction=analysis.objective_direction, generated_at=time.time(),
@@ -446,5 +452,5 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         snippets=snippets(dep) if dep is not None else None,
         trials=[_trial_view(t, runs_by_trial.get(t.id, []), base_cfg, redact) for t in trials],
         param_effects=_param_effects(analysis), importances=importances,
-        plots=_plots(analysis, store, runs_by_trial, slo_metrics), evidence=evidence, advice=advice,
-        cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis))
+        plots=figures, evidence=evidence, advice=advice,
+        cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis), capacity=capacity)
