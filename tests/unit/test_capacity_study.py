@@ -17,11 +17,13 @@ from rich.console import Console
 
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
+from servetune.capacity.slo import Slo
 from servetune.errors import ServetuneError
 from servetune.load import arrivals
 from servetune.report.context import build as build_report_data
 from servetune.report.write import write_report
 from servetune.store import StudyStore
+from servetune.study.objective import Objective
 from servetune.study.spec import StudySpec
 from servetune.tune import analysis, capacity_trial, known
 from servetune.tune.display import StudyDisplay
@@ -167,3 +169,11 @@ def test_the_bursty_chat_preset_is_an_open_loop_burstier_than_poisson_searched_b
     assert gaps.std() / gaps.mean() > 1.3   # gamma shape 0.5: sqrt(2); Poisson: 1
     plan = capacity_trial.plan_for(spec)
     assert plan is not None and not plan.settings["chat"].integer
+
+
+def test_a_capacity_config_is_feasible_when_some_level_met_its_slos(tmp_path: Path) -> None:
+    objective = Objective(_spec(tmp_path))
+    assert objective.capacity_slos("chat") == [Slo("ttft", "mean", 100.0)]
+    # The SLOs are what the capacity is measured against, not limits on the capacity Run's summary.
+    assert objective.slo_violations("chat", {"capacity": 12.5}) == []
+    assert objective.slo_violations("chat", {"capacity": 0.0}) == ["chat: no load level met every SLO"]
