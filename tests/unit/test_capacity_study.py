@@ -91,6 +91,9 @@ def test_a_capacity_study_names_the_config_that_serves_more_with_an_interval(tmp
         assert len(levels) == cap.summary["levels_measured"] >= 3
         assert all(r.summary["load"] == "rate" and r.summary["load_level"] > 0 for r in levels)
         assert cap.summary["capacity_low"] <= cap.summary["capacity"] > 0
+    # The capacity Runs are derived from the levels: the time spent measuring is the levels' alone.
+    level_s = sum(r.wall_s for r in store.runs() if capacity_trial.is_level_run(r.summary))
+    assert result.cost["measure_s"] == pytest.approx(level_s, rel=1e-3)
     assert result.winner is not None and result.winner.config.flags["max-num-seqs"] == SLOTS[1], result.winner_reason
     effect = result.winner.objective_effect
     assert effect is not None and effect.verdict == "better" and effect.ci_low_pct > 0, effect

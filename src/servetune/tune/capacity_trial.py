@@ -129,14 +129,14 @@ def measure_capacity(store: StudyStore, trial: TrialRow, scenarios: list[Scenari
                 failure.append((str(result.outcome), f"{where}: {result.error}"))
             return sample
 
-        started_at = time.time()
         searched = search(measure, slos, plan.settings[scenario.name])
         if searched.error is not None or not searched.levels:
             return failure[0] if failure else (str(Outcome.crashed), f"{scenario.name}: {searched.error}")
         est = estimate(searched.levels, integer=kind == "concurrency")
         levels = [r for r in store.runs(trial.id) if r.scenario == scenario.name and is_level_run(r.summary)]
+        # Derived from the level runs, not measured: no time of its own (the study's cost counts the levels').
         record(CAPACITY_REPLICATE, RunResult(scenario=scenario.name, summary=capacity_summary(
-            est, kind, slos, len(searched.levels), searched.requests, levels)), started_at)
+            est, kind, slos, len(searched.levels), searched.requests, levels)), time.time())
     return str(Outcome.ok), None
 
 

@@ -146,7 +146,7 @@ class TrialExecutor:
                           api_key: str | None, model: str, progress: ProgressFn) -> tuple[str, str | None]:
         def record(replicate: int, result: RunResult, started_at: float) -> None:
             self.store.record_run(trial.id, replicate, _relative(result, self.out_dir), started_at=started_at,
-                                  ended_at=time.time())
+                                  ended_at=max(time.time(), started_at))
 
         return capacity_trial.measure_capacity(
             self.store, trial, plan.scenarios, capacity,
