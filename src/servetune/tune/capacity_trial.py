@@ -95,49 +95,61 @@ def measure_capacity(store: StudyStore, trial: TrialRow, scenarios: list[Scenari
         runs = [r for r in store.runs(trial.id) if r.scenario == scenario.name]
         if any(r.replicate == CAPACITY_REPLICATE and r.outcome == str(Outcome.ok) for r in runs):
             continue  # searched on an earlier boot of this trial
-        failure: list[tuple[str, str]] = []
-        stored = deque(_stored_samples(runs, study_dir))
-        numbers = iter(range(max((r.replicate for r in runs), default=0) + 1, 10**9))
-        kind = load_kind(scenario)
-
-        def measure(level: float, scenario: Scenario = scenario, slos: list[Slo] = slos,
-                    stored: deque[LevelSample] = stored, failure: list[tuple[str, str]] = failure,
-                    numbers=numbers, kind: LoadKind = kind) -> LevelSample:
-            if stored and math.isclose(stored[0].level, level, rel_tol=1e-9):
-                return stored.popleft()
-            stored.clear()  # the search went elsewhere: what is left of the stored levels is not replayed
-            where = f"{scenario.name} at {kind} {level:g}"
-            if not server.is_alive():
-                failure.append((str(Outcome.crashed), f"server exited before {where}"))
-                return LevelSample(level, {}, 0, 0, error="server exited")
-            server.before_run()
-            number = next(numbers)
-            started_at = time.time()
-            result, sample = measure_level(
-                server.url, scenario, slos, load=kind, level=level, run=number, num_prompts=plan.num_prompts,
-                alpha=plan.settings[scenario.name].alpha, out_dir=runs_dir,
-                run_id=f"trial{trial.seq:03d}-{scenario.name}-L{number:02d}", model=server.model,
-                tokenizer_dir=tokenizer_dir, api_key=server.api_key,
-                progress=lambda d, t: progress(scenario.name, number, d, t))
-            if not server.is_alive():
-                # Requests that died with the server are not a measurement of this config.
-                failure.append((str(Outcome.crashed), f"server died during {where}"))
-                return LevelSample(level, {}, 0, 0, error="server died")
-            summary = {**result.summary, LEVEL_KEY: level, "load": kind, "stopped_early": sample.stopped}
-            record(number, result.model_copy(update={"summary": summary}), started_at)
-            if sample.error is not None:
-                failure.append((str(result.outcome), f"{where}: {result.error}"))
-            return sample
-
-        searched = search(measure, slos, plan.settings[scenario.name])
+        levels = _LevelRuns(trial, scenario, slos, plan, server, runs, runs_dir=runs_dir, study_dir=study_dir,
+                            tokenizer_dir=tokenizer_dir, record=record, progress=progress)
+        searched = search(levels.measure, slos, plan.settings[scenario.name])
         if searched.error is not None or not searched.levels:
-            return failure[0] if failure else (str(Outcome.crashed), f"{scenario.name}: {searched.error}")
-        est = estimate(searched.levels, integer=kind == "concurrency")
-        levels = [r for r in store.runs(trial.id) if r.scenario == scenario.name and is_level_run(r.summary)]
+            return levels.failure or (str(Outcome.crashed), f"{scenario.name}: {searched.error}")
+        est = estimate(searched.levels, integer=levels.kind == "concurrency")
+        stored = [r for r in store.runs(trial.id) if r.scenario == scenario.name and is_level_run(r.summary)]
         # Derived from the level runs, not measured: no time of its own (the study's cost counts the levels').
         record(CAPACITY_REPLICATE, RunResult(scenario=scenario.name, summary=capacity_summary(
-            est, kind, slos, len(searched.levels), searched.requests, levels)), time.time())
+            est, levels.kind, slos, len(searched.levels), searched.requests, stored)), time.time())
     return str(Outcome.ok), None
+
+
+class _LevelRuns:
+    """The `measure(level)` of one scenario's search on one boot: the levels an earlier boot of
+    the trial stored are handed back in their order, then each level is a Run on this server,
+    committed as it ends."""
+
+    def __init__(self, trial: TrialRow, scenario: Scenario, slos: list[Slo], plan: CapacityPlan, server: Server,
+                 runs: list[RunRow], *, runs_dir: Path, study_dir: Path, tokenizer_dir: Path | None,
+                 record: RecordRun, progress: LevelProgress) -> None:
+        self.trial, self.scenario, self.slos, self.plan, self.server = trial, scenario, slos, plan, server
+        self.runs_dir, self.tokenizer_dir, self.record, self.progress = runs_dir, tokenizer_dir, record, progress
+        self.kind = load_kind(scenario)
+        self.stored = deque(_stored_samples(runs, study_dir))
+        self.next_number = max((r.replicate for r in runs), default=0) + 1
+        self.failure: tuple[str, str] | None = None   # the outcome that ended the search early
+
+    def measure(self, level: float) -> LevelSample:
+        if self.stored and math.isclose(self.stored[0].level, level, rel_tol=1e-9):
+            return self.stored.popleft()
+        self.stored.clear()  # the search went elsewhere: what is left of the stored levels is not replayed
+        name = self.scenario.name
+        where = f"{name} at {self.kind} {level:g}"
+        if not self.server.is_alive():
+            self.failure = (str(Outcome.crashed), f"server exited before {where}")
+            return LevelSample(level, {}, 0, 0, error="server exited")
+        self.server.before_run()
+        number, self.next_number = self.next_number, self.next_number + 1
+        started_at = time.time()
+        result, sample = measure_level(
+            self.server.url, self.scenario, self.slos, load=self.kind, level=level, run=number,
+            num_prompts=self.plan.num_prompts, alpha=self.plan.settings[name].alpha, out_dir=self.runs_dir,
+            run_id=f"trial{self.trial.seq:03d}-{name}-L{number:02d}", model=self.server.model,
+            tokenizer_dir=self.tokenizer_dir, api_key=self.server.api_key,
+            progress=lambda d, t: self.progress(name, number, d, t))
+        if not self.server.is_alive():
+            # Requests that died with the server are not a measurement of this config.
+            self.failure = (str(Outcome.crashed), f"server died during {where}")
+            return LevelSample(level, {}, 0, 0, error="server died")
+        summary = {**result.summary, LEVEL_KEY: level, "load": self.kind, "stopped_early": sample.stopped}
+        self.record(number, result.model_copy(update={"summary": summary}), started_at)
+        if sample.error is not None:
+            self.failure = (str(result.outcome), f"{where}: {result.error}")
+        return sample
 
 
 def capacity_summary(est: CapacityEstimate, kind: LoadKind, slos: list[Slo], levels_measured: int,
