@@ -119,16 +119,19 @@ def _curves(analysis: StudyAnalysis, runs_by_trial: Mapping[int, list[RunRow]],
     loads: dict[str, str] = {}
     for c in shown:
         label = "default" if c.is_baseline else (c.config.label(base_cfg) if base_cfg else c.label)
-        levels: dict[str, list[plots.CurvePoint]] = {}
+        boots: dict[str, list[list[plots.CurvePoint]]] = {}
         for t in c.trial_ids:
+            levels: dict[str, list[plots.CurvePoint]] = {}
             for r in runs_by_trial.get(t, []):
                 if is_level_run(r.summary) and r.outcome in (str(Outcome.ok), str(Outcome.client_bound)):
                     levels.setdefault(r.scenario, []).append(plots.CurvePoint(float(r.summary[LEVEL_KEY]), r.summary))
                     loads[r.scenario] = _UNIT.get(r.summary.get("load", ""), "load")
-        for scenario, points in levels.items():
+            for scenario, points in levels.items():
+                boots.setdefault(scenario, []).append(points)
+        for scenario, per_boot in boots.items():
             cap = c.scenarios.get(scenario)
             est = cap.metrics.get(CAPACITY) if cap else None
-            curves.setdefault(scenario, []).append(plots.CapacityCurve(label, points, est.estimate if est else None))
+            curves.setdefault(scenario, []).append(plots.CapacityCurve(label, per_boot, est.estimate if est else None))
     limits = {s: objective.slo_for(s) for s in curves}
     metrics = {s: [_plotted_metric(limits[s], m) for m in ("ttft", "itl")] for s in curves}
     png = plots.latency_vs_load(curves, metrics, limits, {s: f"offered load ({u})" for s, u in loads.items()})

@@ -181,16 +181,16 @@ class CurvePoint:
 @dataclass(frozen=True)
 class CapacityCurve:
     label: str
-    points: Sequence[CurvePoint]
-    capacity: float | None        # where the capacity was put (None: not found)
+    boots: Sequence[Sequence[CurvePoint]]   # the levels of each boot: one line each
+    capacity: float | None                  # where the capacity was put (None: not found)
 
 
 def latency_vs_load(curves: Mapping[str, Sequence[CapacityCurve]], metrics: Mapping[str, Sequence[str]],
                     limits: Mapping[str, Mapping[str, float]], load_label: Mapping[str, str]) -> bytes | None:
     """One row per scenario, one column per latency metric (`metrics[scenario]`): the metric
-    against the load level, one line per config, the SLO limit as a horizontal line and each
+    against the load level, one line per boot of each config (a config's boots in one colour), the SLO limit as a horizontal line and each
     config's capacity as a vertical one in the config's colour."""
-    scenarios = [s for s, cs in curves.items() if any(c.points for c in cs) and metrics.get(s)]
+    scenarios = [s for s, cs in curves.items() if any(any(b) for c in cs for b in c.boots) and metrics.get(s)]
     if not scenarios:
         return None
     cols = max(len(metrics[s]) for s in scenarios)
@@ -205,10 +205,11 @@ def latency_vs_load(curves: Mapping[str, Sequence[CapacityCurve]], metrics: Mapp
             metric = metrics[scenario][col]
             for i, curve in enumerate(curves[scenario]):
                 colour = f"C{i}"
-                pts = sorted((p for p in curve.points if math.isfinite(p.values.get(metric, math.nan))),
-                             key=lambda p: p.level)
-                ax.plot([p.level for p in pts], [p.values[metric] for p in pts], "-o", ms=4, color=colour,
-                        label=curve.label)
+                for boot, points in enumerate(curve.boots):
+                    pts = sorted((p for p in points if math.isfinite(p.values.get(metric, math.nan))),
+                                 key=lambda p: p.level)
+                    ax.plot([p.level for p in pts], [p.values[metric] for p in pts], "-o", ms=4, color=colour,
+                            alpha=0.9 if boot == 0 else 0.55, label=curve.label if boot == 0 else None)
                 if curve.capacity:
                     ax.axvline(curve.capacity, color=colour, ls=":", lw=1.2,
                                label=f"capacity {curve.capacity:.3g} ({curve.label})")
