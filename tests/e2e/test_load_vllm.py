@@ -25,6 +25,7 @@ TINY = {
     "prefill-heavy": dict(input_len=1024, output_len=8, num_prompts=8),
     "contention": dict(input_len=128, output_len=16, num_prompts=24),
     "chat": dict(input_len=256, output_len=16, num_prompts=6),
+    "chat-bursty": dict(input_len=256, output_len=16, num_prompts=12, rate=20.0),
     "prefill-sweep": dict(sweep_input_lens=[128, 512, 1024], output_len=4),
 }
 MEASURED = {Outcome.ok, Outcome.client_bound}

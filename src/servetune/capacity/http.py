@@ -14,7 +14,7 @@ from ..engine.outcome import Outcome
 from ..load import metrics
 from ..load.bench import run_scenario
 from ..load.client import Finished
-from ..load.records import RequestRecord
+from ..load.records import RequestRecord, RunResult
 from ..load.scenario import Scenario
 from .monitor import LevelMonitor
 from .search import LevelSample, Measure
@@ -60,6 +60,34 @@ def _finished_values(event: Finished) -> dict[str, float]:
     return values
 
 
+def sample_from_records(level: float, records_path: Path, stopped: str | None = None) -> LevelSample:
+    """A level's LevelSample from its run's request records (JSONL), as measured or as stored."""
+    records = [RequestRecord.model_validate_json(line)
+               for line in Path(records_path).read_text().splitlines() if line.strip()]
+    measured = [r for r in records if not r.warmup]
+    values = request_values(measured)
+    return LevelSample(level, values, len(measured), len(values["ttft"]), stopped)
+
+
+def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKind, level: float, run: int,
+                  num_prompts: int, alpha: float, out_dir: Path, run_id: str, model: str | None = None,
+                  tokenizer_dir: Path | None = None, api_key: str | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> tuple[RunResult, LevelSample]:
+    """One Run of `scenario` at `level`, ended early by a LevelMonitor; the RunResult as
+    `run_scenario` gave it and the level's sample (with `error` when it could not measure)."""
+    sc = at_level(scenario, load, level, num_prompts, run)
+    monitor = LevelMonitor(slos, num_prompts, alpha, offered_rate=level if load == "rate" else None)
+
+    def should_stop(event: Finished) -> bool:
+        return monitor.observe(event.now_ns / 1e9, _finished_values(event), event.started) is not None
+
+    result = run_scenario(url, model, sc, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id,
+                          api_key=api_key, should_stop=should_stop, progress=progress)
+    if result.outcome not in _MEASURED or result.records_path is None:
+        return result, LevelSample(level, {}, 0, 0, error=f"{result.outcome.value}: {result.error}")
+    return result, sample_from_records(level, Path(result.records_path), monitor.reason)
+
+
 def http_measure(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKind, num_prompts: int,
                  alpha: float, out_dir: Path, model: str | None = None, tokenizer_dir: Path | None = None,
                  api_key: str | None = None,
@@ -73,20 +101,8 @@ def http_measure(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKin
         run = next(runs)
         if on_level:
             on_level(level, run)
-        sc = at_level(scenario, load, level, num_prompts, run)
-        monitor = LevelMonitor(slos, num_prompts, alpha, offered_rate=level if load == "rate" else None)
-
-        def should_stop(event: Finished) -> bool:
-            return monitor.observe(event.now_ns / 1e9, _finished_values(event), event.started) is not None
-
-        result = run_scenario(url, model, sc, tokenizer_dir=tokenizer_dir, out_dir=out_dir,
-                              run_id=f"level{run:02d}-{level:g}", api_key=api_key, should_stop=should_stop)
-        if result.outcome not in _MEASURED or result.records_path is None:
-            return LevelSample(level, {}, 0, 0, error=f"{result.outcome.value}: {result.error}")
-        records = [RequestRecord.model_validate_json(line)
-                   for line in Path(result.records_path).read_text().splitlines() if line.strip()]
-        measured = [r for r in records if not r.warmup]
-        values = request_values(measured)
-        return LevelSample(level, values, len(measured), len(values["ttft"]), monitor.reason)
+        return measure_level(url, scenario, slos, load=load, level=level, run=run, num_prompts=num_prompts,
+                             alpha=alpha, out_dir=out_dir, run_id=f"level{run:02d}-{level:g}", model=model,
+                             tokenizer_dir=tokenizer_dir, api_key=api_key)[1]
 
     return measure

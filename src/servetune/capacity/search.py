@@ -89,6 +89,21 @@ class SearchSettings:
     max_runs_per_level: int = 3     # runs pooled at an undecided level, at most
 
 
+# Highest level tried when none is given: an open loop's req/s, a closed loop's users.
+DEFAULT_MAX_LEVEL = {"rate": 1000.0, "concurrency": 1024.0}
+
+
+def settings_for(load: str, *, start: float | None, max_level: float | None, alpha: float, rel_tol: float,
+                 max_levels: int, max_runs_per_level: int) -> SearchSettings:
+    """Settings of a search of `load` (rate or concurrency): whole levels for a concurrency; the
+    first level 1 and the highest DEFAULT_MAX_LEVEL unless given."""
+    integer = load == "concurrency"
+    return SearchSettings(start=1.0 if start is None else start, min_level=1.0 if integer else 1e-3,
+                          max_level=DEFAULT_MAX_LEVEL[load] if max_level is None else max_level,
+                          integer=integer, alpha=alpha, rel_tol=rel_tol, max_levels=max_levels,
+                          max_runs_per_level=max_runs_per_level)
+
+
 @dataclass
 class SearchResult:
     levels: list[LevelResult] = field(default_factory=list)   # in the order measured

@@ -76,6 +76,18 @@ def parse_slo(text: str) -> Slo:
     return Slo(metric, stat, limit)
 
 
+_KEY = re.compile(r"^(mean|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+
+
+def slo_from_key(key: str, limit_ms: float) -> Slo | None:
+    """A study's SLO entry (`p99_ttft_ms: 1000`, the `vllm bench serve` field) as an Slo; None for a
+    key a capacity search cannot judge per request (a throughput, a median, a standard deviation)."""
+    m = _KEY.match(key)
+    if m is None or (m.group(1) != "mean" and not 0 < float(m.group(1)[1:]) < 100):
+        return None
+    return Slo(m.group(2), m.group(1), float(limit_ms))
+
+
 def parse_slos(items: list[str]) -> list[Slo]:
     if not items:
         raise ServetuneError("--slo: give at least one, e.g. --slo ttft:p99=1000")

@@ -14,7 +14,7 @@ from rich.table import Table
 from ..capacity.document import capacity_document
 from ..capacity.estimate import CapacityEstimate, estimate
 from ..capacity.http import LoadKind, http_measure
-from ..capacity.search import SearchResult, SearchSettings, search
+from ..capacity.search import DEFAULT_MAX_LEVEL, SearchResult, SearchSettings, search, settings_for
 from ..capacity.slo import Judgement, Slo, parse_slos
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
@@ -23,7 +23,6 @@ from .boundary import EXIT_NO_RESULT, print_error
 from .paths import writable_file
 
 console = Console()
-_DEFAULT_MAX = {"rate": 1000.0, "concurrency": 1024.0}
 
 
 def _unit(load: str) -> str:
@@ -89,7 +88,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Search the load level: prints the capacity with its interval and the levels measured."""
         check_server_choice(url, serve, serve_arg)
-        if load not in _DEFAULT_MAX:
+        if load not in DEFAULT_MAX_LEVEL:
             raise ServetuneError(f"--load {load!r}: expected rate or concurrency")
         if not 0 < alpha < 1:
             raise ServetuneError(f"--alpha {alpha:g}: must be between 0 and 1")
@@ -136,14 +135,13 @@ def register(app: typer.Typer) -> None:
 
 def _settings(load: str, start: float | None, max_level: float | None, alpha: float, rel_tol: float,
               max_levels: int, max_runs: int) -> SearchSettings:
-    integer = load == "concurrency"
-    lowest = 1.0 if integer else 1e-3
-    top = _DEFAULT_MAX[load] if max_level is None else max_level
+    lowest = 1.0 if load == "concurrency" else 1e-3
+    top = DEFAULT_MAX_LEVEL[load] if max_level is None else max_level
     first = 1.0 if start is None else start
     for option, value in (("--start", first), ("--max-level", top)):
         if not math.isfinite(value) or value < lowest:
             raise ServetuneError(f"{option} {value:g}: must be a finite level of at least {lowest:g}")
     if first > top:
         raise ServetuneError(f"--start {first:g} is above --max-level {top:g}")
-    return SearchSettings(start=first, min_level=lowest, max_level=top, integer=integer, alpha=alpha,
-                          rel_tol=rel_tol, max_levels=max_levels, max_runs_per_level=max_runs)
+    return settings_for(load, start=first, max_level=top, alpha=alpha, rel_tol=rel_tol, max_levels=max_levels,
+                        max_runs_per_level=max_runs)

@@ -177,6 +177,10 @@ PRESETS: dict[str, Scenario] = {
     "prefill-heavy": Scenario(name="prefill-heavy", input_len=8192, output_len=256, concurrency=4, num_prompts=16),
     "contention": Scenario(name="contention", input_len=2048, output_len=512, concurrency=16, num_prompts=64),
     "chat": Scenario(name="chat", input_len=2048, output_len=256, concurrency=2, num_prompts=20, endpoint="chat"),
+    # Chat users arriving on their own (an open loop) and in bursts: gamma gaps of shape 0.5, whose
+    # coefficient of variation is sqrt(2), against Poisson's 1. The rate is what a capacity search varies.
+    "chat-bursty": Scenario(name="chat-bursty", input_len=2048, output_len=256, concurrency=None, rate=2.0,
+                            burstiness=0.5, num_prompts=200, endpoint="chat"),
     "prefill-sweep": Scenario(
         name="prefill-sweep",
         input_len=4096,

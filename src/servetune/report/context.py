@@ -27,6 +27,7 @@ from ..study.spec import ObjectiveSpec
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
 from . import plots
 from .advice import Advice, Evidence, advise_config, describe_mismatch
+from .capacity import CapacityView, build_capacity
 from .emit import Deployment, Snippets, snippets
 from .requests import resolve, runs_series_ms
 from .speculative import AcceptanceRow, SweepPeak, acceptance_rows, sweep_peaks
@@ -134,6 +135,7 @@ class ReportData:
     confidence_pct: str = "95"                    # level of every interval shown: 1 - the study's alpha
     acceptance: list[AcceptanceRow] = field(default_factory=list)   # speculative decoding, per config and scenario
     sweep_peaks: list[SweepPeak] = field(default_factory=list)      # the best num_speculative_tokens per scenario
+    capacity: CapacityView | None = None          # a `maximize: capacity` study's section
 
 
 def fmt_value(value: Any) -> str:
@@ -438,6 +440,11 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
     except (ValueError, RuntimeError) as exc:  # fANOVA needs enough distinct points
         importances, notes = {}, [f"parameter importance not computed: {exc}"]
 
+    capacity = build_capacity(analysis, {t.id: list(t.runs) for t in trials}, objective,
+                              spec.get("price_per_gpu_hour"))
+    figures = _plots(analysis, store, trial_by_id, slo_metrics)
+    if capacity is not None and capacity.plot is not None:
+        figures.insert(0, capacity.plot)
     return ReportData(
         study_name=analysis.study_name, objective_metric=analysis.objective_metric,
         objective_direction=analysis.objective_direction, generated_at=time.time(),
@@ -447,6 +454,6 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         snippets=snippets(dep) if dep is not None else None,
         trials=[_trial_view(t, base_cfg, redact) for t in trials],
         param_effects=_param_effects(analysis), importances=importances,
-        plots=_plots(analysis, store, trial_by_id, slo_metrics), evidence=evidence, advice=advice,
+        plots=figures, evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),
-        acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis))
+        acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity)

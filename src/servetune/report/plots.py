@@ -170,3 +170,56 @@ def drift(points: Sequence[DriftPoint]) -> bytes | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _png(fig)
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    level: float                  # offered rate (req/s) or concurrency
+    values: Mapping[str, float]   # summary metric -> ms (p99_ttft_ms, p99_itl_ms, ...)
+
+
+@dataclass(frozen=True)
+class CapacityCurve:
+    label: str
+    boots: Sequence[Sequence[CurvePoint]]   # the levels of each boot: one line each
+    capacity: float | None                  # where the capacity was put (None: not found)
+
+
+def latency_vs_load(curves: Mapping[str, Sequence[CapacityCurve]], metrics: Mapping[str, Sequence[str]],
+                    limits: Mapping[str, Mapping[str, float]], load_label: Mapping[str, str]) -> bytes | None:
+    """One row per scenario, one column per latency metric (`metrics[scenario]`): the metric
+    against the load level, one line per boot of each config (a config's boots in one colour), the SLO limit as a horizontal line and each
+    config's capacity as a vertical one in the config's colour."""
+    scenarios = [s for s, cs in curves.items() if any(any(b) for c in cs for b in c.boots) and metrics.get(s)]
+    if not scenarios:
+        return None
+    cols = max(len(metrics[s]) for s in scenarios)
+    fig = Figure(figsize=(4.6 * cols, 3.4 * len(scenarios)))
+    axes = fig.subplots(len(scenarios), cols, squeeze=False)
+    for row, scenario in enumerate(scenarios):
+        for col in range(cols):
+            ax = axes[row][col]
+            if col >= len(metrics[scenario]):
+                ax.set_visible(False)
+                continue
+            metric = metrics[scenario][col]
+            for i, curve in enumerate(curves[scenario]):
+                colour = f"C{i}"
+                for boot, points in enumerate(curve.boots):
+                    pts = sorted((p for p in points if math.isfinite(p.values.get(metric, math.nan))),
+                                 key=lambda p: p.level)
+                    ax.plot([p.level for p in pts], [p.values[metric] for p in pts], "-o", ms=4, color=colour,
+                            alpha=0.9 if boot == 0 else 0.55, label=curve.label if boot == 0 else None)
+                if curve.capacity:
+                    ax.axvline(curve.capacity, color=colour, ls=":", lw=1.2,
+                               label=f"capacity {curve.capacity:.3g} ({curve.label})")
+            if metric in limits.get(scenario, {}):
+                ax.axhline(limits[scenario][metric], color="tab:red", ls="--", lw=1, label=f"SLO {metric}")
+            ax.set_xlabel(load_label.get(scenario, "load"), fontsize=8)
+            ax.set_ylabel(metric, fontsize=8)
+            ax.set_yscale("log")
+            ax.set_title(f"{scenario}: {metric}", fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6)
+    fig.tight_layout()
+    return _png(fig)

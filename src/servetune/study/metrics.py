@@ -9,8 +9,11 @@ from ._hints import did_you_mean
 
 # mean_ttft_ms, median_itl_ms, std_e2el_ms, p99_ttft_ms, p99.9_tpot_ms ...
 _LATENCY = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+# The objective `maximize: capacity`: the highest load level at which every SLO holds (capacity/).
+CAPACITY = "capacity"
 _HIGHER_IS_BETTER = frozenset(
     {
+        CAPACITY,
         "request_throughput",
         "request_goodput",
         "output_throughput",

@@ -9,6 +9,10 @@ and the baseline's own samples sit around 1.0. Across scenarios:
 
 SLOs bound scenario metrics (`*_ms`, duration, failed: upper limits; throughputs: lower limits);
 a Config is feasible when the mean over replicates meets every SLO in every scenario.
+
+With `maximize: capacity` the SLOs are what the capacity is measured against (each scenario's
+highest load level at which all of them hold, capacity/): a Config is feasible when some level
+of every scored scenario met them, i.e. its capacity is above 0.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
+from ..capacity.slo import Slo, slo_from_key
 from ..errors import ServetuneError
-from .metrics import higher_is_better
+from .metrics import CAPACITY, higher_is_better
 from .spec import StudySpec
 
 Summary = Mapping[str, Any]
@@ -34,6 +39,11 @@ class Objective:
         self.combine = spec.combine
         self.weights = {n: float(spec.weights.get(n, 1.0)) for n in study.scenario_names}
         self.slo = {n: spec.slo_for(n) for n in study.scenario_names}
+        self.is_capacity = self.metric == CAPACITY
+
+    def capacity_slos(self, scenario: str) -> list[Slo]:
+        """The SLOs a capacity search of `scenario` judges each load level by."""
+        return [slo for k, v in self.slo.get(scenario, {}).items() if (slo := slo_from_key(k, v)) is not None]
 
     @property
     def scored_scenarios(self) -> list[str]:
@@ -56,6 +66,10 @@ class Objective:
     def slo_violations(self, scenario: str, summary: Summary) -> list[str]:
         """Every SLO of `scenario` that `summary` breaks, as readable text."""
         out: list[str] = []
+        if self.is_capacity:
+            if self.slo.get(scenario) and _finite(summary.get(CAPACITY)) and summary[CAPACITY] <= 0:
+                out.append(f"{scenario}: no load level met every SLO")
+            return out
         for metric, limit in self.slo.get(scenario, {}).items():
             value = summary.get(metric)
             if not _finite(value):
@@ -75,7 +89,7 @@ class Objective:
                 if limits:
                     out.append(f"{scenario}: no run to check the SLOs on")
                 continue
-            means = {m: _mean_or_none([s.get(m) for s in summaries]) for m in limits}
+            means = {m: _mean_or_none([s.get(m) for s in summaries]) for m in [*limits, CAPACITY]}
             out += self.slo_violations(scenario, means)
         return out
 

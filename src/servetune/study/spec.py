@@ -19,7 +19,8 @@ from ..load.scenario import PRESETS, Scenario
 from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
 from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
-from .metrics import check_metric, metric_problem
+from ..capacity.slo import slo_from_key
+from .metrics import CAPACITY, check_metric, metric_problem
 from .space import ENV_PREFIX, Parameter, env_var, is_number, json_field, normalize_param_name
 
 Loc = tuple[Any, ...]
@@ -244,6 +245,25 @@ class ObjectiveSpec(_Strict):
         return limits
 
 
+class CapacitySpec(_Strict):
+    """How `maximize: capacity` searches each scenario's load level on one boot (capacity/search.py):
+    an open loop's rate in req/s, or a closed loop's concurrency for a scenario without a rate."""
+
+    start: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="first level (default 1)")
+    max_level: float | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                    description="highest level (default 1000 req/s, 1024 users)")
+    num_prompts: int = Field(default=300, ge=1, description="requests per run of a level")
+    rel_tol: float = Field(default=0.1, gt=0, lt=1, description="bisect until the bracket is this narrow")
+    max_levels: int = Field(default=10, ge=1)
+    max_runs_per_level: int = Field(default=2, ge=1, description="runs pooled at an undecided level")
+
+    @model_validator(mode="after")
+    def _check(self) -> CapacitySpec:
+        if self.start is not None and self.max_level is not None and self.start > self.max_level:
+            raise ValueError(f"start ({self.start:g}) is above max_level ({self.max_level:g})")
+        return self
+
+
 def _expand_preset(data: Any) -> Any:
     """`{preset: NAME, **overrides}` -> the preset's fields with the overrides laid over."""
     if not isinstance(data, dict) or "preset" not in data:
@@ -289,6 +309,9 @@ class StudySpec(_Strict):
     alpha: float = Field(default=0.05, gt=0, lt=1)
     min_effect_pct: float = Field(default=1.0, ge=0, allow_inf_nan=False, description="smaller significant gains count as no difference")
     seed: int = 0
+    capacity: CapacitySpec = Field(default_factory=CapacitySpec)
+    # What one GPU costs an hour: the report then gives the cost per million output tokens at capacity.
+    price_per_gpu_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @field_validator("space")
     @classmethod
@@ -327,6 +350,7 @@ class StudySpec(_Strict):
     def _objective_problems(self) -> list[tuple[Loc, str]]:
         names = self.scenario_names
         problems: list[tuple[Loc, str]] = []
+        problems += self._capacity_problems()
         for key in self.objective.weights:
             if key not in names:
                 problems.append((("objective", "weights", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
@@ -340,6 +364,27 @@ class StudySpec(_Strict):
                 problems += [(("objective", "slo", key, m), msg) for m, v in value.items() if (msg := _limit_problem(v))]
             elif msg := metric_problem(key, also=names) or _limit_problem(value):
                 problems.append((("objective", "slo", key), msg))
+        return problems
+
+    def _capacity_problems(self) -> list[tuple[Loc, str]]:
+        """`capacity` is only maximised, and every scored scenario needs an SLO a search can judge."""
+        if self.objective.minimize == CAPACITY:
+            return [(("objective", "minimize"), "capacity can only be maximised")]
+        if self.objective.maximize != CAPACITY:
+            return []
+        problems: list[tuple[Loc, str]] = []
+        bad: set[str] = set()
+        for i, scenario in enumerate(self.scenarios):
+            limits = self.objective.slo_for(scenario.name)
+            bad |= {k for k in limits if slo_from_key(k, limits[k]) is None}
+            if not limits and self.objective.weights.get(scenario.name, 1.0) > 0:
+                problems.append((("objective", "slo"), f"maximize: capacity needs an SLO for scenario "
+                                 f"{scenario.name!r}, e.g. p99_ttft_ms: 1000"))
+            if scenario.sweep_input_lens or scenario.duration_s is not None:
+                problems.append((("scenarios", i),
+                                 "a capacity search sends num_prompts at each level: no sweep or duration_s"))
+        problems += [(("objective", "slo", k), f"{k} cannot bound a capacity: give a latency as "
+                      "mean_ or pNN_, then ttft, tpot, itl or e2el, then _ms") for k in sorted(bad)]
         return problems
 
     def _constraint_problems(self) -> list[tuple[Loc, str]]:

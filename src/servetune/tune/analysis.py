@@ -27,18 +27,20 @@ from ..engine.outcome import Outcome
 from ..search.base import SearchBase, TrialView
 from ..load.records import RunSummary
 from ..store import BASELINE_ROLES, StudyStore, Trial, TrialRole, TrialState
-from ..study.metrics import higher_is_better
+from ..study.metrics import CAPACITY, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from .analysis_types import (
     ConfigResult, DriftPoint, Effect, Estimate, ScenarioResult, StudyAnalysis,
 )
+from .capacity_trial import is_level_run
 from .eta import estimate, stored_seed
 
 REPORTED_METRICS = (
     "output_throughput", "request_throughput", "total_token_throughput",
     "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
     "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
+    CAPACITY,
 )
 
 
@@ -55,7 +57,8 @@ def _measured(trial: Trial) -> _Measured:
     by_scenario: dict[str, dict[int, RunSummary]] = defaultdict(dict)
     server: dict[str, dict[int, dict]] = defaultdict(dict)
     for run in trial.runs:
-        if run.ok:
+        # A capacity search's load levels are not replicates: its capacity Run stands for them.
+        if run.ok and not is_level_run(run.summary):
             by_scenario[run.scenario][run.replicate] = run.summary
             server[run.scenario][run.replicate] = run.server_stats
     return _Measured(trial, dict(by_scenario), dict(server))

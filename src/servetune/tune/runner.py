@@ -23,7 +23,7 @@ from ..errors import ServetuneError
 from ..search import make_strategy
 from ..store import StudyStore, TrialRole, TrialRow
 from ..study.spec import StudySpec
-from . import analysis, known
+from . import analysis, capacity_trial, known
 from . import eta as eta_seed
 from .display import StudyDisplay
 from .eta import estimate
@@ -200,7 +200,7 @@ class StudyRunner:
         outcome = self.executor.run(
             trial,
             TrialPlan(scenarios=list(self.spec.scenarios), min_replicates=self.spec.replicates.min,
-                      max_replicates=self.spec.replicates.max),
+                      max_replicates=self.spec.replicates.max, capacity=capacity_trial.plan_for(self.spec)),
             enough=lambda t, reps: analysis.enough_replicates(self.store, self.spec, t, reps),
             progress=lambda t, s, r, d, n: self._on_progress(t, label, s, r, d, n),
             duplicate_of=(lambda t, facts: known.after_boot(self.store, t, facts, self.baseline_config, defaults))

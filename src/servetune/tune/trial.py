@@ -22,6 +22,7 @@ from ..load.bench import run_scenario
 from ..load.records import RunResult
 from ..load.scenario import Scenario
 from ..store import StudyStore, TrialRow
+from . import capacity_trial
 
 # A client-bound run (the load generator, not the server, was the bottleneck) is measured again
 # up to this many times in all before the replicate is given up.
@@ -47,6 +48,8 @@ class TrialPlan:
     scenarios: list[Scenario]
     min_replicates: int
     max_replicates: int
+    # `maximize: capacity`: a capacity search per scenario instead of replicates (capacity_trial.py)
+    capacity: capacity_trial.CapacityPlan | None = None
 
 
 class TrialExecutor:
@@ -117,6 +120,8 @@ class TrialExecutor:
             model = served_model_name(server.url, api_key)
         except server_http.ServerAnswerError as exc:
             return for_http_status(exc.status), f"asking the server for its model: {exc}"
+        if plan.capacity is not None:
+            return self._measure_capacity(trial, plan, plan.capacity, server, api_key, model, progress)
         for replicate in range(1, plan.max_replicates + 1):
             for scenario in plan.scenarios:
                 attempts = [r for r in self.store.runs(trial.id)
@@ -140,6 +145,20 @@ class TrialExecutor:
             if replicate >= plan.min_replicates and enough(trial, replicate):
                 break
         return Outcome.ok, None
+
+    def _measure_capacity(self, trial: TrialRow, plan: TrialPlan, capacity: capacity_trial.CapacityPlan, server,
+                          api_key: str | None, model: str, progress: ProgressFn) -> tuple[Outcome, str | None]:
+        def record(replicate: int, result: RunResult, started_at: float) -> None:
+            self.store.record_run(trial.id, replicate, _relative(result, self.out_dir), started_at=started_at,
+                                  ended_at=max(time.time(), started_at))
+
+        outcome, detail = capacity_trial.measure_capacity(
+            self.store, trial, plan.scenarios, capacity,
+            capacity_trial.Server(server.url, model, api_key, server.is_alive,
+                                  lambda: self.engine.before_run(server.url, api_key)),
+            runs_dir=self.out_dir / "runs", study_dir=self.out_dir, tokenizer_dir=self.tokenizer_dir,
+            record=record, progress=lambda name, n, d, t: progress(trial, name, n, d, t))
+        return Outcome(outcome), detail
 
     def _run_once(self, trial: TrialRow, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn) -> tuple[RunResult, float]:

@@ -1,0 +1,140 @@
+"""What a report shows of a `maximize: capacity` study: each config's capacity per scenario with
+its interval (across boots, and each boot's own search interval), the effect against the
+baseline, the cost per million output tokens at capacity when the study gives a GPU price, and
+the latency-against-load curves of the default and the best config."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from ..engine.config import Config
+from ..engine.outcome import Outcome
+from ..store.sqlite import RunRow
+from ..study.metrics import CAPACITY
+from ..study.spec import ObjectiveSpec
+from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
+from ..tune.capacity_trial import CAPACITY_REPLICATE, LEVEL_KEY, is_level_run
+from . import plots
+
+# Flags whose product is the GPUs one server uses (each defaults to 1).
+_GPU_FLAGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
+_UNIT = {"rate": "req/s", "concurrency": "concurrent requests"}
+
+
+@dataclass
+class CapacityRow:
+    label: str
+    scenario: str
+    unit: str                            # req/s or concurrent requests
+    capacity: Estimate | None            # across boots (the two-level model's unit)
+    per_boot: list[str]                  # each boot's search: "12.3 [10.1, 14.0]"
+    effect: Effect | None                # vs the baseline, two-level model
+    usd_per_million_tokens: float | None = None
+    binding: str | None = None
+
+
+@dataclass
+class CapacityView:
+    rows: list[CapacityRow] = field(default_factory=list)
+    price_per_gpu_hour: float | None = None
+    plot: plots.Plot | None = None
+
+
+def gpus(config: Config) -> int:
+    """GPUs one server of this config takes: tensor x pipeline x data parallel sizes."""
+    out = 1
+    for flag in _GPU_FLAGS:
+        value = config.flags.get(flag)
+        if isinstance(value, (int, str)) and str(value).isdigit():
+            out *= int(value)
+    return out
+
+
+def usd_per_million_tokens(price_per_gpu_hour: float, gpu_count: int, output_tokens_per_s: float) -> float:
+    """What a million output tokens cost on servers running at their capacity."""
+    return price_per_gpu_hour * gpu_count / (output_tokens_per_s * 3600.0) * 1e6
+
+
+def _capacity_runs(c: ConfigResult, runs_by_trial: Mapping[int, list[RunRow]], scenario: str) -> list[RunRow]:
+    return [r for t in c.trial_ids for r in runs_by_trial.get(t, [])
+            if r.scenario == scenario and r.replicate == CAPACITY_REPLICATE and r.outcome == str(Outcome.ok)
+            and not is_level_run(r.summary) and CAPACITY in r.summary]
+
+
+def _interval(summary: Mapping[str, Any]) -> str:
+    high = summary.get("capacity_high")
+    return (f"{summary[CAPACITY]:.3g} [{summary.get('capacity_low', 0):.3g}, "
+            f"{'∞' if high is None else format(high, '.3g')}]")
+
+
+def build_capacity(analysis: StudyAnalysis, runs_by_trial: Mapping[int, list[RunRow]], objective: ObjectiveSpec,
+                   price_per_gpu_hour: float | None) -> CapacityView | None:
+    """None unless the study maximised capacity."""
+    if analysis.objective_metric != CAPACITY:
+        return None
+    view = CapacityView(price_per_gpu_hour=price_per_gpu_hour)
+    base_cfg = analysis.baseline.config if analysis.baseline else None
+    for c in analysis.configs:
+        label = c.label if c.is_baseline or base_cfg is None else c.config.label(base_cfg)
+        for scenario, result in c.scenarios.items():
+            runs = _capacity_runs(c, runs_by_trial, scenario)
+            if not runs:
+                continue
+            served = [r.summary["output_throughput_at_capacity"] for r in runs
+                      if r.summary.get("output_throughput_at_capacity")]
+            cost = (usd_per_million_tokens(price_per_gpu_hour, gpus(c.config), fmean(served))
+                    if price_per_gpu_hour and served else None)
+            view.rows.append(CapacityRow(
+                label=label, scenario=scenario, unit=_UNIT.get(runs[0].summary.get("load", ""), ""),
+                capacity=result.metrics.get(CAPACITY), per_boot=[_interval(r.summary) for r in runs],
+                effect=result.effects.get(CAPACITY), usd_per_million_tokens=cost,
+                binding=runs[-1].summary.get("capacity_binding")))
+    view.plot = _curves(analysis, runs_by_trial, objective)
+    return view
+
+
+def _best(analysis: StudyAnalysis) -> ConfigResult | None:
+    """The winner, else the measured candidate of the highest capacity."""
+    if analysis.winner is not None:
+        return analysis.winner
+    measured = [c for c in analysis.configs if not c.is_baseline and c.objective is not None
+                and math.isfinite(c.objective.estimate)]
+    return max(measured, key=lambda c: c.objective.estimate, default=None)
+
+
+def _plotted_metric(limits: Mapping[str, float], metric: str) -> str:
+    """The statistic of `metric` the SLO bounds (so its line is drawn), else its p99."""
+    return next((k for k in limits if k.endswith(f"_{metric}_ms")), f"p99_{metric}_ms")
+
+
+def _curves(analysis: StudyAnalysis, runs_by_trial: Mapping[int, list[RunRow]],
+            objective: ObjectiveSpec) -> plots.Plot | None:
+    shown = [c for c in (analysis.baseline, _best(analysis)) if c is not None]
+    base_cfg = analysis.baseline.config if analysis.baseline else None
+    curves: dict[str, list[plots.CapacityCurve]] = {}
+    loads: dict[str, str] = {}
+    for c in shown:
+        label = "default" if c.is_baseline else (c.config.label(base_cfg) if base_cfg else c.label)
+        boots: dict[str, list[list[plots.CurvePoint]]] = {}
+        for t in c.trial_ids:
+            levels: dict[str, list[plots.CurvePoint]] = {}
+            for r in runs_by_trial.get(t, []):
+                if is_level_run(r.summary) and r.outcome in (str(Outcome.ok), str(Outcome.client_bound)):
+                    levels.setdefault(r.scenario, []).append(plots.CurvePoint(float(r.summary[LEVEL_KEY]), r.summary))
+                    loads[r.scenario] = _UNIT.get(r.summary.get("load", ""), "load")
+            for scenario, points in levels.items():
+                boots.setdefault(scenario, []).append(points)
+        for scenario, per_boot in boots.items():
+            cap = c.scenarios.get(scenario)
+            est = cap.metrics.get(CAPACITY) if cap else None
+            curves.setdefault(scenario, []).append(plots.CapacityCurve(label, per_boot, est.estimate if est else None))
+    limits = {s: objective.slo_for(s) for s in curves}
+    metrics = {s: [_plotted_metric(limits[s], m) for m in ("ttft", "itl")] for s in curves}
+    png = plots.latency_vs_load(curves, metrics, limits, {s: f"offered load ({u})" for s, u in loads.items()})
+    if png is None:
+        return None
+    return plots.Plot("latency_vs_load", "Latency against offered load: default and best config, SLOs and capacity", png)

@@ -1,0 +1,199 @@
+"""The body of a trial under `maximize: capacity`: on one boot, a capacity search per scenario
+(capacity/), every load level's Run stored as it ends, then the scenario's capacity stored as a
+Run of its own (replicate 0) that the analysis reads as the scenario's objective value.
+
+Level runs carry their load level in their summary (`load_level`, `load`, `stopped_early`), so a
+killed search resumes where it was: the search is a deterministic function of the samples it is
+given, so the stored levels are replayed into it in the order they were measured and only what
+is missing is measured, on the new boot.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+from ..capacity.estimate import CapacityEstimate, estimate
+from ..capacity.http import LoadKind, measure_level, sample_from_records
+from ..capacity.search import LevelSample, SearchSettings, search, settings_for
+from ..capacity.slo import Slo
+from ..engine.outcome import Outcome
+from ..load.records import RunResult, RunSummary
+from ..load.scenario import Scenario
+from ..store import RunRow, StudyStore, TrialRow
+from ..study.metrics import CAPACITY
+from ..study.objective import Objective
+from ..study.spec import StudySpec
+
+CAPACITY_REPLICATE = 0      # the Run that holds a scenario's capacity on one boot
+LEVEL_KEY = "load_level"    # in a level Run's summary: the offered rate or concurrency it ran at
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    slos: dict[str, list[Slo]]             # per scored scenario
+    settings: dict[str, SearchSettings]    # per scored scenario (rate or concurrency)
+    num_prompts: int
+
+
+def plan_for(spec: StudySpec) -> CapacityPlan | None:
+    """The capacity plan of a study that maximises capacity; None for any other objective."""
+    objective = Objective(spec)
+    if not objective.is_capacity:
+        return None
+    c = spec.capacity
+    scenarios = {s.name: s for s in spec.scenarios}
+    return CapacityPlan(
+        slos={n: objective.capacity_slos(n) for n in objective.scored_scenarios},
+        settings={n: settings_for(load_kind(scenarios[n]), start=c.start, max_level=c.max_level, alpha=spec.alpha,
+                                  rel_tol=c.rel_tol, max_levels=c.max_levels, max_runs_per_level=c.max_runs_per_level)
+                  for n in objective.scored_scenarios},
+        num_prompts=c.num_prompts,
+    )
+
+
+def load_kind(scenario: Scenario) -> LoadKind:
+    """An open loop (a scenario with a rate) is searched by rate, a closed loop by concurrency."""
+    return "rate" if scenario.rate is not None else "concurrency"
+
+
+def is_level_run(summary: Mapping[str, Any]) -> bool:
+    return LEVEL_KEY in summary
+
+
+@dataclass(frozen=True)
+class Server:
+    """What a capacity search needs of the running server and of the trial around it."""
+
+    url: str
+    model: str
+    api_key: str | None
+    is_alive: Callable[[], bool]
+    before_run: Callable[[], object]   # e.g. empty the prefix cache
+
+
+# (scenario, level run number, done requests, total requests)
+LevelProgress = Callable[[str, int, int, int], None]
+# (replicate, result, started_at): commit one Run of the trial
+RecordRun = Callable[[int, RunResult, float], None]
+
+
+def measure_capacity(store: StudyStore, trial: TrialRow, scenarios: list[Scenario], plan: CapacityPlan,
+                     server: Server, *, runs_dir: Path, study_dir: Path, tokenizer_dir: Path | None,
+                     record: RecordRun, progress: LevelProgress) -> tuple[str, str | None]:
+    """Search every scored scenario's capacity on this boot; (outcome, detail) of the trial."""
+    for scenario in scenarios:
+        slos = plan.slos.get(scenario.name)
+        if not slos:
+            continue
+        runs = [r for r in store.runs(trial.id) if r.scenario == scenario.name]
+        if any(r.replicate == CAPACITY_REPLICATE and r.outcome == str(Outcome.ok) for r in runs):
+            continue  # searched on an earlier boot of this trial
+        levels = _LevelRuns(trial, scenario, slos, plan, server, runs, runs_dir=runs_dir, study_dir=study_dir,
+                            tokenizer_dir=tokenizer_dir, record=record, progress=progress)
+        searched = search(levels.measure, slos, plan.settings[scenario.name])
+        if searched.error is not None or not searched.levels:
+            return levels.failure or (str(Outcome.crashed), f"{scenario.name}: {searched.error}")
+        est = estimate(searched.levels, integer=levels.kind == "concurrency")
+        stored = [r for r in store.runs(trial.id) if r.scenario == scenario.name and is_level_run(r.summary)]
+        # Derived from the level runs, not measured: no time of its own (the study's cost counts the levels').
+        record(CAPACITY_REPLICATE, RunResult(scenario=scenario.name, summary=capacity_summary(
+            est, levels.kind, slos, len(searched.levels), searched.requests, stored)), time.time())
+    return str(Outcome.ok), None
+
+
+class _LevelRuns:
+    """The `measure(level)` of one scenario's search on one boot: the levels an earlier boot of
+    the trial stored are handed back in their order, then each level is a Run on this server,
+    committed as it ends."""
+
+    def __init__(self, trial: TrialRow, scenario: Scenario, slos: list[Slo], plan: CapacityPlan, server: Server,
+                 runs: list[RunRow], *, runs_dir: Path, study_dir: Path, tokenizer_dir: Path | None,
+                 record: RecordRun, progress: LevelProgress) -> None:
+        self.trial, self.scenario, self.slos, self.plan, self.server = trial, scenario, slos, plan, server
+        self.runs_dir, self.tokenizer_dir, self.record, self.progress = runs_dir, tokenizer_dir, record, progress
+        self.kind = load_kind(scenario)
+        self.stored = deque(_stored_samples(runs, study_dir))
+        self.next_number = max((r.replicate for r in runs), default=0) + 1
+        self.failure: tuple[str, str] | None = None   # the outcome that ended the search early
+
+    def measure(self, level: float) -> LevelSample:
+        if self.stored and math.isclose(self.stored[0].level, level, rel_tol=1e-9):
+            return self.stored.popleft()
+        self.stored.clear()  # the search went elsewhere: what is left of the stored levels is not replayed
+        name = self.scenario.name
+        where = f"{name} at {self.kind} {level:g}"
+        if not self.server.is_alive():
+            self.failure = (str(Outcome.crashed), f"server exited before {where}")
+            return LevelSample(level, {}, 0, 0, error="server exited")
+        self.server.before_run()
+        number, self.next_number = self.next_number, self.next_number + 1
+        started_at = time.time()
+        result, sample = measure_level(
+            self.server.url, self.scenario, self.slos, load=self.kind, level=level, run=number,
+            num_prompts=self.plan.num_prompts, alpha=self.plan.settings[name].alpha, out_dir=self.runs_dir,
+            run_id=f"trial{self.trial.seq:03d}-{name}-L{number:02d}", model=self.server.model,
+            tokenizer_dir=self.tokenizer_dir, api_key=self.server.api_key,
+            progress=lambda d, t: self.progress(name, number, d, t))
+        if not self.server.is_alive():
+            # Requests that died with the server are not a measurement of this config.
+            self.failure = (str(Outcome.crashed), f"server died during {where}")
+            return LevelSample(level, {}, 0, 0, error="server died")
+        summary = RunSummary.model_validate({**result.summary.to_dict(), LEVEL_KEY: level, "load": self.kind,
+                                             "stopped_early": sample.stopped})
+        self.record(number, result.model_copy(update={"summary": summary}), started_at)
+        if sample.error is not None:
+            self.failure = (str(result.outcome), f"{where}: {result.error}")
+        return sample
+
+
+def capacity_summary(est: CapacityEstimate, kind: LoadKind, slos: list[Slo], levels_measured: int,
+                     requests: int, level_runs: list[RunRow]) -> dict[str, Any]:
+    """The capacity Run's summary: the capacity with its interval (the search's, this boot only),
+    and the output tokens per second served at it (for the cost per token)."""
+    return {
+        CAPACITY: est.capacity,
+        "capacity_low": est.low,
+        "capacity_high": est.high if math.isfinite(est.high) else None,   # None: no level violated
+        "capacity_binding": est.binding,
+        "load": kind,
+        "slos": [str(s) for s in slos],
+        "levels_measured": levels_measured,
+        "requests": requests,
+        "output_throughput_at_capacity": _output_throughput_at(est.capacity, kind, level_runs),
+    }
+
+
+def _output_throughput_at(capacity: float, kind: LoadKind, level_runs: list[RunRow]) -> float | None:
+    """Output tokens/s at the capacity: an open loop serves what it is offered (the capacity in
+    req/s times the tokens a request got); a closed loop what its runs at that concurrency measured."""
+    if capacity <= 0:
+        return None
+    ok = [r.summary for r in level_runs if r.outcome in (str(Outcome.ok), str(Outcome.client_bound))]
+    if kind == "rate":
+        per_request = [s["total_output_tokens"] / s["completed"] for s in ok
+                       if s.get("completed") and s.get("total_output_tokens")]
+        return capacity * fmean(per_request) if per_request else None
+    at = [s["output_throughput"] for s in ok if s.get(LEVEL_KEY) == capacity and s.get("output_throughput")]
+    return fmean(at) if at else None
+
+
+def _stored_samples(runs: list[RunRow], study_dir: Path) -> list[LevelSample]:
+    """The measured levels of earlier boots of this trial, in the order they were measured."""
+    out = []
+    for run in sorted(runs, key=lambda r: r.replicate):
+        if not is_level_run(run.summary) or run.outcome not in (str(Outcome.ok), str(Outcome.client_bound)):
+            continue
+        path = Path(run.records_path) if run.records_path else None
+        if path is None:
+            continue
+        path = path if path.is_absolute() else study_dir / path
+        if path.is_file():
+            out.append(sample_from_records(float(run.summary[LEVEL_KEY]), path, run.summary.get("stopped_early")))
+    return out
