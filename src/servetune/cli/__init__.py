@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "report_cmd",
     "bench_cmd",
     "capacity_cmd",
+    "ab_cmd",
 ]
 
 for _name in COMMAND_MODULES:

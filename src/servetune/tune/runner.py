@@ -49,23 +49,10 @@ class StudyRunner:
         except BaseException:
             self._lock.release()
             raise
-        self.engine = VllmEngine(
-            command=list(spec.engine.command),
-            model=str(spec.engine.model),
-            startup_timeout_s=spec.engine.startup_timeout_s,
-            pin_engine_core=spec.engine.pin_engine_core,
-            secrets=spec.engine.secrets,
-        )
+        self.engine = engine_for(spec)
         self.engine.check_secrets()  # a missing secret stops the study here, before any boot
         self.store.redact = self.engine.redact
-        model_dir = Path(spec.engine.model)
-        served_name = spec.engine.served_model_name
-        self.executor = TrialExecutor(
-            self.engine, self.store, self.out_dir,
-            tokenizer_dir=model_dir if (model_dir / "tokenizer.json").is_file() else None,
-            port=spec.engine.port,
-            launch_flags={"served-model-name": served_name} if served_name else None,
-        )
+        self.executor = TrialExecutor.for_study(self.engine, spec, self.store, self.out_dir)
         self.baseline_config = spec.baseline_config()
         self.defaults: EngineDefaults | None = None  # read in run(): a subprocess of ~10 s
         self.seed: eta_seed.Eta | None = None  # the ETA before anything is measured, set in run()
@@ -293,6 +280,17 @@ class StudyRunner:
                 "use another --out directory, or restore the study file it was started with"
             )
         self.store.set_meta_json("spec", new)
+
+
+def engine_for(spec: StudySpec) -> VllmEngine:
+    """The engine a study file describes."""
+    return VllmEngine(
+        command=list(spec.engine.command),
+        model=str(spec.engine.model),
+        startup_timeout_s=spec.engine.startup_timeout_s,
+        pin_engine_core=spec.engine.pin_engine_core,
+        secrets=spec.engine.secrets,
+    )
 
 
 class _Pause(Exception):
