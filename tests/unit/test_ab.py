@@ -160,6 +160,10 @@ def test_ab_on_the_standin_alternates_resumes_and_finds_the_slower_side(tmp_path
     assert rows[("tiny", "mean_tpot_ms")].verdict == "worse"
     assert rows[("tiny", "mean_tpot_ms")].comparison.ci_low_pct > 100
     assert {r.side: r.ratio.n for r in result.reuse} == {"A": 8, "B": 8}  # 2 boots x 2 replicates x 2 pairs
+    # the section's ratio is the table's: geometric means of warm/cold
+    ratio = rows[("prefix-reuse", "warm_over_cold")].comparison
+    reuse = {r.side: r.ratio for r in result.reuse}
+    assert (reuse["A"].estimate, reuse["B"].estimate) == pytest.approx((ratio.baseline_mean, ratio.candidate_mean))
     text = markdown(result)
     assert "## Upgrade A/B" in text and "| tiny | mean_tpot_ms |" in text and "warm/cold TTFT" in text
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ..engine.outcome import Outcome
 from ..stats.hierarchy import compare_boots, variance_components
-from ..stats.intervals import log_t_ci
+from ..stats.intervals import geometric_mean_ci
 from ..stats.multiple import holm
 from ..stats.types import Comparison, Interval
 from ..stats.verdict import label, verdict
@@ -38,7 +38,8 @@ class AbRow:
 
 @dataclass(frozen=True)
 class ReuseSide:
-    """Warm over cold TTFT of one side's pairs (every boot's), with the cold and warm TTFTs."""
+    """Warm over cold TTFT of one side's pairs (every boot's), with the cold and warm TTFTs:
+    geometric means, as the table's."""
 
     side: str
     ratio: Interval
@@ -103,8 +104,9 @@ def analyze(store: StudyStore, spec: AbSpec, metrics: Sequence[str] = DEFAULT_ME
     rows = _holm(rows, spec.workload.alpha, spec.workload.min_effect_pct)
     boots = [BootSummary(t.seq, side_of[t.role], t.outcome or "running", (t.boot_facts or {}).get("vllm_version"),
                          t.boot_s, len([r for r in ok_runs if r.trial_id == t.id])) for t in trials]
+    reuse = [_reuse(s, by_side[s], ok_runs, 1 - spec.workload.alpha) for s in SIDES]
     return AbAnalysis(
-        rows=rows, reuse=[x for s in SIDES if (x := _reuse(s, by_side[s], ok_runs)) is not None], boots=boots,
+        rows=rows, reuse=[x for x in reuse if x is not None], boots=boots,
         commands={s: " ".join(spec.side(s).engine.command) for s in SIDES},
         alpha=spec.workload.alpha, min_effect_pct=spec.workload.min_effect_pct,
         versions={s: sorted({b.version for b in boots if b.side == s and b.version}) for s in SIDES},
@@ -150,7 +152,7 @@ def _holm(rows: list[AbRow], alpha: float, min_effect_pct: float) -> list[AbRow]
     return out
 
 
-def _reuse(side: str, trials: Sequence[TrialRow], ok_runs: Sequence[RunRow]) -> ReuseSide | None:
+def _reuse(side: str, trials: Sequence[TrialRow], ok_runs: Sequence[RunRow], confidence: float) -> ReuseSide | None:
     ids = {t.id for t in trials}
     cold: list[float] = []
     warm: list[float] = []
@@ -162,5 +164,5 @@ def _reuse(side: str, trials: Sequence[TrialRow], ok_runs: Sequence[RunRow]) -> 
     if not pairs:
         return None
     # Pairs pooled over boots: both sends of a pair share their boot's luck, which the ratio cancels.
-    return ReuseSide(side, log_t_ci([w / c for c, w in pairs]), log_t_ci([c for c, _ in pairs]),
-                     log_t_ci([w for _, w in pairs]))
+    return ReuseSide(side, *(geometric_mean_ci(x, confidence) for x in
+                             ([w / c for c, w in pairs], [c for c, _ in pairs], [w for _, w in pairs])))
