@@ -96,6 +96,8 @@ def test_a_slower_b_is_worse_and_an_equal_b_is_not(tmp_path: Path) -> None:
     assert rows["output_throughput"].comparison.ci_high_pct < 0
     assert rows["mean_tpot_ms"].verdict == "worse"  # a longer TPOT is worse: the direction is the metric's
     assert rows["mean_ttft_ms"].verdict == "no_difference"
+    # 3 % boot sd, 1 % replicate sd, 3 replicates: a 10 % change needs about 3 boots a side, not hundreds
+    assert 1 <= rows["output_throughput"].boots_for_target <= 10
     for row in rows.values():
         assert row.adjusted_p >= row.comparison.p_value  # Holm over the table
         assert row.comparison.test == "two-level-t"  # boot-to-boot variance is in every comparison

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..engine.outcome import Outcome
 from ..stats.hierarchy import compare_boots, variance_components
 from ..stats.intervals import geometric_mean_ci
 from ..stats.multiple import holm
+from ..stats.power import boots_needed
 from ..stats.types import Comparison, Interval
 from ..stats.verdict import label, verdict
 from ..store import RunRow, StudyStore, TrialRow
@@ -18,6 +19,7 @@ from ..study.metrics import higher_is_better
 from . import prefix_reuse
 from .spec import SIDES, AbSpec
 
+TARGET_EFFECT_PCT = 10.0
 DEFAULT_METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
 REUSE_METRICS = ("mean_cold_ttft_ms", "mean_warm_ttft_ms", "warm_over_cold")
 _LOWER_IS_BETTER = {"warm_over_cold"}  # a ratio of times: the warm send should take a fraction
@@ -26,7 +28,9 @@ _LOWER_IS_BETTER = {"warm_over_cold"}  # a ratio of times: the warm send should 
 @dataclass(frozen=True)
 class AbRow:
     """B against A on one metric of one scenario; `verdict` is B's (better / worse / no_difference,
-    or promising / not_promising when a side has one boot), `note` why there is none."""
+    or promising / not_promising when a side has one boot), `note` why there is none;
+    `boots_for_target`: boots a side that detect a TARGET_EFFECT_PCT change (90 % power) at the
+    measured variances, None when unknown or beyond 1000."""
 
     scenario: str
     metric: str
@@ -34,6 +38,7 @@ class AbRow:
     adjusted_p: float = math.nan
     verdict: str = "not compared"
     note: str = ""
+    boots_for_target: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,8 @@ def analyze(store: StudyStore, spec: AbSpec, metrics: Sequence[str] = DEFAULT_ME
         names = REUSE_METRICS if scenario == prefix_reuse.SCENARIO_NAME else metrics
         for metric in names:
             groups = [boot_values(by_side[s], ok_runs, scenario, metric) for s in SIDES]
-            rows.append(_compare(scenario, metric, groups[0], groups[1], spec.workload.alpha))
+            rows.append(_compare(scenario, metric, groups[0], groups[1], spec.workload.alpha,
+                                 spec.workload.replicates.max))
     rows = _holm(rows, spec.workload.alpha, spec.workload.min_effect_pct)
     boots = [BootSummary(t.seq, side_of[t.role], t.outcome or "running", (t.boot_facts or {}).get("vllm_version"),
                          t.boot_s, len([r for r in ok_runs if r.trial_id == t.id])) for t in trials]
@@ -129,14 +135,16 @@ def _direction(metric: str) -> bool:
     return metric not in _LOWER_IS_BETTER and higher_is_better(metric)
 
 
-def _compare(scenario: str, metric: str, a: list[list[float]], b: list[list[float]], alpha: float) -> AbRow:
+def _compare(scenario: str, metric: str, a: list[list[float]], b: list[list[float]], alpha: float,
+             replicates: int) -> AbRow:
     if not a or not b:
         return AbRow(scenario, metric, None, note=f"no measured boot of {'A' if not a else 'B'}")
     components = variance_components([a, b])
     if not components.rep_df and not components.boot_df:
         return AbRow(scenario, metric, None, note="one value per side: needs 2 replicates or 2 boots")
     comparison = compare_boots(a, b, components, higher_is_better=_direction(metric), confidence=1 - alpha)
-    return AbRow(scenario, metric, comparison)
+    need = boots_needed(components, effect_pct=TARGET_EFFECT_PCT, replicates=replicates, alpha=alpha)
+    return AbRow(scenario, metric, comparison, boots_for_target=need)
 
 
 def _holm(rows: list[AbRow], alpha: float, min_effect_pct: float) -> list[AbRow]:
@@ -148,7 +156,7 @@ def _holm(rows: list[AbRow], alpha: float, min_effect_pct: float) -> list[AbRow]
         c = rows[i].comparison
         assert c is not None
         v = verdict(c, alpha, float(p), min_effect_pct)
-        out[i] = AbRow(rows[i].scenario, rows[i].metric, c, float(p), label(v, min(c.n_baseline, c.n_candidate)))
+        out[i] = replace(rows[i], adjusted_p=float(p), verdict=label(v, min(c.n_baseline, c.n_candidate)))
     return out
 
 

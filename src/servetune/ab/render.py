@@ -8,11 +8,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..stats.types import Interval
-from .analysis import AbAnalysis, AbRow, ReuseSide
+from .analysis import TARGET_EFFECT_PCT, AbAnalysis, AbRow, ReuseSide
 from .spec import SIDES
 
 _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "promising": "green", "not_promising": "red"}
-COLUMNS = ("scenario", "metric", "A", "B", "B vs A", "p (Holm)", "verdict for B")
+COLUMNS = ("scenario", "metric", "A", "B", "B vs A", "p (Holm)", "verdict for B",
+           f"boots a side for ±{TARGET_EFFECT_PCT:g} %")
 
 
 def _num(x: float) -> str:
@@ -22,10 +23,10 @@ def _num(x: float) -> str:
 def _cells(row: AbRow) -> list[str]:
     c = row.comparison
     if c is None:
-        return [row.scenario, row.metric, "-", "-", "-", "-", row.note or row.verdict]
+        return [row.scenario, row.metric, "-", "-", "-", "-", row.note or row.verdict, "-"]
     effect = f"{c.effect_pct:+.1f} % [{c.ci_low_pct:+.1f}, {c.ci_high_pct:+.1f}]"
     return [row.scenario, row.metric, _num(c.baseline_mean), _num(c.candidate_mean), effect,
-            f"{row.adjusted_p:.3g}", row.verdict]
+            f"{row.adjusted_p:.3g}", row.verdict, "?" if row.boots_for_target is None else str(row.boots_for_target)]
 
 
 def _interval(x: Interval, unit: str = "") -> str:
@@ -50,7 +51,7 @@ def terminal_table(result: AbAnalysis) -> Table:
         cells = [escape(x) for x in _cells(row)]
         style = _VERDICT_STYLE.get(row.verdict)
         if style:
-            cells[-1] = f"[{style}]{cells[-1]}[/]"
+            cells[6] = f"[{style}]{cells[6]}[/]"
         table.add_row(*cells)
     return table
 
@@ -67,7 +68,9 @@ def markdown(result: AbAnalysis) -> str:
     out += ["", f"Boots alternate A B A B ...; each boot measures every scenario with its replicates. B against A "
             f"per scenario and metric in the two-level model (boots nested in engines, log scale), intervals at "
             f"{1 - result.alpha:.0%}, p-values Holm-corrected over the whole table; `better`/`worse` need two boots a "
-            f"side and an effect of at least {result.min_effect_pct:g} %.", ""]
+            f"side and an effect of at least {result.min_effect_pct:g} %. The last column: boots a side that would "
+            f"detect a {TARGET_EFFECT_PCT:g} % change with 90 % power at the variances measured here (`?`: unknown "
+            "or over 1000).", ""]
     out += ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     out += ["| " + " | ".join(x.replace("|", "\\|") for x in _cells(r)) + " |" for r in result.rows]
     if result.reuse:
