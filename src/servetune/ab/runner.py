@@ -23,8 +23,8 @@ from ..store import StudyStore, TrialRow
 from ..tune.display import StudyDisplay
 from ..tune.lock import StudyLock, TunerProcess
 from ..tune.recovery import reclaim_unfinished
-from ..tune.runner import _raise_interrupt, engine_for
-from ..tune.trial import TrialExecutor, TrialPlan
+from ..tune.runner import raise_interrupt, engine_for
+from ..tune.trial import ProgressFn, TrialExecutor, TrialPlan
 from . import prefix_reuse
 from .analysis import AbAnalysis, analyze
 from .spec import SIDES, AbSpec
@@ -44,7 +44,7 @@ class AbTrialExecutor(TrialExecutor):
     """A TrialExecutor that also measures the prefix-reuse pairs (a scenario of its own kind)."""
 
     def _run_once(self, trial: TrialRow, url: str, api_key: str | None, model: str, scenario: Scenario,
-                  replicate: int, attempt: int, progress) -> tuple[RunResult, float]:
+                  replicate: int, attempt: int, progress: ProgressFn) -> tuple[RunResult, float]:
         if not isinstance(scenario, prefix_reuse.PrefixReuse):
             return super()._run_once(trial, url, api_key, model, scenario, replicate, attempt, progress)
         progress(trial, scenario.name, replicate, 0, 1)
@@ -77,7 +77,7 @@ class AbRunner:
         os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")  # /reset_prefix_cache between runs
         me = TunerProcess.current()
         self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        previous = signal.signal(signal.SIGTERM, raise_interrupt)
         reason = "interrupted"
         try:
             with self.display:

@@ -68,7 +68,7 @@ class StudyRunner:
         os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")
         me = TunerProcess.current()
         self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        previous = signal.signal(signal.SIGTERM, raise_interrupt)
         reason = "interrupted"
         try:
             with self.display:
@@ -297,5 +297,6 @@ class _Pause(Exception):
     """Raised before a trial when --stop-after leaves too little time for it."""
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
+def raise_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the run ends through the same cleanup (session ended, server stopped)."""
     raise KeyboardInterrupt(f"signal {signum}")
