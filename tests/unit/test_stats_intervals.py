@@ -9,6 +9,7 @@ import pytest
 from scipy import stats as sps
 
 from servetune.stats import hierarchical_bootstrap_ci, mean_ci
+from servetune.stats.intervals import geometric_mean_ci
 
 
 def binomial_tolerance(p: float, n: int, k: float = 3.0) -> float:
@@ -177,3 +178,21 @@ def test_bootstrap_rejects_bad_runs() -> None:
         hierarchical_bootstrap_ci([], "p99")
     with pytest.raises(ValueError, match=r"runs\[1\]"):
         hierarchical_bootstrap_ci([np.arange(5.0), np.array([1.0, np.nan])], "p99")
+
+
+def test_geometric_mean_ci_covers_the_median_of_a_lognormal() -> None:
+    rng = np.random.default_rng(11)
+    sims = 2000
+    hits = sum(geometric_mean_ci(np.exp(rng.normal(math.log(0.4), 0.5, size=6)), 0.95).contains(0.4)
+               for _ in range(sims))
+    assert abs(hits / sims - 0.95) <= binomial_tolerance(0.95, sims), hits / sims
+
+
+def test_geometric_mean_ci_is_symmetric_on_the_log_scale() -> None:
+    ci = geometric_mean_ci([1.0, 4.0], 0.95)
+    assert ci.estimate == pytest.approx(2.0)
+    assert ci.low * ci.high == pytest.approx(4.0)  # exp(m - h) * exp(m + h) = exp(2m)
+    half = sps.t.ppf(0.975, 1) * np.std(np.log([1.0, 4.0]), ddof=1) / math.sqrt(2)
+    assert ci.high == pytest.approx(2.0 * math.exp(half))
+    with pytest.raises(ValueError):
+        geometric_mean_ci([1.0, 0.0])

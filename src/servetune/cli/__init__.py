@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "capacity_cmd",
     "drift_cmd",
     "probe_cmd",
+    "ab_cmd",
 ]
 
 for _name in COMMAND_MODULES:

@@ -159,7 +159,7 @@ async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, wo
         return list(gathered.result()), start_ns
 
 
-def _pick_tokenizer(session: aiohttp.ClientSession, base_url: str, model: str,
+def pick_tokenizer(session: aiohttp.ClientSession, base_url: str, model: str,
                     tokenizer_dir: Path | None) -> tuple[Tokenizer, str]:
     if tokenizer_dir is not None and (tokenizer_dir / "tokenizer.json").is_file():
         return LocalTokenizer(tokenizer_dir), f"local:{tokenizer_dir}"
@@ -217,7 +217,7 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
             result.outcome, result.error = for_http_status(exc.status), f"server at {base_url} {state}: {exc}"
             return result
         model = model or served[0]
-        tok, tok_source = _pick_tokenizer(session, base_url, model, tokenizer_dir)
+        tok, tok_source = pick_tokenizer(session, base_url, model, tokenizer_dir)
         salt = secrets.randbits(64)
         factory = PromptFactory(tok, seed=scenario.seed, chat=scenario.endpoint == "chat",
                                 shared_prefix_len=scenario.shared_prefix.length if scenario.shared_prefix else 0,

@@ -108,6 +108,9 @@ class RunResult(BaseModel):
     output_throughput, ...) so existing tools read it; servetune's extras sit beside.
     """
 
+    # A summary assigned as a plain dict is validated into a RunSummary (the store writes its fields).
+    model_config = ConfigDict(validate_assignment=True)
+
     scenario: str
     outcome: Outcome = Outcome.ok
     summary: RunSummary = Field(default_factory=RunSummary)

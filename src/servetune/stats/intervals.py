@@ -66,6 +66,22 @@ def log_t_ci(values: ArrayLike, confidence: float = 0.95) -> Interval:
                     method="log-t", confidence=confidence)
 
 
+def geometric_mean_ci(values: ArrayLike, confidence: float = 0.95) -> Interval:
+    """Geometric mean of positive values (ratios, times) with the Student-t interval of the mean
+    log, back-transformed: ``exp(mean(log x) ± t * sd(log x) / sqrt(n))``; unbounded for one value."""
+    confidence = check_confidence(confidence)
+    x = clean(values, "values")
+    if np.any(x <= 0):
+        raise ValueError("a geometric mean needs positive values")
+    logs = np.log(x)
+    estimate = float(np.exp(logs.mean()))
+    if x.size == 1:
+        return Interval(estimate=estimate, low=0.0, high=math.inf, n=1, method="geometric-t", confidence=confidence)
+    half = float(sps.t.ppf(0.5 + confidence / 2.0, x.size - 1)) * float(logs.std(ddof=1)) / math.sqrt(x.size)
+    return Interval(estimate=estimate, low=estimate * math.exp(-half), high=estimate * math.exp(half), n=int(x.size),
+                    method="geometric-t", confidence=confidence)
+
+
 def statistic_fn(statistic: Statistic) -> tuple[StatFn, str]:
     """Resolve ``"p99"``, ``"median"``, ``"mean"``, a quantile in [0, 1] or a callable to ``f(x2d) -> 1-D`` and a label.
 

@@ -26,6 +26,8 @@ class TrialRole(StrEnum):
     baseline_check = "baseline_check"  # the baseline again during the search (drift)
     finalist = "finalist"              # a promising candidate re-validated on a fresh boot
     baseline_final = "baseline_final"  # the baseline booted beside the finalists
+    ab_a = "ab_a"                      # `servetune ab`: a boot of engine A
+    ab_b = "ab_b"                      # `servetune ab`: a boot of engine B
 
     @property
     def is_baseline(self) -> bool:

@@ -31,6 +31,11 @@ def parse_study(text: str, source: str = "<string>") -> StudySpec:
     return _validate(parse_yaml(text, source))
 
 
+def study_from_document(doc: LocatedYaml) -> StudySpec:
+    """A loaded (possibly rewritten) YAML document as a StudySpec, errors located in its file."""
+    return _validate(doc)
+
+
 def _validate(doc: LocatedYaml) -> StudySpec:
     if not isinstance(doc.data, dict):
         raise ServetuneError(f"{doc.source}:1: a study is a mapping of keys (name, engine, space, ...)")

@@ -51,14 +51,7 @@ class StudyRunner:
         self.engine: Engine = engine_for(spec.engine)  # the registered class of `engine.kind`
         self.engine.check_secrets()  # a missing secret stops the study here, before any boot
         self.store.redact = self.engine.redact
-        model_dir = Path(spec.engine.model)
-        served_name = spec.engine.served_model_name
-        self.executor = TrialExecutor(
-            self.engine, self.store, self.out_dir,
-            tokenizer_dir=model_dir if (model_dir / "tokenizer.json").is_file() else None,
-            port=spec.engine.port,
-            launch_flags={"served-model-name": served_name} if served_name else None,
-        )
+        self.executor = TrialExecutor.for_study(self.engine, spec, self.store, self.out_dir)
         self.baseline_config = spec.baseline_config()
         self.defaults: EngineDefaults | None = None  # read in run(): a subprocess of ~10 s
         self.seed: eta_seed.Eta | None = None  # the ETA before anything is measured, set in run()
@@ -72,7 +65,7 @@ class StudyRunner:
     def run(self) -> analysis.StudyAnalysis:
         me = TunerProcess.current()
         self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
-        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+        previous = signal.signal(signal.SIGTERM, raise_interrupt)
         reason = "interrupted"
         try:
             with self.display:
@@ -292,5 +285,6 @@ class _Pause(Exception):
     """Raised before a trial when --stop-after leaves too little time for it."""
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
+def raise_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as Ctrl-C: the run ends through the same cleanup (session ended, server stopped)."""
     raise KeyboardInterrupt(f"signal {signum}")

@@ -23,6 +23,7 @@ from ..load.records import RunResult
 from ..load.scenario import Scenario
 from ..store import StudyStore, TrialRow
 from . import capacity_trial
+from ..study.spec import StudySpec
 
 # A client-bound run (the load generator, not the server, was the bottleneck) is measured again
 # up to this many times in all before the replicate is given up.
@@ -62,6 +63,17 @@ class TrialExecutor:
         self.port = port
         # Flags every server of the study gets that are not part of what is tuned (a served name).
         self.launch = Config.of(launch_flags or {})
+
+    @classmethod
+    def for_study(cls, engine, spec: StudySpec, store: StudyStore, out_dir: Path) -> TrialExecutor:
+        """The executor of a study file's engine section: its model's tokenizer when the model
+        directory has one (else the server's /tokenize), its port and served model name."""
+        model_dir = Path(spec.engine.model)
+        served_name = spec.engine.served_model_name
+        return cls(engine, store, out_dir,
+                   tokenizer_dir=model_dir if (model_dir / "tokenizer.json").is_file() else None,
+                   port=spec.engine.port,
+                   launch_flags={"served-model-name": served_name} if served_name else None)
 
     def run(self, trial: TrialRow, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn,
             duplicate_of: DuplicateFn | None = None, fits_of: FitsFn | None = None) -> Outcome:

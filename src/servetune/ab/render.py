@@ -1,0 +1,84 @@
+"""The A/B on the terminal (a rich table) and as a Markdown report section."""
+
+from __future__ import annotations
+
+import math
+
+from rich.markup import escape
+from rich.table import Table
+
+from ..stats.types import Interval
+from .analysis import TARGET_EFFECT_PCT, AbAnalysis, AbRow, ReuseSide
+from .spec import SIDES
+
+_VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "promising": "green", "not_promising": "red"}
+COLUMNS = ("scenario", "metric", "A", "B", "B vs A", "p (Holm)", "verdict for B",
+           f"boots a side for ±{TARGET_EFFECT_PCT:g} %")
+
+
+def _num(x: float) -> str:
+    return "-" if not math.isfinite(x) else f"{x:,.3g}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+def _cells(row: AbRow) -> list[str]:
+    c = row.comparison
+    if c is None:
+        return [row.scenario, row.metric, "-", "-", "-", "-", row.note or row.verdict, "-"]
+    effect = f"{c.effect_pct:+.1f} % [{c.ci_low_pct:+.1f}, {c.ci_high_pct:+.1f}]"
+    return [row.scenario, row.metric, _num(c.baseline_mean), _num(c.candidate_mean), effect,
+            f"{row.adjusted_p:.3g}", row.verdict, "?" if row.boots_for_target is None else str(row.boots_for_target)]
+
+
+def _interval(x: Interval, unit: str = "") -> str:
+    return f"{_num(x.estimate)}{unit} [{_num(x.low)}, {_num(x.high)}]"
+
+
+def reuse_line(r: ReuseSide) -> str:
+    return (f"{r.side}: warm/cold TTFT {_interval(r.ratio)} over {r.ratio.n} pairs (cold {_interval(r.cold_ms, ' ms')},"
+            f" warm {_interval(r.warm_ms, ' ms')})")
+
+
+def _side_line(result: AbAnalysis, side: str) -> str:
+    versions = ", ".join(result.versions.get(side, [])) or "version not in the boot log"
+    return f"{side}: `{result.commands[side]}` (vLLM {versions}), {result.measured_boots(side)} measured boot(s)"
+
+
+def terminal_table(result: AbAnalysis) -> Table:
+    table = Table(title=escape(f"A/B: B against A, intervals at {1 - result.alpha:.0%}, geometric means over boots"))
+    for col in COLUMNS:
+        table.add_column(col)
+    for row in result.rows:
+        cells = [escape(x) for x in _cells(row)]
+        style = _VERDICT_STYLE.get(row.verdict)
+        if style:
+            cells[6] = f"[{style}]{cells[6]}[/]"
+        table.add_row(*cells)
+    return table
+
+
+def terminal_lines(result: AbAnalysis) -> list[str]:
+    """Plain lines (no markup) printed after the table."""
+    return [*(_side_line(result, s).replace("`", "") for s in SIDES), *(reuse_line(r) for r in result.reuse),
+            f"verdict: {result.headline}"]
+
+
+def markdown(result: AbAnalysis) -> str:
+    out = ["## Upgrade A/B", "", f"**{result.headline}**", ""]
+    out += [f"- {_side_line(result, s)}" for s in SIDES]
+    out += ["", f"Boots alternate A B A B ...; each boot measures every scenario with its replicates. B against A "
+            f"per scenario and metric in the two-level model (boots nested in engines, log scale), intervals at "
+            f"{1 - result.alpha:.0%}, p-values Holm-corrected over the whole table; `better`/`worse` need two boots a "
+            f"side and an effect of at least {result.min_effect_pct:g} %. The last column: boots a side that would "
+            f"detect a {TARGET_EFFECT_PCT:g} % change with 90 % power at the variances measured here (`?`: unknown "
+            "or over 1000).", ""]
+    out += ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    out += ["| " + " | ".join(x.replace("|", "\\|") for x in _cells(r)) + " |" for r in result.rows]
+    if result.reuse:
+        out += ["", "### Prefix cache: cold versus warm", "",
+                "A long prompt sent, then the identical prompt sent again (as agents re-send their context); "
+                "the ratio is the warm send's TTFT over the cold one's, pair by pair.", ""]
+        out += [f"- {reuse_line(r)}" for r in result.reuse]
+    out += ["", "### Boots", "", "| # | side | vLLM | outcome | boot s | runs |", "| --- | --- | --- | --- | --- | --- |"]
+    out += [f"| {b.seq} | {b.side} | {b.version or '?'} | {b.outcome} | "
+            f"{'-' if b.boot_s is None else f'{b.boot_s:.0f}'} | {b.runs} |" for b in result.boots]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,138 @@
+"""AbRunner: boots the two engines alternately (A B A B ...), each boot measuring every scenario
+with replicates, into one study store, so a killed A/B resumes where it stopped.
+
+The boot order is a pure function of the store (the k-th trial is side SIDES[k % 2]), so a
+resumed A/B continues the alternation exactly; a trial left running by a killed tuner is
+stopped and booted again (its stored runs count), as in a study.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from rich.markup import escape
+
+from ..engine.outcome import Outcome
+from ..errors import ServetuneError
+from ..load.records import RunResult
+from ..load.scenario import Scenario
+from ..store import StudyStore, TrialRow
+from ..tune.display import StudyDisplay
+from ..tune.lock import StudyLock, TunerProcess
+from ..tune.recovery import reclaim_unfinished
+from ..engine import engine_for
+from ..tune.runner import raise_interrupt
+from ..tune.trial import ProgressFn, TrialExecutor, TrialPlan
+from . import prefix_reuse
+from .analysis import AbAnalysis, analyze
+from .spec import SIDES, AbSpec
+
+ROLES = {"A": "ab_a", "B": "ab_b"}
+SIDE_OF_ROLE = {role: side for side, role in ROLES.items()}
+META_KEY = "ab"
+BOOTS_MAY_CHANGE = "boots"  # a resumed A/B may get more boots, nothing else
+
+
+def boot_order(boots: int) -> list[str]:
+    """A B A B ...: each side's boots spread over the whole A/B, so drift of the machine hits both."""
+    return [side for _ in range(boots) for side in SIDES]
+
+
+class AbTrialExecutor(TrialExecutor):
+    """A TrialExecutor that also measures the prefix-reuse pairs (a scenario of its own kind)."""
+
+    def _run_once(self, trial: TrialRow, url: str, api_key: str | None, model: str, scenario: Scenario,
+                  replicate: int, attempt: int, progress: ProgressFn) -> tuple[RunResult, float]:
+        if not isinstance(scenario, prefix_reuse.PrefixReuse):
+            return super()._run_once(trial, url, api_key, model, scenario, replicate, attempt, progress)
+        progress(trial, scenario.name, replicate, 0, 1)
+        started_at = time.time()
+        return prefix_reuse.measure(url, model, scenario, tokenizer_dir=self.tokenizer_dir, api_key=api_key), started_at
+
+
+class AbRunner:
+    def __init__(self, spec: AbSpec, out_dir: Path, *, boots: int, reuse: prefix_reuse.PrefixReuse | None,
+                 metrics: list[str], display: StudyDisplay):
+        self.spec, self.out_dir, self.boots, self.display = spec, Path(out_dir), boots, display
+        self.reuse, self.metrics = reuse, metrics
+        self._lock = StudyLock(self.out_dir).acquire()
+        try:
+            self.store = StudyStore.in_dir(self.out_dir)
+            self._check_same_ab()
+        except BaseException:
+            self._lock.release()
+            raise
+        self.engines = {side: engine_for(spec.side(side).engine) for side in SIDES}
+        for engine in self.engines.values():
+            engine.check_secrets()  # a missing secret stops here, before any boot
+        self.store.redact = lambda text: self.engines["B"].redact(self.engines["A"].redact(text))
+        self.executors = {side: AbTrialExecutor.for_study(self.engines[side], spec.side(side), self.store,
+                                                          self.out_dir) for side in SIDES}
+        self._session = 0
+        self._last_heartbeat = 0.0
+
+    def run(self) -> AbAnalysis:
+        me = TunerProcess.current()
+        self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
+        previous = signal.signal(signal.SIGTERM, raise_interrupt)
+        reason = "interrupted"
+        try:
+            with self.display:
+                for trial in reclaim_unfinished(self.store, self._session, self.display.note):
+                    self.display.note(f"resuming boot #{trial.seq} ({SIDE_OF_ROLE.get(trial.role, trial.role)})")
+                    self._execute(trial)
+                order = boot_order(self.boots)
+                while (done := len(self.store.trials())) < len(order):
+                    side = order[done]
+                    trial = self.store.begin_trial(ROLES[side], self.spec.side(side).baseline_config(),
+                                                   {"side": side}, session_id=self._session)
+                    self._execute(trial)
+                reason = "finished"
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            self.store.end_session(self._session, reason)
+            self._lock.release()
+        return analyze(self.store, self.spec, self.metrics)
+
+    def _plan(self) -> TrialPlan:
+        work = self.spec.workload
+        scenarios = [*work.scenarios, *([self.reuse] if self.reuse else [])]
+        return TrialPlan(scenarios=scenarios, min_replicates=work.replicates.max, max_replicates=work.replicates.max)
+
+    def _execute(self, trial: TrialRow) -> None:
+        side = SIDE_OF_ROLE[trial.role]
+        total = len(boot_order(self.boots))
+        self.display.trials(len([t for t in self.store.trials() if t.status == "done"]), total, None)
+        outcome = self.executors[side].run(
+            trial, self._plan(), enough=lambda t, reps: False,
+            progress=lambda t, s, r, d, n: self._on_progress(t, side, s, r, d, n))
+        done = self.store.trial(trial.id)
+        if outcome != str(Outcome.ok):
+            self.display.note(f"[yellow]#{trial.seq} {side}: {outcome}[/] {escape((done.detail or '')[:300])}")
+        else:
+            version = (done.boot_facts.vllm_version if done.boot_facts else None) or "version ?"
+            self.display.note(f"#{trial.seq} {side} ({escape(version)}): ok (boot {done.boot_s or 0:.0f} s, "
+                              f"{len(self.store.runs(trial.id))} runs)")
+        self.display.trials(len([t for t in self.store.trials() if t.status == "done"]), total, None)
+
+    def _on_progress(self, trial: TrialRow, side: str, scenario: str | None, replicate: int, done: int,
+                     total: int) -> None:
+        self.display.trial_step(trial, side, scenario, replicate, done, total)
+        now = time.monotonic()
+        if now - self._last_heartbeat > 5:
+            self._last_heartbeat = now
+            self.store.heartbeat(self._session)
+
+    def _check_same_ab(self) -> None:
+        new = {"A": self.spec.a.model_dump(mode="json"), "B": self.spec.b.model_dump(mode="json"),
+               "prefix_reuse": self.reuse.model_dump(mode="json") if self.reuse else None, "boots": self.boots}
+        old = self.store.get_meta_json(META_KEY)
+        if old is None and self.store.trials():
+            raise ServetuneError(f"{self.store.path}: this directory holds a study, not an A/B; use another --out")
+        changed = [k for k in new if k != BOOTS_MAY_CHANGE and old is not None and old.get(k) != new[k]]
+        if changed:
+            raise ServetuneError(f"{self.store.path}: this directory holds a different A/B (changed: "
+                                 f"{', '.join(changed)}); use another --out, or the files it was started with")
+        self.store.set_meta_json(META_KEY, new)

@@ -1,0 +1,72 @@
+"""What an A/B compares: two engines on one workload, from two study files or from one study
+file with an `ab:` section that overrides parts of `engine` per side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ServetuneError
+from ..study import StudySpec
+from ..study.loader import load_study, study_from_document
+from ..study.yaml_lines import LocatedYaml, load_yaml
+
+SIDES = ("A", "B")
+AB_KEY = "ab"
+# What both sides must share: an A/B compares engines, so the workload and the rules are one.
+SHARED_KEYS = ("scenarios", "replicates", "alpha", "min_effect_pct")
+
+
+@dataclass(frozen=True)
+class AbSpec:
+    a: StudySpec
+    b: StudySpec
+    sources: tuple[str, str]
+
+    def side(self, name: str) -> StudySpec:
+        return self.a if name == "A" else self.b
+
+    @property
+    def workload(self) -> StudySpec:
+        """Scenarios, replicates, alpha, min_effect_pct: the same on both sides."""
+        return self.a
+
+
+def load_ab(paths: Sequence[Path]) -> AbSpec:
+    """`A.yaml B.yaml`, or one file whose `ab: {A: {...}, B: {...}}` overrides `engine` keys per side."""
+    if len(paths) == 1:
+        return _from_one_file(paths[0])
+    if len(paths) != 2:
+        raise ServetuneError(f"ab: expected two study files (A.yaml B.yaml) or one with an '{AB_KEY}:' section, "
+                             f"got {len(paths)}")
+    a, b = (load_study(p) for p in paths)
+    _check_same_workload(a, b, str(paths[0]), load_yaml(paths[1]))
+    return AbSpec(a, b, (str(paths[0]), str(paths[1])))
+
+
+def _from_one_file(path: Path) -> AbSpec:
+    doc = load_yaml(path)
+    data = doc.data if isinstance(doc.data, dict) else {}
+    overrides = data.get(AB_KEY)
+    if not isinstance(overrides, dict) or sorted(overrides) != list(SIDES):
+        raise ServetuneError(f"{doc.where((AB_KEY,))}: {AB_KEY}: expected {{A: {{engine keys}}, B: {{engine keys}}}} "
+                             "(or give two study files)")
+    sides = []
+    for side in SIDES:
+        part = overrides[side] or {}
+        if not isinstance(part, dict):
+            raise ServetuneError(f"{doc.where((AB_KEY, side))}: {AB_KEY}.{side}: expected a mapping of engine keys")
+        engine: dict[str, Any] = {**(data.get("engine") or {}), **part}
+        rest = {k: v for k, v in data.items() if k != AB_KEY}
+        sides.append(study_from_document(LocatedYaml(doc.source, {**rest, "engine": engine}, doc.lines)))
+    return AbSpec(sides[0], sides[1], (f"{path} ({AB_KEY}.A)", f"{path} ({AB_KEY}.B)"))
+
+
+def _check_same_workload(a: StudySpec, b: StudySpec, a_source: str, b_doc: LocatedYaml) -> None:
+    a_dump, b_dump = a.model_dump(mode="json"), b.model_dump(mode="json")
+    for key in SHARED_KEYS:
+        if a_dump[key] != b_dump[key]:
+            raise ServetuneError(f"{b_doc.where((key,))}: {key}: differs from {a_source}'s; an A/B measures "
+                                 "both engines on the same workload")

@@ -1,0 +1,69 @@
+"""`servetune ab A.yaml B.yaml --out DIR`: the upgrade A/B of two engines on one workload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from ..errors import ServetuneError
+from ..store import StudyStore
+from ..study.metrics import metric_problem
+from .boundary import EXIT_NO_RESULT, store_errors
+from .paths import writable_dir
+
+console = Console()
+REPORT_NAME = "ab.md"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def ab(
+        study_files: list[Path] = typer.Argument(..., exists=True, dir_okay=False,
+                                                 help="A.yaml B.yaml (two study files: engines A and B, same "
+                                                      "scenarios), or one study file with an 'ab: {A: ..., B: ...}' "
+                                                      "section of engine keys per side"),
+        out: Path = typer.Option(..., "--out", "-o", help="A/B directory (store, logs, ab.md); run the same "
+                                 "command again to resume"),
+        boots: int = typer.Option(2, "--boots", min=1, max=100, help="boots per side, alternating A B A B ..."),
+        metric: list[str] = typer.Option([], "--metric", help="a summary metric to compare (repeatable; default: "
+                                         "output_throughput, mean_ttft_ms, mean_tpot_ms)"),
+        prefix_reuse_len: int = typer.Option(0, "--prefix-reuse-len", min=0, max=1_000_000, metavar="TOKENS",
+                                             help="also measure cold vs warm prefix cache: a prompt of TOKENS "
+                                                  "sent, then the identical one again (0: off)"),
+        prefix_reuse_pairs: int = typer.Option(3, "--prefix-reuse-pairs", min=1, max=1000,
+                                               help="cold/warm pairs per boot"),
+    ) -> None:
+        """Measure two engines (vLLM versions, images, launch commands) on the same workload, booted
+        alternately, and judge B against A per scenario and metric (two-level model, Holm)."""
+        from ..ab import prefix_reuse
+        from ..ab.analysis import DEFAULT_METRICS
+        from ..ab.spec import load_ab
+
+        for name in metric:
+            if problem := metric_problem(name):
+                raise ServetuneError(f"--metric {name}: {problem}")
+        spec = load_ab(study_files)
+        writable_dir(out, "--out")  # after the files loaded: bad input writes nothing
+        reuse = prefix_reuse.prefix_reuse_scenario(prefix_reuse_len, prefix_reuse_pairs) if prefix_reuse_len else None
+        with store_errors(out / StudyStore.FILENAME):
+            _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS))
+
+
+def _ab(spec, out: Path, boots: int, reuse, metrics: list[str]) -> None:
+    from ..ab.render import markdown, terminal_lines, terminal_table
+    from ..ab.runner import AbRunner
+    from ..tune.display import StudyDisplay
+
+    result = AbRunner(spec, out, boots=boots, reuse=reuse, metrics=metrics,
+                      display=StudyDisplay(Console(stderr=True))).run()
+    console.print(terminal_table(result))
+    for line in terminal_lines(result):
+        console.print(escape(line))
+    path = out / REPORT_NAME
+    path.write_text(markdown(result))
+    console.print(f"report: {escape(str(path))}")
+    if not result.measured_boots("A") or not result.measured_boots("B"):
+        raise typer.Exit(EXIT_NO_RESULT)

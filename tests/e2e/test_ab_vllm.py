@@ -1,0 +1,80 @@
+"""`servetune ab` on real vLLM CPU builds: two versions side by side (0.32.0, the project's, and
+0.31.0 in a second venv that scripts/setup_second_vllm.sh makes), and an A/A run of one version
+that must find no significant difference. Two boots a side: each boot costs about a minute here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servetune.ab.analysis import analyze
+from servetune.ab.spec import load_ab
+from servetune.store import StudyStore
+from tests.conftest import servetune, tiny_model_dir
+
+REPO = Path(__file__).resolve().parents[2]
+SECOND_VERSION = "0.31.0"
+SECOND_VENV = REPO / ".venv-vllm-b"
+API_SERVER = ["-m", "vllm.entrypoints.openai.api_server"]
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def second_vllm_python() -> str:
+    """The second version's interpreter, made (or checked) by the project's own script."""
+    env = {**os.environ, "SERVETUNE_VENV": str(Path(sys.executable).parents[1])}
+    done = subprocess.run(["scripts/setup_second_vllm.sh", SECOND_VERSION, str(SECOND_VENV)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return str(SECOND_VENV / "bin" / "python")
+
+
+def _ab_file(tmp_path: Path, b_command: list[str]) -> Path:
+    doc = {
+        "name": "ab-cpu",
+        "engine": {"command": ["python", *API_SERVER], "model": str(tiny_model_dir()),
+                   "args": {"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "512MiB"},
+                   "startup_timeout_s": 900, "pin_engine_core": True},
+        "scenarios": [{"name": "decode", "input_len": 64, "output_len": 32, "concurrency": 4, "num_prompts": 16}],
+        "replicates": 2,
+        "ab": {"A": {}, "B": {"command": b_command}},
+    }
+    path = tmp_path / "ab.yaml"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def _run(tmp_path: Path, b_command: list[str]):
+    path = _ab_file(tmp_path, b_command)
+    out = tmp_path / "out"
+    done = servetune("ab", str(path), "--out", str(out), "--boots", "2", "--prefix-reuse-len", "1536",
+                     "--prefix-reuse-pairs", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    store = StudyStore.open_existing(out, read_only=True)
+    assert [t.role for t in store.trials()] == ["ab_a", "ab_b", "ab_a", "ab_b"]
+    assert all(t.outcome == "ok" for t in store.trials()), [(t.outcome, t.detail) for t in store.trials()]
+    assert (out / "ab.md").read_text().startswith("## Upgrade A/B")
+    return analyze(store, load_ab([path])), done.stdout
+
+
+def test_two_vllm_versions_side_by_side(tmp_path: Path, second_vllm_python: str) -> None:
+    result, stdout = _run(tmp_path, [second_vllm_python, *API_SERVER])
+    assert result.versions == {"A": ["0.32.0"], "B": [SECOND_VERSION]}  # from each boot's own log
+    assert all(r.comparison is not None and r.comparison.n_baseline == r.comparison.n_candidate == 2
+               for r in result.rows)
+    # prefix caching is on by default in both: the identical re-send of 1536 tokens starts sooner
+    assert {r.side for r in result.reuse} == {"A", "B"}
+    assert all(r.ratio.n == 8 and r.ratio.high < 1 for r in result.reuse), result.reuse
+    assert "verdict: " in stdout
+
+
+def test_aa_same_version_finds_no_difference(tmp_path: Path) -> None:
+    result, stdout = _run(tmp_path, ["python", *API_SERVER])
+    assert len([r for r in result.rows if r.comparison is not None]) == 6
+    assert not [r for r in result.rows if r.verdict in ("better", "worse")], result.rows
+    assert "no significant difference between B and A" in stdout
