@@ -47,6 +47,8 @@ class TrialRow:
     ended_at: float | None
     session_id: int | None = None  # the session running it (None: a store from before owners were kept)
     launch_token: str | None = None  # in the server's env; recorded before the spawn
+    slot: int = 0  # the slot that runs it (a store from before slots: 0)
+    placement: dict[str, Any] | None = None  # that slot's GPUs/CPUs, as engine.placement describes them
 
     @property
     def boot_s(self) -> float | None:
@@ -174,16 +176,17 @@ class StudyStore:
     # --- trials -------------------------------------------------------------------------
 
     def begin_trial(self, role: str, config: Config, params: dict[str, Any], *,
-                    session_id: int | None = None) -> TrialRow:
+                    session_id: int | None = None, slot: int = 0,
+                    placement: dict[str, Any] | None = None) -> TrialRow:
         now = time.time()
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
             seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM trials").fetchone()[0]
             cur = self._conn.execute(
-                "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at, session_id)"
-                " VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
+                "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at, session_id,"
+                " slot, placement_json) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
                 (seq, role, config.key(), config.canonical_json(), json.dumps(params, sort_keys=True), now,
-                 session_id),
+                 session_id, slot, _dumps(placement)),
             )
         return self.trial(int(cur.lastrowid))
 
@@ -215,6 +218,11 @@ class StudyStore:
                     " server_create_time = NULL, launch_token = NULL, started_at = ?, healthy_at = NULL,"
                     " session_id = ? WHERE id = ?",
                     (time.time(), session_id, trial_id))
+
+    def move_trial(self, trial_id: int, *, slot: int, placement: dict[str, Any] | None) -> None:
+        """A reopened trial runs on `slot` (its own, or another when the study has fewer now)."""
+        self._write("UPDATE trials SET slot = ?, placement_json = ? WHERE id = ?",
+                    (slot, _dumps(placement), trial_id))
 
     def trial(self, trial_id: int) -> TrialRow:
         row = self._conn.execute("SELECT * FROM trials WHERE id = ?", (trial_id,)).fetchone()
@@ -329,6 +337,7 @@ def _trial(row: sqlite3.Row) -> TrialRow:
         server_create_time=row["server_create_time"], started_at=row["started_at"],
         healthy_at=row["healthy_at"], ended_at=row["ended_at"],
         session_id=_optional(row, "session_id"), launch_token=_optional(row, "launch_token"),
+        slot=_optional(row, "slot") or 0, placement=_loads(_optional(row, "placement_json")),
     )
 
 
