@@ -36,7 +36,7 @@ class CountingEngine:
         self.stopped = 0
 
     def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
-              launch_token: str | None = None) -> StartResult:
+              launch_token: str | None = None, placement=None) -> StartResult:
         self.started.append(config)
         log_path.write_text("")
         failure = self.fails_for(config)

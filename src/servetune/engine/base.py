@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -12,6 +13,7 @@ from .bootfacts import BootFacts
 from .config import Config
 from .launch import Server, StopReport
 from .outcome import Outcome
+from .placement import Placement
 
 
 class StartResult(BaseModel):
@@ -41,7 +43,9 @@ class Engine(Protocol):
 
     def build_command(self, config: Config, port: int) -> list[str]: ...
 
-    def start(self, config: Config, log_path: Path | None = None, port: int | None = None) -> StartResult: ...
+    def start(self, config: Config, log_path: Path | None = None, port: int | None = None,
+              on_spawn: Callable[[Server], None] | None = None, launch_token: str | None = None,
+              placement: Placement | None = None) -> StartResult: ...
 
     def stop(self, server: Server) -> StopReport: ...
 

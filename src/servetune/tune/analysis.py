@@ -216,7 +216,7 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
         return len([t for t in trials if t.role not in ("finalist", "baseline_final")]) + len(plan)
     expected_candidates = max(min(spec.budget.trials or 10**6, search_size(spec)), candidates)
     checks = expected_candidates // max(spec.baseline_every, 1)
-    return 1 + expected_candidates + checks + 2 * spec.finalists
+    return spec.parallel.slots + expected_candidates + checks + 2 * spec.finalists  # a baseline per slot
 
 
 def remaining_s(store: StudyStore, spec: StudySpec) -> float:
@@ -225,7 +225,7 @@ def remaining_s(store: StudyStore, spec: StudySpec) -> float:
     eta = estimate(trials, store.runs(), stored_seed(store))
     done = sum(t.status == "done" for t in trials)
     left = max(planned_trial_count(store, spec) - done, 0)
-    return left * eta.trial_s(spec.scenario_names, spec.replicates.min)
+    return left * eta.trial_s(spec.scenario_names, spec.replicates.min) / spec.parallel.slots
 
 
 def search_size(spec: StudySpec) -> int:
