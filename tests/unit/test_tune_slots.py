@@ -20,6 +20,7 @@ from servetune.engine.config import Config
 from servetune.engine.outcome import Outcome
 from servetune.engine.placement import Placement, plan_placements
 from servetune.errors import ServetuneError
+from servetune.report import write_report
 from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
 from servetune.tune import analysis, known
@@ -76,6 +77,11 @@ def test_two_slots_run_the_grid_once_each_and_reach_the_single_slot_verdict(tmp_
     baselines = {t.config.key() for t in store.trials() if t.role in analysis.BASELINE_ROLES}
     assert baselines == {_spec(tmp_path, 2).baseline_config().key()}
     assert [t.slot for t in one_store.trials()] == [0] * len(one_store.trials())
+    # The report says which slot measured what (and a one-slot report has no such column).
+    md = write_report(two, store, tmp_path / "report-two")["markdown"].read_text()
+    first = store.trials()[0]
+    assert f"| {first.seq} | baseline | baseline | slot {first.slot} (cpus " in md
+    assert "| slot |" not in write_report(one, one_store, tmp_path / "report-one")["markdown"].read_text()
 
 
 def test_a_slot_whose_trial_crashes_goes_on(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..engine.placement import Placement
 from ..secrets import Redactor
 from ..store.sqlite import RunRow, StudyStore, TrialRow
 from ..study.metrics import higher_is_better
@@ -77,6 +78,7 @@ class TrialView:
     mismatches: list[str]
     runs_ok: int
     runs_total: int
+    slot: str = ""  # which slot measured it ("slot 1 (cpus 1)"); shown when the study had several
 
 
 @dataclass
@@ -122,6 +124,7 @@ class ReportData:
     deployment: Deployment | None
     snippets: Snippets | None
     trials: list[TrialView]
+    slotted: bool                                  # trials ran on more than one slot: the table says where
     param_effects: list[ParamEffectRow]
     importances: dict[str, float]
     plots: list[plots.Plot]
@@ -236,7 +239,13 @@ def _trial_view(t: TrialRow, runs: list[RunRow], base: Config | None, redact: Ca
         log_lines=explaining_lines(redact(t.log_tail or "")) if (t.outcome or "ok") != "ok" else [],
         kv_cache_tokens=facts.get("kv_cache_tokens"), max_concurrency=facts.get("max_concurrency"),
         startup_s=startup, vllm_version=facts.get("vllm_version"), mismatches=mism,
-        runs_ok=sum(r.outcome == "ok" for r in runs), runs_total=len(runs))
+        runs_ok=sum(r.outcome == "ok" for r in runs), runs_total=len(runs), slot=_slot_label(t))
+
+
+def _slot_label(t: TrialRow) -> str:
+    place = t.placement or {}
+    cpus = place.get("cpus")
+    return Placement(t.slot, dict(place.get("env") or {}), tuple(cpus) if cpus else None).label()
 
 
 def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
@@ -445,6 +454,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         configs=_config_lines(analysis), diff=diff, deployment=dep,
         snippets=snippets(dep) if dep is not None else None,
         trials=[_trial_view(t, runs_by_trial.get(t.id, []), base_cfg, redact) for t in trials],
+        slotted=len({t.slot for t in trials}) > 1,
         param_effects=_param_effects(analysis), importances=importances,
         plots=_plots(analysis, store, runs_by_trial, slo_metrics), evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis))
