@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,22 +34,28 @@ class CountingEngine:
     name = "counting"
     metric_names = VLLM_METRIC_NAMES  # the fake server speaks vLLM's /metrics
 
-    def __init__(self, url: str, facts_for, fails_for=lambda config: None):
+    def __init__(self, url: str, facts_for, fails_for=lambda config: None, url_for=None):
         self.url = url
         self.facts_for = facts_for
         self.fails_for = fails_for
+        self.url_for = url_for or (lambda config: self.url)  # which fake server a config's "boot" answers on
         self.started: list[Config] = []
+        self.placements: list[object] = []
         self.stopped = 0
         self.runs_started = 0
+        self._lock = threading.Lock()  # slots start and stop from their own threads
 
     def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
-              launch_token: str | None = None) -> StartResult:
-        self.started.append(config)
+              launch_token: str | None = None, placement=None) -> StartResult:
+        with self._lock:
+            self.started.append(config)
+            self.placements.append(placement)
         log_path.write_text("")
         failure = self.fails_for(config)
         if failure is not None:
             return StartResult(outcome=failure, detail=f"fake {failure}")
-        server = Server(url=self.url, port=int(self.url.rsplit(":", 1)[1]), pid=1, pgid=1, create_time=0.0,
+        url = self.url_for(config)
+        server = Server(url=url, port=int(url.rsplit(":", 1)[1]), pid=1, pgid=1, create_time=0.0,
                         log_path=log_path, started_at=0.0, launch_token=launch_token)
         return StartResult(outcome=Outcome.ok, server=server, boot_facts=self.facts_for(config))
 
@@ -56,7 +63,8 @@ class CountingEngine:
         return None
 
     def stop(self, server: Server) -> StopReport:
-        self.stopped += 1
+        with self._lock:
+            self.stopped += 1
         return StopReport(left_pids=[], port_free=True, forced=False, port=server.port)
 
     def redact(self, text: str) -> str:

@@ -62,9 +62,9 @@ class SlotsEngine(CountingEngine):
         self.urls = urls
 
     def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
-              launch_token: str | None = None):
+              launch_token: str | None = None, placement=None):
         self.url = self.urls[int(config.flags["max-num-seqs"])]
-        return super().start(config, log_path, port, on_spawn, launch_token)
+        return super().start(config, log_path, port, on_spawn, launch_token, placement)
 
 
 @contextmanager

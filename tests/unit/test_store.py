@@ -12,6 +12,7 @@ from servetune.engine.config import Config
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
 from servetune.store import StudyStore
+from servetune.store.schema import SCHEMA_VERSION
 
 
 def test_trial_and_runs_round_trip(tmp_path):
@@ -112,9 +113,10 @@ def test_a_version_1_store_is_migrated_and_keeps_its_rows(tmp_path):
     old.close()
 
     store = StudyStore.open_existing(tmp_path)
-    assert store.get_meta("schema_version") == "2"
+    assert store.get_meta("schema_version") == str(SCHEMA_VERSION)
     (trial,) = store.unfinished_trials()
     assert (trial.server_pid, trial.session_id, trial.launch_token) == (99, None, None)  # owner unknown
+    assert (trial.slot, trial.placement) == (0, None)  # from before slots: the one slot there was
     (old_session,) = store.sessions()
     assert (old_session.last_seen, old_session.pid) == (5.0, None)
     session = store.begin_session(pid=7, host="h", pid_create_time=3.0)
@@ -128,7 +130,7 @@ def test_the_published_h200_study_still_opens(tmp_path):
         member = tar.getmember("qwen3-8b-ofat/study.sqlite")
         tar.extractall(tmp_path, members=[member], filter="data")
     store = StudyStore.open_existing(tmp_path / "qwen3-8b-ofat")
-    assert store.get_meta("schema_version") == "2"
+    assert store.get_meta("schema_version") == str(SCHEMA_VERSION)
     trials = store.trials()
     assert len(trials) >= 9 and all(t.session_id is None for t in trials)
     assert store.runs() and store.sessions()
@@ -136,5 +138,17 @@ def test_the_published_h200_study_still_opens(tmp_path):
 
 def test_a_store_from_a_newer_servetune_is_refused(tmp_path):
     StudyStore.in_dir(tmp_path).set_meta("schema_version", "99")
-    with pytest.raises(ServetuneError, match="store schema version 99, this servetune reads 2"):
+    with pytest.raises(ServetuneError, match=f"store schema version 99, this servetune reads {SCHEMA_VERSION}"):
         StudyStore.open_existing(tmp_path)
+
+
+def test_a_trial_keeps_its_slot_and_placement_out_of_the_config_key(tmp_path):
+    store = StudyStore.in_dir(tmp_path)
+    config = Config.of({"max-num-seqs": 4})
+    placement = {"slot": 1, "env": {"CUDA_VISIBLE_DEVICES": "1"}, "cpus": None}
+    trial = store.begin_trial("candidate", config, {"max-num-seqs": 4}, slot=1, placement=placement)
+    again = store.trial(trial.id)
+    assert (again.slot, again.placement) == (1, placement)
+    assert again.config.key() == config.key() and "CUDA_VISIBLE_DEVICES" not in again.config.env
+    store.move_trial(trial.id, slot=0, placement=None)
+    assert (store.trial(trial.id).slot, store.trial(trial.id).placement) == (0, None)

@@ -89,11 +89,12 @@ def test_drift_of_the_baseline_is_detected_and_corrected(tmp_path):
             cand = _trial(store, spec, rng, "candidate", {"max-num-seqs": 8}, 95, noise=0.002)
             store._conn.execute("UPDATE trials SET started_at = ? WHERE id = ?", (500.0, cand.id))
     measured = analysis._all_measured(store)
-    reference = analysis._reference(measured, spec)
+    references = analysis._reference(measured, spec)
+    candidate = next(m for m in measured if m.trial.role == "candidate")
+    reference = references.for_trial(candidate.trial)
     assert reference.drift_detected == ["a", "b"]
     assert reference.at("a", 500.0) == pytest.approx(95.0, abs=1.5)
-    candidate = next(m for m in measured if m.trial.role == "candidate")
-    samples = analysis.objective_samples(candidate, spec, reference)
+    samples = analysis.objective_samples(candidate, spec, references)
     assert np.mean(samples) == pytest.approx(1.0, abs=0.03)
     # and the verdict: not better than the baseline, although it beats the baseline's pooled mean
     result = analysis.analyze(store, spec)
@@ -196,3 +197,28 @@ def test_status_prints_the_power_of_the_study(tmp_path):
     text = " ".join(out.stdout.split())
     assert f"from ±{power.detectable_pct:.1f} %" in text
     assert f"10 % needs {power.boots_for_target} boot(s) of 4 replicate(s)" in text
+
+
+def _on_slot(store, trial, slot, started_at):
+    store._conn.execute("UPDATE trials SET slot = ?, started_at = ? WHERE id = ?", (slot, started_at, trial.id))
+
+
+def test_each_slot_is_compared_with_the_baseline_measured_on_it(tmp_path):
+    """Slot 1 is 20 % slower as a whole (another GPU). A candidate equal to the baseline, measured on
+    slot 1, is equal against slot 1's baseline; against a pooled baseline it would look 10 % worse."""
+    spec = parse_study(STUDY)
+    store = StudyStore.in_dir(tmp_path)
+    rng = np.random.default_rng(11)
+    for slot, speed in ((0, 1.0), (1, 0.8)):
+        for i, role in enumerate(("baseline", "baseline_check")):
+            _on_slot(store, _trial(store, spec, rng, role, {}, 100 * speed, noise=0.002), slot, 100.0 * i)
+    equal = _trial(store, spec, rng, "candidate", {"max-num-seqs": 8}, 80, noise=0.002)
+    _on_slot(store, equal, 1, 50.0)
+    measured = analysis._all_measured(store)
+    references = analysis._reference(measured, spec)
+    samples = analysis.objective_samples(next(m for m in measured if m.trial.id == equal.id), spec, references)
+    assert abs(np.mean(samples) - 1.0) < 0.02
+    assert abs(references.pooled.at("a", 50.0) - 90.0) < 1.0  # what a pooled reference would divide by
+    result = analysis.analyze(store, spec)
+    cand = next(c for c in result.configs if not c.is_baseline)
+    assert cand.objective_effect.verdict == "no_difference"

@@ -7,8 +7,8 @@ what to do between runs) lives behind this protocol."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +21,7 @@ from .defaults import EngineDefaults
 from .launch import Server, StopReport
 from .outcome import Outcome
 from .server_metrics import MetricNames
+from .placement import Placement
 
 
 class StartResult(BaseModel):
@@ -52,8 +53,8 @@ class Engine(Protocol):
     def build_command(self, config: Config, port: int) -> list[str]: ...
 
     def start(self, config: Config, log_path: Path | None = None, port: int | None = None,
-              on_spawn: Callable[[Server], None] | None = None,
-              launch_token: str | None = None) -> StartResult: ...
+              on_spawn: Callable[[Server], None] | None = None, launch_token: str | None = None,
+              placement: Placement | None = None) -> StartResult: ...
 
     def stop(self, server: Server) -> StopReport: ...
 

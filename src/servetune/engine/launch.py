@@ -124,9 +124,11 @@ class Server:
 
 
 def launch(argv: list[str], env: dict[str, str], log_path: Path, port: int, host: str = LOOPBACK,
-           launch_token: str | None = None, redact: Callable[[str], str] = str) -> Server:
+           launch_token: str | None = None, redact: Callable[[str], str] = str,
+           cpus: Iterable[int] | None = None) -> Server:
     """Start `argv` (no shell) in a new session, stdout+stderr into `log_path`. `launch_token`
     goes into the environment as SERVETUNE_TRIAL_TOKEN (record it before calling: see above).
+    `cpus` confines the server to those CPUs (its children inherit them).
     The launch line servetune writes at the top of the log goes through `redact` (secret values
     masked)."""
     if launch_token is not None:
@@ -144,6 +146,13 @@ def launch(argv: list[str], env: dict[str, str], log_path: Path, port: int, host
     except OSError:
         log.close()
         raise
+    if cpus is not None:
+        # Set at once, in the parent (a preexec_fn is unsafe with threads): the interpreter starts
+        # for far longer than this takes, before the server starts any child.
+        try:
+            os.sched_setaffinity(proc.pid, set(cpus))
+        except ProcessLookupError:
+            pass  # died instantly: the health wait reports it
     try:
         create_time = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:  # died instantly; keep a placeholder, it is reaped below anyway

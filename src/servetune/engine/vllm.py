@@ -20,6 +20,7 @@ from .cpu_layout import pin_engine_core
 from .defaults import EngineDefaults, read_engine_defaults
 from .launch import HealthWait, Server, StopReport, launch, terminate, wait_healthy
 from .outcome import Outcome
+from .placement import Placement
 from .ports import LOOPBACK, free_port, port_is_free
 from .registry import register_engine
 from .server_metrics import VLLM_METRIC_NAMES
@@ -106,12 +107,15 @@ class VllmEngine:
                  if normalize_flag_name(k) not in _LAUNCHER_FLAGS and not _is_secret_flag(k, v)}
         return [*base, *model_args, *render_flags(flags), "--host", self.host, "--port", str(port)]
 
-    def environment(self, config: Config) -> dict[str, str]:
-        """The whole environment the server gets: servetune's own, the Config's variables, the
-        study's secrets, and a secret flag's value (`api-key`) as the variable vLLM reads instead
+    def environment(self, config: Config, placement: Placement | None = None) -> dict[str, str]:
+        """The whole environment the server gets: servetune's own, the launch's (dev mode for the
+        tuner's servers, the slot's GPUs or CPU binding), the Config's variables, the study's
+        secrets, and a secret flag's value (`api-key`) as the variable vLLM reads instead
         (VLLM_API_KEY). Raises ServetuneError naming a secret that is set nowhere."""
         dev = DEV_MODE_ENV if self.dev_mode else {}
-        return {**dev, **os.environ, **config.env, **self.secrets.resolve(os.environ), **_secret_flag_env(config)}
+        place = placement.env if placement is not None else {}
+        return {**dev, **os.environ, **place, **config.env, **self.secrets.resolve(os.environ),
+                **_secret_flag_env(config)}
 
     def check_secrets(self) -> None:
         """Raise ServetuneError now, before any boot, when a secret of the study is not set."""
@@ -140,32 +144,35 @@ class VllmEngine:
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self, config: Config, log_path: Path | None = None, port: int | None = None,
-              on_spawn: Callable[[Server], None] | None = None, launch_token: str | None = None) -> StartResult:
+              on_spawn: Callable[[Server], None] | None = None, launch_token: str | None = None,
+              placement: Placement | None = None) -> StartResult:
         """Start a server and wait until it is healthy. Never raises for a failed start.
 
         `on_spawn` sees the process before the (long) health wait, so a caller can record its
         pid: if the caller is killed while waiting, a later run can still find and stop it.
         `launch_token` (recorded by the caller before this call) marks the server's environment,
-        which covers a kill before `on_spawn` (see launch.py).
+        which covers a kill before `on_spawn` (see launch.py). `placement` puts the server on a
+        slot's GPUs or CPUs (engine/placement.py).
         A secret that is set nowhere is a ServetuneError, raised before anything starts. Log
         text in the result (tail, details, boot facts) has the launch's secret values masked."""
         if port is not None and not port_is_free(port, self.host):
             return StartResult(outcome=Outcome.port_in_use, detail=f"port {port} on {self.host} is already in use")
         log_path = log_path or self.log_dir / f"vllm-{config.key()}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        result = self._start_once(config, log_path, port or free_port(self.host), on_spawn, launch_token)
+        result = self._start_once(config, log_path, port or free_port(self.host), on_spawn, launch_token, placement)
         if result.outcome is Outcome.port_in_use and port is None:
             # Another process took the free port between our probe and vLLM's bind: try once more.
-            result = self._start_once(config, log_path, free_port(self.host), on_spawn, launch_token)
+            result = self._start_once(config, log_path, free_port(self.host), on_spawn, launch_token, placement)
         return result
 
     def _start_once(self, config: Config, log_path: Path, port: int,
-                    on_spawn: Callable[[Server], None] | None, launch_token: str | None) -> StartResult:
+                    on_spawn: Callable[[Server], None] | None, launch_token: str | None,
+                    placement: Placement | None) -> StartResult:
         argv = self.build_command(config, port)
-        env = self.environment(config)
+        env = self.environment(config, placement)
         self._redact = Redactor.for_environment(env, self.secrets.names)
         try:
             server = launch(argv, env, log_path, port, self.host, launch_token=launch_token,
-                            redact=self._redact)
+                            redact=self._redact, cpus=placement.cpus if placement is not None else None)
         except OSError as exc:
             return StartResult(outcome=Outcome.crashed, detail=f"cannot run {argv[0]!r}: {exc}",
                                log_path=log_path, argv=argv)

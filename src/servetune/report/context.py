@@ -20,6 +20,7 @@ import numpy as np
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..engine.placement import Placement
 from ..secrets import Redactor
 from ..store import Run, StudyStore, Trial
 from ..study.metrics import higher_is_better
@@ -80,6 +81,7 @@ class TrialView:
     mismatches: list[str]
     runs_ok: int
     runs_total: int
+    slot: str = ""  # which slot measured it ("slot 1 (cpus 1)"); shown when the study had several
 
 
 @dataclass
@@ -125,6 +127,7 @@ class ReportData:
     deployment: Deployment | None
     snippets: Snippets | None
     trials: list[TrialView]
+    slotted: bool                                  # trials ran on more than one slot: the table says where
     param_effects: list[ParamEffectRow]
     importances: dict[str, float]
     plots: list[plots.Plot]
@@ -242,7 +245,13 @@ def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> 
         log_lines=explaining_lines(redact(t.log_tail or "")) if t.outcome not in (None, Outcome.ok) else [],
         kv_cache_tokens=facts.kv_cache_tokens, max_concurrency=facts.max_concurrency,
         startup_s=startup, vllm_version=facts.vllm_version, mismatches=mism,
-        runs_ok=len(t.ok_runs()), runs_total=len(t.runs))
+        runs_ok=len(t.ok_runs()), runs_total=len(t.runs), slot=_slot_label(t))
+
+
+def _slot_label(t: Trial) -> str:
+    place = t.placement or {}
+    cpus = place.get("cpus")
+    return Placement(t.slot, dict(place.get("env") or {}), tuple(cpus) if cpus else None).label()
 
 
 def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
@@ -453,6 +462,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         configs=_config_lines(analysis), diff=diff, deployment=dep,
         snippets=snippets(dep) if dep is not None else None,
         trials=[_trial_view(t, base_cfg, redact) for t in trials],
+        slotted=len({t.slot for t in trials}) > 1,
         param_effects=_param_effects(analysis), importances=importances,
         plots=figures, evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),

@@ -6,8 +6,11 @@ everything it decides follows from the study, its seed and the history, which th
 from the store after a resume, so a killed study goes on exactly where it stopped.
 
 `history` holds every finished trial in the order they ran, the baseline's (params `{}`) and
-re-measurements included. Strategies propose candidates only; the runner measures the baseline
-and interleaves its re-measurements itself.
+re-measurements included, and then the trials still running on other slots (`running=True`, no
+samples yet): a strategy never hands out a config that is running, and may return None while the
+running trials decide what comes next (the runner asks again once one finishes; None with nothing
+running means the strategy is done). Strategies propose candidates only; the runner measures the
+baseline and interleaves its re-measurements itself.
 """
 
 from __future__ import annotations
@@ -26,24 +29,27 @@ from ..study.spec import StudySpec
 
 @dataclass(frozen=True)
 class TrialView:
-    """What a strategy sees of one finished trial.
+    """What a strategy sees of one trial.
 
     `params` are the parameter values the trial was proposed with ({} for the baseline);
     `samples` its objective samples (see study.objective; empty when it failed);
-    `feasible` is False for failed outcomes and for SLO breaches; `trial` is the store's record it
-    was scored from (None for a hand-made view), for a strategy that needs more than the score.
+    `feasible` is False for failed outcomes and for SLO breaches; `running` is True for a
+    trial still running on a slot (pending: no outcome or samples yet); `trial` is the store's
+    record it was scored from (None for a hand-made view), for a strategy that needs more than
+    the score.
     """
 
     params: Mapping[str, Any]
     outcome: Outcome = Outcome.ok
     samples: tuple[float, ...] = ()
     feasible: bool = True
+    running: bool = False
     trial: Trial | None = None
 
     @property
     def usable(self) -> bool:
         """Ran, met the SLOs and has samples to compare."""
-        return self.outcome is Outcome.ok and self.feasible and bool(self.samples)
+        return not self.running and self.outcome is Outcome.ok and self.feasible and bool(self.samples)
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,12 @@ class Tried:
         return tried
 
     def __contains__(self, config: Config) -> bool:
+        """Tried or being tried: either way not to be handed out again."""
         return config.key() in self.by_key
+
+    def running(self, config: Config) -> bool:
+        """A trial of `config` is still running: what it measures is not known yet."""
+        return any(t.running for t in self.by_key.get(config.key(), []))
 
     def samples(self, config: Config) -> list[float]:
         """Pooled samples of every usable trial of `config`."""
@@ -86,7 +97,7 @@ class Tried:
 
     def usable(self, config: Config) -> bool:
         """Every trial of the config ran and met the SLOs, and there are samples."""
-        trials = self.by_key.get(config.key(), [])
+        trials = [t for t in self.by_key.get(config.key(), []) if not t.running]
         return bool(trials) and all(t.outcome is Outcome.ok and t.feasible for t in trials) and bool(self.samples(config))
 
     def mean(self, config: Config) -> float | None:

@@ -4,7 +4,9 @@ From the incumbent (at first the baseline), try every other value of the first p
 all are measured, the incumbent moves to the best of them only if it is feasible and beats the
 incumbent significantly (Welch's test, Holm-corrected over that parameter's values, adjusted
 p < alpha, positive effect); then the next parameter, from the possibly improved point. The walk
-is replayed from the history on every call, so it needs no memory of its own.
+is replayed from the history on every call, so it needs no memory of its own. While a value of
+the current parameter is still running on another slot, the walk cannot move on (the incumbent
+may change): it proposes nothing until that trial ends.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class OneFactorAtATime(SearchBase):
                 if config not in tried:
                     reason = f"ofat: {name}={params[name]!r} from {current.label(self.baseline)}"
                     return incumbent, Proposal(params, reason=reason)
+            if any(tried.running(c) for _, c in step) or tried.running(current):
+                return incumbent, None  # the step is not measured yet: wait for it
             better = self._significantly_better(tried, current, step)
             if better is not None:
                 incumbent, current = better

@@ -10,6 +10,10 @@ the same history always gives the same proposal, so a resumed study continues ex
   `duplicate` (it runs as a config already measured) is not a failure and is left out.
 - A sample that breaks a constraint between parameters is told to the sampler as infeasible
   and sampled again; a sample that repeats a tried config is dropped and sampled again.
+- Trials still running on other slots are added as RUNNING, and TPE runs with
+  `constant_liar=True`: it treats them as (pessimistic) results, so free slots are handed
+  different regions of the space, not the same promising point (Optuna's answer to parallel
+  ask/tell); a sample that repeats a running config is dropped like a tried one.
 - After `max_asks` samples without an untried allowed config: the first untried allowed
   one-parameter neighbour of the best trial (or the baseline), then the first untried allowed
   config in grid order; None when there is none (the space is exhausted).
@@ -65,6 +69,7 @@ class OptunaTPE(SearchBase):
             seed=(self.study.seed * 1_000_003 + len(history)) % 2**32,
             n_startup_trials=self.n_startup_trials,
             multivariate=True,
+            constant_liar=True,
         )
         study = optuna.create_study(direction="maximize", sampler=sampler)
         for trial in history:
@@ -93,6 +98,8 @@ class OptunaTPE(SearchBase):
         params = self._complete(trial.params)
         if params is None or trial.outcome is Outcome.duplicate:
             return None  # a duplicate ran as a measured config: that config's trial carries its value
+        if trial.running:
+            return create_trial(state=TrialState.RUNNING, params=params, distributions=self.distributions)
         if trial.outcome is not Outcome.ok or not trial.samples:
             violation, value = _FAILED, 0.0
         else:

@@ -99,6 +99,8 @@ class Trial:
     session_id: int | None = None  # the session running it (None: a store from before owners were kept)
     launch_token: str | None = None  # in the server's env; recorded before the spawn
     runs: tuple[Run, ...] = ()       # in the order they were measured
+    slot: int = 0                    # the slot that runs it (a store from before slots: 0)
+    placement: dict[str, Any] | None = None  # that slot's GPUs/CPUs, as engine.placement describes them
 
     @property
     def status(self) -> str:

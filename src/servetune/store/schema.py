@@ -1,6 +1,6 @@
 """The SQLite schema of a study store. One file per study; every write is one transaction."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -28,6 +28,8 @@ CREATE TABLE IF NOT EXISTS trials (
     server_create_time REAL,
     session_id         INTEGER,                -- the session (tuner process) running it: recovery leaves live ones alone
     launch_token       TEXT,                   -- written before the server is spawned; in its env as SERVETUNE_TRIAL_TOKEN
+    slot               INTEGER,                -- the slot that ran it (NULL: a store from before slots = slot 0)
+    placement_json     TEXT,                   -- that slot's GPUs/CPUs (engine.placement); not part of the config key
     started_at         REAL NOT NULL,
     healthy_at         REAL,
     ended_at           REAL
@@ -73,6 +75,8 @@ ADDED_COLUMNS = (
     (2, "sessions", "pid INTEGER"),
     (2, "sessions", "host TEXT"),
     (2, "sessions", "pid_create_time REAL"),
+    (3, "trials", "slot INTEGER"),
+    (3, "trials", "placement_json TEXT"),
 )
 
 

@@ -152,17 +152,18 @@ class StudyStore:
     # --- trials -------------------------------------------------------------------------
 
     def begin_trial(self, role: TrialRole | str, config: Config, params: dict[str, Any], *,
-                    session_id: int | None = None) -> Trial:
+                    session_id: int | None = None, slot: int = 0,
+                    placement: dict[str, Any] | None = None) -> Trial:
         now = time.time()
         self._cached = None
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
             seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM trials").fetchone()[0]
             cur = self._conn.execute(
-                "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at, session_id)"
-                " VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
-                (seq, str(TrialRole(role)), config.key(), config.canonical_json(), json.dumps(params, sort_keys=True), now,
-                 session_id),
+                "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at, session_id,"
+                " slot, placement_json) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                (seq, str(TrialRole(role)), config.key(), config.canonical_json(), json.dumps(params, sort_keys=True),
+                 now, session_id, slot, _dumps(placement)),
             )
         return self.trial(int(cur.lastrowid))
 
@@ -198,6 +199,11 @@ class StudyStore:
                     " server_create_time = NULL, launch_token = NULL, started_at = ?, healthy_at = NULL,"
                     " session_id = ? WHERE id = ?",
                     (time.time(), session_id, trial_id))
+
+    def move_trial(self, trial_id: int, *, slot: int, placement: dict[str, Any] | None) -> None:
+        """A reopened trial runs on `slot` (its own, or another when the study has fewer now)."""
+        self._write("UPDATE trials SET slot = ?, placement_json = ? WHERE id = ?",
+                    (slot, _dumps(placement), trial_id))
 
     def trial(self, trial_id: int) -> Trial:
         found = next((t for t in self._study() if t.id == trial_id), None)
@@ -311,7 +317,7 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
         server_create_time=row["server_create_time"], started_at=row["started_at"],
         healthy_at=row["healthy_at"], ended_at=row["ended_at"],
         session_id=_optional(row, "session_id"), launch_token=_optional(row, "launch_token"),
-        runs=runs,
+        runs=runs, slot=_optional(row, "slot") or 0, placement=_loads(_optional(row, "placement_json")),
     )
 
 

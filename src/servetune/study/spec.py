@@ -199,6 +199,15 @@ class Replicates(_Strict):
         return self
 
 
+class Parallel(_Strict):
+    """Trials at once on this host (`parallel: {slots: N, gpus_per_trial: K}`). Slot i's server
+    sees GPUs K*i .. K*i+K-1; with `gpus_per_trial: 0` (a CPU build) each slot gets its own share
+    of the CPUs instead. One slot is a study run trial after trial."""
+
+    slots: int = Field(default=1, ge=1, le=64)
+    gpus_per_trial: int = Field(default=0, ge=0, le=64)
+
+
 class Budget(_Strict):
     trials: int | None = Field(default=None, ge=1)
     wall_minutes: float | None = Field(default=None, gt=0)
@@ -304,6 +313,7 @@ class StudySpec(_Strict):
     strategy: StrategyName = "ofat"
     replicates: Replicates = Field(default_factory=Replicates)
     budget: Budget = Field(default_factory=Budget)
+    parallel: Parallel = Field(default_factory=Parallel)
     finalists: int = Field(default=2, ge=0)
     baseline_every: int = Field(default=3, ge=1, description="re-measure the baseline every N candidate trials")
     alpha: float = Field(default=0.05, gt=0, lt=1)

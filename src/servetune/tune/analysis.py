@@ -6,6 +6,17 @@ across scenarios (weighted or worst case). The reference is the pooled baseline 
 the baseline re-measurements show a significant trend over time (machine drift), it is the
 fitted linear trend at the trial's start time instead.
 
+Slots (several trials at once, `parallel.slots`): every slot measures the baseline itself (its
+first trial) and re-measures it every `baseline_every` of its candidates, so the reference above
+is kept per slot: a trial's samples are divided by the baseline measured on its own slot, with
+drift fitted on that slot's timeline. The objective is thus a ratio to the baseline on the same
+GPUs / cores, and a slot that is faster or slower as a whole (another GPU, a noisier core) cancels
+out of every comparison. A slot whose baseline was never measured falls back to the pooled
+reference of all slots. The boot-level model below then pools the per-slot ratios: boots on
+different slots are different boots, so what is left of slot-to-slot difference enters as
+boot-to-boot variance, never as an effect. The per-metric effects in the report (raw TTFT,
+throughput, ...) pool the baseline's boots of all slots.
+
 Every verdict rests on a two-level model (stats.hierarchy): boots nested in configs, the
 boot-to-boot variance estimated from every config booted more than once (the baseline and its
 re-measurements always are) and used for single-boot configs too. A config measured on one boot
@@ -107,14 +118,29 @@ def _baseline_points(measured: list[_Measured], metric: str) -> list[DriftPoint]
     return points
 
 
-def _reference(measured: list[_Measured], spec: StudySpec) -> Reference:
-    points: dict[str, list[tuple[float, float]]] = defaultdict(list)
+class SlotReferences:
+    """The baseline reference of each slot (see the module docstring), pooled where a slot has none."""
+
+    def __init__(self, by_slot: dict[int, Reference], pooled: Reference):
+        self.by_slot = by_slot
+        self.pooled = pooled
+
+    def for_trial(self, trial: TrialRow) -> Reference:
+        return self.by_slot.get(trial.slot, self.pooled)
+
+
+def _reference(measured: list[_Measured], spec: StudySpec) -> SlotReferences:
+    slot_of = {m.trial.id: m.trial.slot for m in measured}
+    pooled: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    by_slot: dict[int, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for p in _baseline_points(measured, spec.objective.metric):
-        points[p.scenario].append((p.at, p.value))
-    return Reference(points, spec.alpha)
+        pooled[p.scenario].append((p.at, p.value))
+        by_slot[slot_of[p.trial_id]][p.scenario].append((p.at, p.value))
+    return SlotReferences({slot: Reference(points, spec.alpha) for slot, points in by_slot.items()},
+                          Reference(pooled, spec.alpha))
 
 
-def objective_samples(m: _Measured, spec: StudySpec, reference: Reference) -> list[float]:
+def objective_samples(m: _Measured, spec: StudySpec, references: SlotReferences) -> list[float]:
     """One objective value per replicate that measured every scored scenario."""
     objective = Objective(spec)
     names = objective.scored_scenarios
@@ -122,6 +148,7 @@ def objective_samples(m: _Measured, spec: StudySpec, reference: Reference) -> li
     if not replicates:
         return []
     candidate = {n: [m.by_scenario[n][r] for r in replicates] for n in names}
+    reference = references.for_trial(m.trial)
     refs = {n: reference.at(n, m.trial.started_at) for n in names}
     if not all(_finite(v) and v > 0 for v in refs.values()):
         return []
@@ -138,7 +165,8 @@ def _all_measured(store: StudyStore) -> list[_Measured]:
 
 
 def history(store: StudyStore, spec: StudySpec) -> list[TrialView]:
-    """What the search strategies see: every candidate/baseline trial with its objective samples."""
+    """What the search strategies see: every finished candidate/baseline trial with its objective
+    samples, then the candidates still running on other slots (pending, without samples)."""
     return history_of(store.trials(), spec)
 
 
@@ -147,6 +175,8 @@ def history_of(trials: Sequence[Trial], spec: StudySpec) -> list[TrialView]:
     measured = [_measured(t) for t in trials]
     reference = _reference(measured, spec)
     views = []
+    running = [TrialView(params=m.trial.params, running=True, trial=m.trial) for m in measured
+               if m.trial.role is TrialRole.candidate and not m.trial.done]
     for m in measured:
         if m.trial.role not in (TrialRole.baseline, TrialRole.candidate) or not m.trial.done:
             continue
@@ -158,7 +188,7 @@ def history_of(trials: Sequence[Trial], spec: StudySpec) -> list[TrialView]:
             feasible=m.trial.ok and not _violations(m, spec),
             trial=m.trial,
         ))
-    return views
+    return views + running
 
 
 def enough_replicates(store: StudyStore, spec: StudySpec, trial: Trial, replicates_done: int) -> bool:
@@ -197,7 +227,7 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
         return len([t for t in trials if not t.role.is_validation]) + len(plan)
     expected_candidates = max(min(spec.budget.trials or 10**6, search_size(spec)), candidates)
     checks = expected_candidates // max(spec.baseline_every, 1)
-    return 1 + expected_candidates + checks + 2 * spec.finalists
+    return spec.parallel.slots + expected_candidates + checks + 2 * spec.finalists  # a baseline per slot
 
 
 def remaining_s(store: StudyStore, spec: StudySpec) -> float:
@@ -206,7 +236,7 @@ def remaining_s(store: StudyStore, spec: StudySpec) -> float:
     eta = estimate(trials, store.runs(), stored_seed(store))
     done = sum(t.done for t in trials)
     left = max(planned_trial_count(store, spec) - done, 0)
-    return left * eta.trial_s(spec.scenario_names, spec.replicates.min)
+    return left * eta.trial_s(spec.scenario_names, spec.replicates.min) / spec.parallel.slots
 
 
 def search_size(spec: StudySpec) -> int:

@@ -1,9 +1,10 @@
-"""Live progress of a study in the terminal: trials done/total with an ETA from measured times."""
+"""Live progress of a study in the terminal: trials done/total with an ETA from measured times,
+and one line per slot with the trial it runs."""
 
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ..store import TrialRow
 
@@ -22,7 +23,19 @@ class StudyDisplay:
             transient=False,
         )
         self._trials = self._progress.add_task("trials", total=1, info="")
-        self._requests = self._progress.add_task("run", total=1, info="", visible=False)
+        self._slot_names: list[str] = []  # set by use_slots when there are several
+        self._requests = [self._progress.add_task("run", total=1, info="", visible=False)]
+
+    def use_slots(self, names: list[str]) -> None:
+        """One progress line per slot; `names` say where each runs (shown when there are several)."""
+        while len(self._requests) < len(names):
+            self._requests.append(self._progress.add_task("run", total=1, info="", visible=False))
+        self._slot_names = names if len(names) > 1 else []
+
+    def _line(self, trial: TrialRow) -> tuple[TaskID, str]:
+        task = self._requests[trial.slot % len(self._requests)]
+        where = f"{self._slot_names[trial.slot]}: " if trial.slot < len(self._slot_names) else ""
+        return task, f"{where}#{trial.seq} {trial.role}"
 
     def __enter__(self) -> StudyDisplay:
         self._progress.start()
@@ -37,13 +50,12 @@ class StudyDisplay:
 
     def trial_step(self, trial: TrialRow, label: str, scenario: str | None, replicate: int,
                    done: int, total: int) -> None:
+        task, description = self._line(trial)
         if scenario is None:
-            self._progress.update(self._requests, visible=True, completed=0, total=1,
-                                  description=f"#{trial.seq} {trial.role}",
+            self._progress.update(task, visible=True, completed=0, total=1, description=description,
                                   info=f"booting {label}")
             return
-        self._progress.update(self._requests, visible=True, completed=done, total=max(total, 1),
-                              description=f"#{trial.seq} {trial.role}",
+        self._progress.update(task, visible=True, completed=done, total=max(total, 1), description=description,
                               info=f"{label} | {scenario} r{replicate}")
 
     def note(self, message: str) -> None:

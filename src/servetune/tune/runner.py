@@ -1,15 +1,24 @@
 """StudyRunner: the only place that wires engine, load, store and search together.
 
-The sequence of trials is a pure function of what the store holds (strategies are
-deterministic given the history and seed; the finalist plan is written to the store before it
-starts), so running the same command after a kill continues exactly where the study stopped.
+Ask/tell over slots (`parallel.slots`): whenever a slot is free the runner asks what it runs
+next (a resumed trial, the slot's own baseline, its baseline re-measurement, a candidate from
+the strategy, which sees the trials running elsewhere) and hands it over; the runner's thread is
+the driver, the only one that reads and writes the store (tune/slots.py). With one slot this
+is the sequential study: the sequence of trials is a pure function of what the store holds
+(strategies are deterministic given the history and seed; the finalist plan is written to the
+store before it starts), so running the same command after a kill continues exactly where the
+study stopped. With several, which slot finishes first decides the order, and resume continues
+from the store with nothing lost or counted twice.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 import signal
+import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +28,7 @@ from ..engine import Engine, engine_for
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
 from ..engine.outcome import Outcome
+from ..engine.placement import Placement, plan_placements
 from ..errors import ServetuneError
 from ..search import make_strategy
 from ..store import StudyStore, TrialRole, TrialRow
@@ -29,9 +39,14 @@ from .display import StudyDisplay
 from .eta import estimate
 from .lock import StudyLock, TunerProcess
 from .recovery import reclaim_unfinished
+from .slots import Driver, DriverProxy, Finished, LiveServers, SlotBackend, ThreadSlots
 from .trial import TrialExecutor, TrialPlan
 
-SPEC_KEYS_THAT_MAY_CHANGE = ("budget",)  # a resumed study may get more budget, nothing else
+# A resumed study may get more budget or other slots, nothing else.
+SPEC_KEYS_THAT_MAY_CHANGE = ("budget", "parallel")
+
+Work = tuple[str, Config, dict[str, Any]]  # (role, config, params) of a trial to begin
+
 
 
 class StudyRunner:
@@ -39,6 +54,8 @@ class StudyRunner:
         self.spec = spec
         self.out_dir = Path(out_dir)
         self.display = display
+        # Before the lock: too few GPUs or CPUs for the slots is the study file's error, nothing is touched.
+        self.placements: list[Placement] = plan_placements(spec.parallel.slots, spec.parallel.gpus_per_trial)
         # Before anything is read or written: a second tuner on this directory stops here, and the
         # first one's live trial is never mistaken for one a killed tuner left behind.
         self._lock = StudyLock(self.out_dir).acquire()
@@ -51,6 +68,7 @@ class StudyRunner:
         self.engine: Engine = engine_for(spec.engine)  # the registered class of `engine.kind`
         self.engine.check_secrets()  # a missing secret stops the study here, before any boot
         self.store.redact = self.engine.redact
+        # The template every slot's executor is made from when the study starts (see _start_slots).
         self.executor = TrialExecutor.for_study(self.engine, spec, self.store, self.out_dir)
         self.baseline_config = spec.baseline_config()
         self.defaults: EngineDefaults | None = None  # read in run(): a subprocess of ~10 s
@@ -59,29 +77,40 @@ class StudyRunner:
         self._last_heartbeat = 0.0
         self._deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
         self.paused = False
+        # Set in _start_slots: the driver's inbox, the slots and an executor per slot.
+        self._driver = Driver()
+        self._slots: SlotBackend | None = None
+        self._slot_executors: dict[int, TrialExecutor] = {}
+        self._busy: dict[int, int] = {}              # slot -> id of the trial running there
+        self._resumes: list[TrialRow] = []           # trials a killed tuner left, to run first
+        self._queued: dict[int, list[Work]] = {}     # a finalist waits for its baseline on the same slot
+        self._search_over = False
+        self._strategy = None
 
     # --- entry point --------------------------------------------------------------------
 
     def run(self) -> analysis.StudyAnalysis:
         me = TunerProcess.current()
         self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
-        previous = signal.signal(signal.SIGTERM, raise_interrupt)
         reason = "interrupted"
         try:
-            with self.display:
+            with self.display, _sigterm_as_interrupt():
                 try:
                     self._read_engine_defaults()
                     self._seed_eta()
-                    self._recover_unfinished()
-                    self._ensure_baseline()
-                    self._search()
-                    self._validate_finalists()
+                    self._start_slots()
+                    try:
+                        self._recover_unfinished()
+                        self._search()
+                        self._validate_finalists()
+                    finally:
+                        assert self._slots is not None
+                        self._slots.stop()  # Ctrl-C, SIGTERM or an error: every slot's server stops
                     reason = "finished"
                 except _Pause:
                     self.paused = True
                     reason = "paused"
         finally:
-            signal.signal(signal.SIGTERM, previous)
             self.store.end_session(self._session, reason)
             self._lock.release()
         result = analysis.analyze(self.store, self.spec)
@@ -107,38 +136,57 @@ class StudyRunner:
         eta_seed.store_seed(self.store, seed)
         if not self.store.trials():
             predicted = analysis.planned_trial_count(self.store, self.spec) * seed.trial_s(
-                self.spec.scenario_names, self.spec.replicates.min)
+                self.spec.scenario_names, self.spec.replicates.min) / len(self.placements)
             eta_seed.record_first_estimate(self.store, predicted, basis, at=time.time())
             self.display.note(f"first estimate {predicted / 60:.1f} min ({basis}, boot ~{seed.boot_s:.0f} s)")
 
+    def _start_slots(self) -> None:
+        live = LiveServers()
+        store = DriverProxy(self._driver, self.store)  # a slot's store calls run in this thread
+        # A single slot on the host as it is: no placement, today's launch.
+        single = len(self.placements) == 1 and not self.placements[0].env
+        self._slot_executors = {p.slot: self.executor.on_slot(store, None if single else p, live=live)  # type: ignore[arg-type]
+                                for p in self.placements}
+        self._slots = ThreadSlots(self._driver, self.placements, live, stop_server=self.executor.engine.stop)
+        self.display.use_slots([p.label() for p in self.placements])
+
     def _recover_unfinished(self) -> None:
-        """A killed predecessor may have left a trial `running` and its server alive."""
+        """A killed predecessor may have left trials `running` and their servers alive: they run first."""
         for trial in reclaim_unfinished(self.store, self._session, self.display.note):
             self.display.note(f"resuming trial #{trial.seq} ({trial.role}: {self._label(trial.config)})")
-            self._execute(trial)
-
-    def _ensure_baseline(self) -> None:
-        if not self.store.trials(TrialRole.baseline):
-            self._start_trial(TrialRole.baseline, self.baseline_config, {})
+            self._resumes.append(trial)
 
     def _search(self) -> None:
-        strategy = make_strategy(self.spec)
-        while True:
-            candidates = [t for t in self.store.trials(TrialRole.candidate) if known.was_booted(t)]
-            if self.spec.budget.trials is not None and len(candidates) >= self.spec.budget.trials:
-                self.display.note(f"trial budget reached ({self.spec.budget.trials} candidates)")
-                return
-            if not self._time_left_for_another():
-                self.display.note("wall-clock budget reached")
-                return
-            if self._candidates_since_baseline() >= self.spec.baseline_every:
-                self._start_trial(TrialRole.baseline_check, self.baseline_config, {})
-                continue
-            proposal = strategy.propose(analysis.history(self.store, self.spec))
-            if proposal is None:
-                self.display.note("search strategy finished: nothing left to try")
-                return
-            self._start_trial(TrialRole.candidate, self.spec.config_for(proposal.params), proposal.params)
+        self._strategy = make_strategy(self.spec)
+        self._keep_slots_busy(self._search_work)
+
+    def _search_work(self, slot: int) -> TrialRow | Work | None:
+        """What `slot` runs next in the search: its resumed trial, its own baseline, a baseline
+        re-measurement, or the strategy's next candidate; None for nothing now."""
+        resumed = self._pop_resume(slot)
+        if resumed is not None:
+            return resumed
+        if not self._slot_has_baseline(slot):
+            return ("baseline", self.baseline_config, {})
+        if self._search_over:
+            return None
+        candidates = [t for t in self.store.trials("candidate") if known.was_booted(t)]
+        if self.spec.budget.trials is not None and len(candidates) >= self.spec.budget.trials:
+            return self._end_search(f"trial budget reached ({self.spec.budget.trials} candidates)")
+        if not self._time_left_for_another():
+            return self._end_search("wall-clock budget reached")
+        if self._candidates_since_baseline(slot) >= self.spec.baseline_every:
+            return ("baseline_check", self.baseline_config, {})
+        assert self._strategy is not None
+        proposal = self._strategy.propose(analysis.history(self.store, self.spec))
+        if proposal is None:
+            # With trials running the strategy may be waiting for them (ofat): ask again after one ends.
+            return None if self._busy else self._end_search("search strategy finished: nothing left to try")
+        return ("candidate", self.spec.config_for(proposal.params), proposal.params)
+
+    def _end_search(self, why: str) -> None:
+        self._search_over = True
+        self.display.note(why)
 
     def _validate_finalists(self) -> None:
         plan = self.store.get_meta_json("final_plan")
@@ -156,10 +204,22 @@ class StudyRunner:
                 self.display.note("no candidate beat the baseline's point estimate: no finalists to re-validate"
                                   + ("; one more baseline boot to measure boot-to-boot variance" if plan else ""))
         configs = {t.config.key(): t for t in self.store.trials()}
-        done = [t for t in self.store.trials() if t.role.is_validation]
-        for role, key in plan[len(done):]:
-            source = configs[key]
-            self._start_trial(TrialRole(role), source.config, source.params)
+        handed_out = [t for t in self.store.trials() if t.role in ("finalist", "baseline_final")]
+        left: list[Work] = [(role, configs[key].config, configs[key].params) for role, key in plan[len(handed_out):]]
+        self._keep_slots_busy(lambda slot: self._final_work(slot, left))
+
+    def _final_work(self, slot: int, left: list[Work]) -> TrialRow | Work | None:
+        """The next re-validation boot for `slot`. A finalist runs on the slot that has just booted
+        the baseline for it, right after it: the comparison it is made for."""
+        resumed = self._pop_resume(slot)
+        if resumed is not None:
+            return resumed
+        queued = self._queued.setdefault(slot, [])
+        if not queued and left:
+            queued.append(left.pop(0))
+            if queued[0][0] == "baseline_final" and left and left[0][0] == "finalist":
+                queued.append(left.pop(0))
+        return queued.pop(0) if queued else None
 
     def _baseline_boot_variance_unknown(self) -> bool:
         """True when candidates were measured but no config has two measured boots yet."""
@@ -169,14 +229,52 @@ class StudyRunner:
         boots = Counter(t.config.key() for t in ok)
         return max(boots.values()) < 2
 
-    # --- trials -------------------------------------------------------------------------
+    # --- slots --------------------------------------------------------------------------
 
-    def _start_trial(self, role: TrialRole, config: Config, params: dict[str, Any]) -> None:
+    def _keep_slots_busy(self, next_work: Any) -> None:
+        """Hand `next_work(slot)` to every free slot until no slot gets anything and none is busy.
+        A --stop-after pause starts nothing more and lets the running trials end first."""
+        pausing = False
+        while True:
+            if not pausing:
+                try:
+                    self._fill_free_slots(next_work)
+                except _Pause:
+                    pausing = True
+            if not self._busy:
+                if pausing:
+                    raise _Pause
+                return
+            self._wait_for_a_slot()
+
+    def _fill_free_slots(self, next_work: Any) -> None:
+        for placement in self.placements:
+            slot = placement.slot
+            while slot not in self._busy:
+                work = next_work(slot)
+                if work is None:
+                    break
+                if isinstance(work, TrialRow):
+                    self._dispatch(slot, work)
+                else:
+                    self._start_trial(*work, slot=slot)  # a trial decided without a boot leaves the slot free
+
+    def _start_trial(self, role: str, config: Config, params: dict[str, Any], *, slot: int) -> None:
         self._pause_if_no_time()
-        trial = self.store.begin_trial(role, config, params, session_id=self._session)
-        self._execute(trial)
+        trial = self.store.begin_trial(role, config, params, session_id=self._session, slot=slot,
+                                       placement=self.placements[slot].describe())
+        self._dispatch(slot, trial)
 
-    def _execute(self, trial: TrialRow) -> None:
+    def _pop_resume(self, slot: int) -> TrialRow | None:
+        """A trial left by a killed tuner on this slot (or on one this study no longer has)."""
+        for i, trial in enumerate(self._resumes):
+            if trial.slot % len(self.placements) == slot:
+                del self._resumes[i]
+                self.store.move_trial(trial.id, slot=slot, placement=self.placements[slot].describe())
+                return self.store.trial(trial.id)
+        return None
+
+    def _dispatch(self, slot: int, trial: TrialRow) -> None:
         self._update_overview()
         label = self._label(trial.config)
         is_candidate = trial.role is TrialRole.candidate
@@ -190,23 +288,42 @@ class StudyRunner:
             return
         eta_now = time.time() + analysis.remaining_s(self.store, self.spec)
         self._log_eta(trial, eta_now)
-        outcome = self.executor.run(
-            trial,
-            TrialPlan(scenarios=list(self.spec.scenarios), min_replicates=self.spec.replicates.min,
-                      max_replicates=self.spec.replicates.max, capacity=capacity_trial.plan_for(self.spec)),
-            enough=lambda t, reps: analysis.enough_replicates(self.store, self.spec, t, reps),
-            progress=lambda t, s, r, d, n: self._on_progress(t, label, s, r, d, n),
-            duplicate_of=(lambda t, facts: known.after_boot(self.store, t, facts, self.baseline_config, defaults))
-            if is_candidate else None,
-            fits_of=lambda t, estimate: known.context_fit(self.store, t, estimate, self.baseline_config),
-        )
-        done = self.store.trial(trial.id)
-        if outcome != Outcome.ok:
-            self.display.note(f"[yellow]#{trial.seq} {trial.role} {label}: {outcome}[/] {escape((done.detail or '')[:300])}")
+        executor, driver = self._slot_executors[slot], self._driver
+        plan = TrialPlan(scenarios=list(self.spec.scenarios), min_replicates=self.spec.replicates.min,
+                         max_replicates=self.spec.replicates.max, capacity=capacity_trial.plan_for(self.spec))
+
+        def work() -> Outcome:  # on the slot; what needs the store is run by the driver
+            return executor.run(
+                trial, plan,
+                enough=lambda t, reps: driver.call(analysis.enough_replicates, self.store, self.spec, t, reps),
+                progress=lambda t, s, r, d, n: driver.post(self._on_progress, t, label, s, r, d, n),
+                duplicate_of=(lambda t, facts: driver.call(known.after_boot, self.store, t, facts,
+                                                           self.baseline_config, defaults))
+                if is_candidate else None,
+                fits_of=lambda t, estimate: driver.call(known.context_fit, self.store, t, estimate,
+                                                        self.baseline_config),
+            )
+
+        assert self._slots is not None
+        self._busy[slot] = trial.id
+        self._slots.submit(slot, trial.id, work)
+
+    def _wait_for_a_slot(self) -> None:
+        """Serve the slots' calls until one finishes its trial; then report that trial."""
+        finished: Finished = self._driver.serve()
+        self._busy.pop(finished.slot, None)
+        if finished.error is not None:
+            raise finished.error  # a slot's bug or user error ends the study (slots are stopped)
+        done = self.store.trial(finished.trial_id)
+        label = self._label(done.config)
+        where = f" on {self.placements[done.slot].label()}" if len(self.placements) > 1 else ""
+        if finished.outcome != str(Outcome.ok):
+            self.display.note(f"[yellow]#{done.seq} {done.role} {label}: {finished.outcome}[/]{where} "
+                              f"{escape((done.detail or '')[:300])}")
         else:
             boot = f"boot {done.boot_s:.0f} s, " if done.boot_s else ""
-            self.display.note(f"#{trial.seq} {trial.role} {label}: ok ({boot}"
-                              f"{len(self.store.runs(trial.id))} runs, {done.ended_at - done.started_at:.0f} s)")
+            self.display.note(f"#{done.seq} {done.role} {label}: ok ({boot}"
+                              f"{len(self.store.runs(done.id))} runs, {done.ended_at - done.started_at:.0f} s){where}")
         self._update_overview()
 
     def _on_progress(self, trial: TrialRow, label: str, scenario: str | None, replicate: int,
@@ -245,13 +362,20 @@ class StudyRunner:
         if self.spec.budget.wall_minutes is None:
             return True
         per_trial = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
-        reserve = 2 * self.spec.finalists * per_trial  # finalists and their baseline boots
+        reserve = 2 * self.spec.finalists * per_trial / len(self.placements)  # finalists and their baseline boots
         return self.store.elapsed_wall_s() + per_trial + reserve <= self.spec.budget.wall_minutes * 60
 
-    def _candidates_since_baseline(self) -> int:
+    def _slot_has_baseline(self, slot: int) -> bool:
+        """A slot's first trial is the baseline there (begun: it may still be running)."""
+        return any(t.role in analysis.BASELINE_ROLES and t.slot == slot for t in self.store.trials())
+
+    def _candidates_since_baseline(self, slot: int) -> int:
+        """Booted candidates on `slot` since its last baseline boot: `baseline_every` counts per slot."""
         count = 0
         for trial in reversed(self.store.trials()):
-            if trial.role.is_baseline:
+            if trial.slot != slot:
+                continue
+            if trial.role in analysis.BASELINE_ROLES:
                 break
             if trial.role is TrialRole.candidate and known.was_booted(trial):
                 count += 1
@@ -285,6 +409,21 @@ class _Pause(Exception):
     """Raised before a trial when --stop-after leaves too little time for it."""
 
 
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the study as Ctrl-C does (the driver then stops every slot's server).
+    Signals reach Python's main thread only and a handler is the whole process's: a runner
+    driven from another thread (an embedding program) leaves the process's handler alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def raise_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM as Ctrl-C: the run ends through the same cleanup (session ended, server stopped)."""
+    """SIGTERM as Ctrl-C: the run ends through the same cleanup (session ended, servers stopped)."""
     raise KeyboardInterrupt(f"signal {signum}")

@@ -18,12 +18,14 @@ from ..engine.launch import new_launch_token
 from ..engine.classify import tail
 from ..engine.config import Config
 from ..engine.outcome import Outcome, for_http_status
+from ..engine.placement import Placement
 from ..load.bench import run_scenario
 from ..load.records import RunResult
 from ..load.scenario import Scenario
 from ..store import StudyStore, TrialRow
 from . import capacity_trial
 from ..study.spec import StudySpec
+from .slots import LiveServers
 
 # A client-bound run (the load generator, not the server, was the bottleneck) is measured again
 # up to this many times in all before the replicate is given up.
@@ -54,8 +56,13 @@ class TrialPlan:
 
 
 class TrialExecutor:
+    """Runs trials on one slot: `placement` (None: wherever servetune runs) and `port` are the
+    slot's; `store` is the store or, on a slot of a parallel study, the driver's proxy of it;
+    `live` (when given) holds the slot's running server, so the driver can stop it on Ctrl-C."""
+
     def __init__(self, engine: Engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None, *,
-                 port: int | None = None, launch_flags: dict[str, str] | None = None):
+                 port: int | None = None, launch_flags: dict[str, str] | None = None,
+                 placement: Placement | None = None, live: LiveServers | None = None):
         self.engine = engine
         self.store = store
         self.out_dir = out_dir
@@ -63,6 +70,17 @@ class TrialExecutor:
         self.port = port
         # Flags every server of the study gets that are not part of what is tuned (a served name).
         self.launch = Config.of(launch_flags or {})
+        self.placement = placement
+        self.live = live
+
+    def on_slot(self, store: StudyStore, placement: Placement | None, *, live: LiveServers) -> TrialExecutor:
+        """This executor for a slot: same engine and launch flags, the slot's store handle,
+        placement and port (a fixed study port + the slot's index)."""
+        port = None if self.port is None else self.port + (placement.slot if placement else 0)
+        slot = TrialExecutor(self.engine, store, self.out_dir, self.tokenizer_dir, port=port,
+                             placement=placement, live=live)
+        slot.launch = self.launch
+        return slot
 
     @classmethod
     def for_study(cls, engine, spec: StudySpec, store: StudyStore, out_dir: Path) -> TrialExecutor:
@@ -83,6 +101,8 @@ class TrialExecutor:
         progress(trial, None, 0, 0, 0)
 
         def on_spawn(server: Server) -> None:
+            if self.live is not None:
+                self.live.add(server)  # first: the driver may need to stop it before the store knows it
             self.store.record_server(trial.id, pid=server.pid, pgid=server.pgid,
                                      create_time=server.create_time, log_path=stored_log)
 
@@ -90,7 +110,8 @@ class TrialExecutor:
         token = new_launch_token()
         self.store.record_launch(trial.id, launch_token=token, log_path=stored_log)
         config = trial.config.merged(self.launch)
-        started = self.engine.start(config, log_path, port=self.port, on_spawn=on_spawn, launch_token=token)
+        started = self.engine.start(config, log_path, port=self.port, on_spawn=on_spawn, launch_token=token,
+                                    placement=self.placement)
         self.store.record_boot(
             trial.id,
             healthy_at=(time.time() if started.outcome == Outcome.ok else None),
@@ -119,6 +140,8 @@ class TrialExecutor:
                 detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
         finally:
             stopped = self.engine.stop(server)
+            if self.live is not None:
+                self.live.discard(server)
         # Measurements stay valid; a user must still see that a process or the port was left.
         detail = "; ".join(x for x in (detail, stopped.problem()) if x) or None
         failed = outcome not in (Outcome.ok, Outcome.duplicate)

@@ -1,0 +1,68 @@
+"""Where one slot's servers run on this host: their GPUs or CPUs.
+
+A placement is part of a launch, not of a Config: two slots running the same Config run the same
+engine config, so it stays out of `Config.key()` and is recorded on the trial instead.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..errors import ServetuneError
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Slot `slot`'s share of the host: variables its servers get and the CPUs they may use
+    (None: wherever servetune itself may run)."""
+
+    slot: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    cpus: tuple[int, ...] | None = None
+
+    def describe(self) -> dict[str, object]:
+        """What the store and the report keep of it."""
+        return {"slot": self.slot, "env": dict(self.env), "cpus": list(self.cpus) if self.cpus else None}
+
+    def label(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.env.items() if k == "CUDA_VISIBLE_DEVICES"]
+        if self.cpus:
+            parts.append(f"cpus {','.join(map(str, self.cpus))}")
+        return f"slot {self.slot}" + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def plan_placements(slots: int, gpus_per_trial: int, cpus: Sequence[int] | None = None) -> list[Placement]:
+    """One placement per slot. GPUs: slot i gets K*i .. K*i+K-1 of the visible ones. Without
+    GPUs and with several slots, the host's CPUs are split into disjoint sets (a slot's server
+    and its EngineCore stay on its own cores, so the slots do not slow each other down). One slot
+    without GPUs gets no placement: today's launch, unchanged."""
+    if gpus_per_trial > 0:
+        visible = _visible_gpus(slots * gpus_per_trial)
+        return [Placement(i, {"CUDA_VISIBLE_DEVICES": ",".join(visible[i * gpus_per_trial:(i + 1) * gpus_per_trial])})
+                for i in range(slots)]
+    if slots == 1:
+        return [Placement(0)]
+    available = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+    if len(available) < slots:
+        raise ServetuneError(f"parallel.slots: {slots} slots need at least {slots} CPUs, "
+                             f"this process may use {len(available)}")
+    share = len(available) // slots
+    out = []
+    for i in range(slots):
+        mine = tuple(available[i * share:(i + 1) * share])
+        # The CPU build binds its OpenMP threads itself; told the slot's cores, it stays on them.
+        out.append(Placement(i, {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, mine))}, mine))
+    return out
+
+
+def _visible_gpus(needed: int) -> list[str]:
+    """GPU ids this process may hand out: CUDA_VISIBLE_DEVICES when set (its entries are what a
+    child must name), else 0..needed-1. Fewer than needed is an error, not a silent overlap."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [x.strip() for x in given.split(",") if x.strip()] if given else [str(i) for i in range(needed)]
+    if len(ids) < needed:
+        raise ServetuneError(f"parallel: {needed} GPUs needed (slots x gpus_per_trial), "
+                             f"CUDA_VISIBLE_DEVICES names {len(ids)}")
+    return ids

@@ -1,0 +1,184 @@
+"""Slots: places where trials run at the same time, and the driver that alone writes the store.
+
+A trial's work (boot, runs, teardown) runs on a slot; everything it reads from or writes to the
+store, and every decision that needs the store (enough replicates? a duplicate?), is a call the
+slot sends to the driver, which runs it in the driver's thread and sends back the answer. So one
+thread holds the SQLite connection, the store sees one writer, and the runner's decisions are
+made in one place, as with a single slot.
+
+`SlotBackend` is what the runner needs of slots: `submit` one trial's work to a free slot, and
+`stop` everything at once (Ctrl-C, SIGTERM, an error in the driver). `ThreadSlots` runs each
+trial in a thread of this process: a trial waits on a server's boot and on HTTP, not on Python,
+and threads share the Server handles, so the driver (the main thread, where signals arrive) can
+stop every slot's server itself. A Ray backend is the same interface: `submit` starts an actor on
+a node with the slot's GPUs whose calls to the driver go through a queue the driver serves, and
+`stop` cancels the actors.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..engine.launch import Server, StopReport
+from ..engine.placement import Placement
+
+# How often a waiting thread looks whether the study is stopping (not a timing of the study).
+_POLL_S = 0.2
+
+
+class SlotStopped(BaseException):
+    """The study is stopping: a slot's call to the driver is refused, so its trial ends unrecorded
+    (it stays `running` in the store and is resumed). A BaseException, like KeyboardInterrupt, so
+    no `except Exception` on the way swallows it."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A slot is done with a trial: its outcome, or what ended the work."""
+
+    slot: int
+    trial_id: int
+    outcome: str | None = None
+    error: BaseException | None = None
+
+
+class Driver:
+    """The driver's inbox. Slots `call` (and wait) or `post` (and go on); the driver thread
+    `serve`s until a slot reports a finished trial."""
+
+    def __init__(self) -> None:
+        self._inbox: queue.Queue[Any] = queue.Queue()
+        self._closed = threading.Event()
+
+    # --- slot side ----------------------------------------------------------------------
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` run by the driver; its result or exception. SlotStopped once closed."""
+        if self._closed.is_set():
+            raise SlotStopped
+        future: Future[Any] = Future()
+        self._inbox.put((fn, args, kwargs, future))
+        while True:
+            try:
+                return future.result(timeout=_POLL_S)
+            except TimeoutError:
+                if self._closed.is_set():
+                    raise SlotStopped from None
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """`fn(*args)` run by the driver when it gets to it (progress display); dropped once closed."""
+        if not self._closed.is_set():
+            self._inbox.put((fn, args, {}, None))
+
+    def finished(self, message: Finished) -> None:
+        self._inbox.put(message)
+
+    # --- driver side --------------------------------------------------------------------
+
+    def serve(self) -> Finished:
+        """Run the slots' calls until one reports a finished trial, and return that report."""
+        while True:
+            try:
+                message = self._inbox.get(timeout=_POLL_S)  # a timeout keeps Ctrl-C deliverable
+            except queue.Empty:
+                continue
+            if isinstance(message, Finished):
+                return message
+            fn, args, kwargs, future = message
+            if future is None:
+                fn(*args)
+                continue
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except Exception as exc:  # the slot's trial gets it where it made the call
+                future.set_exception(exc)
+
+    def close(self) -> None:
+        """No more calls: waiting slots get SlotStopped."""
+        self._closed.set()
+
+
+class DriverProxy:
+    """Another object (the store) whose method calls a slot makes are run by the driver."""
+
+    def __init__(self, driver: Driver, target: object):
+        self._driver = driver
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if not callable(attr):
+            return attr
+        return lambda *args, **kwargs: self._driver.call(attr, *args, **kwargs)
+
+
+class LiveServers:
+    """The servers slots have running now, so the driver can stop them all at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._servers: dict[int, Server] = {}
+
+    def add(self, server: Server) -> None:
+        with self._lock:
+            self._servers[id(server)] = server
+
+    def discard(self, server: Server) -> None:
+        with self._lock:
+            self._servers.pop(id(server), None)
+
+    def all(self) -> list[Server]:
+        with self._lock:
+            return list(self._servers.values())
+
+
+class SlotBackend(Protocol):
+    placements: list[Placement]
+
+    def submit(self, slot: int, trial_id: int, work: Callable[[], str]) -> None:
+        """Run `work` (one trial, returning its outcome) on `slot`; the driver hears of its end."""
+        ...
+
+    def stop(self) -> None:
+        """Stop every slot's server now and give up their trials (they stay `running`)."""
+        ...
+
+
+class ThreadSlots:
+    """Slots as threads of this process (see the module docstring for why)."""
+
+    def __init__(self, driver: Driver, placements: list[Placement], live: LiveServers,
+                 stop_server: Callable[[Server], StopReport], join_s: float = 30.0):
+        self.driver = driver
+        self.placements = placements
+        self.live = live
+        self._stop_server = stop_server
+        self._join_s = join_s
+        self._threads: dict[int, threading.Thread] = {}
+
+    def submit(self, slot: int, trial_id: int, work: Callable[[], str]) -> None:
+        def run() -> None:
+            try:
+                self.driver.finished(Finished(slot, trial_id, outcome=work()))
+            except BaseException as exc:  # reported to the driver, which decides
+                self.driver.finished(Finished(slot, trial_id, error=exc))
+
+        thread = threading.Thread(target=run, name=f"servetune-slot-{slot}", daemon=True)
+        self._threads[slot] = thread
+        thread.start()
+
+    def stop(self) -> None:
+        self.driver.close()
+        # From the driver's thread: a slot may be deep in a boot or a run; its own teardown
+        # follows once it notices, and stopping a stopped server again is harmless.
+        for server in self.live.all():
+            self._stop_server(server)
+        for thread in self._threads.values():
+            thread.join(self._join_s)
+        for server in self.live.all():  # spawned while the others were being stopped
+            self._stop_server(server)
