@@ -30,7 +30,7 @@ def test_ngram_sweep_records_acceptance_and_names_a_peak_per_scenario(tmp_path: 
     assert {speculative.speculative_tokens(t.config) for t in booted} == {1, 2, 4}, done.stdout
     for t in booted:
         n = speculative.speculative_tokens(t.config)
-        shown = t.boot_facts["engine_config"]["speculative_config"]  # what the engine ran
+        shown = t.boot_facts.engine_config["speculative_config"]  # what the engine ran
         assert "method='ngram'" in shown and f"num_spec_tokens={n}" in shown
         for run in store.runs(t.id):
             stats = run.server_stats
