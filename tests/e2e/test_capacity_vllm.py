@@ -1,5 +1,5 @@
 """`maximize: capacity` end to end on the real vLLM CPU build, through the `servetune` command:
-max-num-seqs 1 against 16 of the tiny model under a p90 TTFT SLO; the study names 16 with an
+max-num-seqs 1 against 16 of the tiny model (64-token answers) under a p90 TTFT SLO; the study names 16 with an
 interval of its capacity gain, and the report shows the capacities and the curves."""
 
 from __future__ import annotations
