@@ -54,7 +54,9 @@ def _measure_boot(engine: VllmEngine, spec, index: int, label: str, work: Path) 
     started = engine.start(config, log_path)
     boot = {"boot": index, "label": label, "started_at": started_at, "outcome": str(started.outcome),
             "startup_s": started.boot_facts.startup_seconds if started.boot_facts else None,
-            "cpu_layout": started.cpu_layout, "replicates": []}
+            "cpu_layout": started.cpu_layout, "replicates": [],
+            # the machine is shared: its load while this boot ran explains much of the boot's luck
+            "loadavg_at_healthy": os.getloadavg()[0]}
     if started.outcome != Outcome.ok or started.server is None:
         boot["detail"] = started.detail
         return boot
@@ -76,6 +78,7 @@ def _measure_boot(engine: VllmEngine, spec, index: int, label: str, work: Path) 
         if stopped.problem():
             boot["stop_problem"] = stopped.problem()
     boot["ended_at"] = time.time()
+    boot["loadavg_at_end"] = os.getloadavg()[0]
     return boot
 
 
@@ -99,6 +102,10 @@ def measure(args: argparse.Namespace) -> None:
               f"startup {boot['startup_s']}, {spec.objective.metric} {reps}", flush=True)
 
 
+def _values(boot: dict, metric: str) -> list[float]:
+    return [r[metric] for r in boot["replicates"] if r["outcome"] == "ok" and r.get(metric)]
+
+
 def _pct(x: float) -> str:
     return f"{x:+.1f} %"
 
@@ -107,14 +114,18 @@ def _rate(r) -> str:
     return f"{r.estimate * r.n:.0f}/{r.n} = {100 * r.estimate:.1f} % [{100 * r.low:.1f}, {100 * r.high:.1f}]"
 
 
-def _rows(judged, first: int, width: int, step: int) -> list[str]:
+def _rows(judged, boots: list[dict], width: int) -> list[str]:
+    """One table row per comparison: the boots' numbers and labels as measured (failed boots are
+    skipped, so a comparison's sides need not carry the labels a and b)."""
     out = []
     for k, (c, verdict) in enumerate(judged):
-        i = first + k * step
-        sides = ("a", "b") if width == 1 else ("a+a", "b+b")
-        boots = f"{i} vs {i + 1}" if width == 1 else f"{i},{i + 2} vs {i + 1},{i + 3}"
-        out.append(f"| {boots} | {sides[0]} vs {sides[1]} | {_pct(c.effect_pct)} [{_pct(c.ci_low_pct)}, "
-                   f"{_pct(c.ci_high_pct)}] | {c.p_value:.3f} | {verdict} |")
+        if width == 1:
+            base, cand = [boots[2 * k]], [boots[2 * k + 1]]
+        else:
+            base, cand = [boots[4 * k], boots[4 * k + 2]], [boots[4 * k + 1], boots[4 * k + 3]]
+        names = " vs ".join(",".join(f"{b['boot']}{b['label']}" for b in side) for side in (base, cand))
+        out.append(f"| {names} | {_pct(c.effect_pct)} [{_pct(c.ci_low_pct)}, {_pct(c.ci_high_pct)}] | "
+                   f"{c.p_value:.3f} | {verdict} |")
     return out
 
 
@@ -144,9 +155,8 @@ def analyze(args: argparse.Namespace) -> None:
     spec = load_study(args.study)
     metric = spec.objective.metric
     done = _done_boots(args.out)
-    values = [[r[metric] for r in b["replicates"] if r["outcome"] == "ok" and r.get(metric)]
-              for b in done if b["outcome"] == "ok"]
-    values = [v for v in values if v]
+    measured = [b for b in done if b["outcome"] == "ok" and _values(b, metric)]
+    values = [_values(b, metric) for b in measured]
     cal = aa_boot_calibration(values, alpha=spec.alpha, higher_is_better=spec.objective.maximizing,
                               min_effect_pct=spec.min_effect_pct)
     c = cal.components
@@ -155,7 +165,7 @@ def analyze(args: argparse.Namespace) -> None:
     pooled = [compare_many(values[i], {"b": values[i + 1]}, higher_is_better=spec.objective.maximizing,
                            alpha=spec.alpha)["b"].verdict for i in range(0, len(values) - 1, 2)]
     lines = [
-        f"{len(done)} boots ({len(done) - len(values)} failed), {metric} of `{spec.scenarios[0].name}`, "
+        f"{len(done)} boots ({len(done) - len(measured)} failed), {metric} of `{spec.scenarios[0].name}`, "
         f"{spec.replicates.min} replicates per boot, alpha {spec.alpha}; startup {min(startup):.0f}–"
         f"{max(startup):.0f} s.", "",
         f"Variance components (log scale, all boots one config): boot sd {100 * math.sqrt(c.boot_var):.1f} %, "
@@ -167,8 +177,8 @@ def analyze(args: argparse.Namespace) -> None:
         f"| all | {_rate(cal.any_rate)} |",
         f"| one vs one on replicates alone (Welch, boots ignored) | "
         f"{_rate(rate_interval(sum(v is not Verdict.no_difference for v in pooled), len(pooled), 'welch'))} |",
-        "", "| boots | labels | effect [CI] | p | verdict |", "| --- | --- | --- | --- | --- |",
-        *_rows(cal.single, 0, 1, 2), *_rows(cal.paired, 0, 2, 4),
+        "", "| boots (number, label) | effect [CI] | p | verdict |", "| --- | --- | --- | --- |",
+        *_rows(cal.single, measured, 1), *_rows(cal.paired, measured, 2),
         "", "Power (90 %, alpha " f"{spec.alpha}) from these components:", "",
         *_power_table(c, spec.alpha, 2),
     ]
