@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 
 from servetune.stats import (
+    aa_boot_calibration,
     aa_false_positive_rate,
     empirical_sampler,
     normal_sampler,
     rate_interval,
+    simulate_boot_false_positive_rate,
     simulate_false_positive_rate,
 )
 
@@ -69,3 +71,58 @@ def test_simulation_rejects_bad_arguments() -> None:
         simulate_false_positive_rate(normal_sampler(1.0, 0.1), n_experiments=0)
     with pytest.raises(ValueError):
         empirical_sampler([1.0])
+
+
+def _tolerance(n: int, p: float = 0.05) -> float:
+    return 3 * (p * (1 - p) / n) ** 0.5
+
+
+@pytest.mark.parametrize("candidate_boots", [1, 2])
+def test_boot_model_keeps_false_verdicts_at_alpha_when_boots_vary(candidate_boots: int) -> None:
+    """Boots differ (sd 10 % on the log scale) more than replicates (5 %), as on a shared CPU box;
+    three candidates identical to a baseline of three boots. Judged as a study judges (two-level
+    model, Holm), any verdict (better/worse, or promising/not_promising for one-boot candidates)
+    stays at alpha; pooling replicates as if boots did not exist calls a difference in most studies."""
+    kwargs = {"baseline_boots": 3, "candidate_boots": candidate_boots, "n_candidates": 3, "n_experiments": 600,
+              "seed": 11}
+    boots = simulate_boot_false_positive_rate(0.10, 0.05, **kwargs)
+    assert boots.estimate <= 0.05 + _tolerance(600), boots
+    replicates = simulate_boot_false_positive_rate(0.10, 0.05, model="replicates", **kwargs)
+    assert replicates.estimate > 0.3, replicates
+
+
+def _null_boots(rng: np.random.Generator, n: int, boot_sd: float = 0.1, rep_sd: float = 0.05) -> list[list[float]]:
+    return [list(800.0 * np.exp(rng.normal(0.0, boot_sd) + rng.normal(0.0, rep_sd, 3))) for _ in range(n)]
+
+
+def test_aa_boot_calibration_forms_disjoint_comparisons_on_their_own_boots() -> None:
+    boots = _null_boots(np.random.default_rng(2), 41)   # an odd boot out is left over
+    cal = aa_boot_calibration(boots)
+    assert len(cal.single) == 20 and len(cal.paired) == 10
+    assert all((c.n_baseline, c.n_candidate) == (1, 1) for c, _ in cal.single)
+    assert all((c.n_baseline, c.n_candidate) == (2, 2) for c, _ in cal.paired)
+    assert {l for _, l in cal.single} <= {"promising", "not_promising", "no_difference"}
+    assert {l for _, l in cal.paired} <= {"better", "worse", "no_difference"}
+    # pair 0 is boot 0 against boot 1, quad 0 is boots 0 and 2 against 1 and 3 (geometric means)
+    geo = [float(np.exp(np.log(b).mean())) for b in boots]
+    assert cal.single[0][0].candidate_mean == pytest.approx(geo[1])
+    assert cal.paired[0][0].candidate_mean == pytest.approx(float(np.sqrt(geo[1] * geo[3])))
+    assert cal.components.boot_df == 40 and cal.any_rate.n == 30
+
+
+def test_aa_boot_calibration_rates_near_alpha_on_null_boots_and_high_on_a_real_effect() -> None:
+    """Many simulated calibrations of 40 null boots: the pooled rate of any verdict is at most
+    alpha. The same boots with every second one 60 % faster: the two-against-two comparisons
+    (judged on their own four boots) catch it; the one-against-one do not need to, as they borrow
+    the boot variance from all the other boots, which then carry the effect too."""
+    rng = np.random.default_rng(9)
+    hits = total = 0
+    caught = []
+    for _ in range(40):
+        boots = _null_boots(rng, 40)
+        rate = aa_boot_calibration(boots).any_rate
+        hits, total = hits + round(rate.estimate * rate.n), total + rate.n
+        shifted = [[v * (1.6 if i % 2 else 1.0) for v in b] for i, b in enumerate(boots)]
+        caught.append(aa_boot_calibration(shifted).paired_rate.estimate)
+    assert hits / total <= 0.05 + _tolerance(total), hits / total
+    assert np.mean(caught) > 0.5, np.mean(caught)

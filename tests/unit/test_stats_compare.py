@@ -187,3 +187,21 @@ def test_compare_percentile_run_permutation() -> None:
     assert cmp.test == "permutation"
     with pytest.raises(ValueError, match="unknown test"):
         compare_percentile(base, cand, 0.5, test="welch")  # type: ignore[arg-type]
+
+
+def test_compare_percentile_covers_with_three_runs_whose_levels_differ() -> None:
+    """3 vs 3 runs, each run with its own level (sd 0.15 on the log scale against a request spread
+    of 0.5), candidate p90 10 % higher: the widened interval covers +10 % at >= 0.93 (unwidened:
+    0.90), and its p-value says exactly what the interval says (p < 0.05 iff 0 % is outside)."""
+    rng = np.random.default_rng(5)
+
+    def runs(scale: float) -> list[np.ndarray]:
+        return [scale * rng.lognormal(rng.normal(0.0, 0.15), 0.5, 200) for _ in range(3)]
+
+    sims = 300
+    covered = 0
+    for _ in range(sims):
+        c = compare_percentile(runs(1.0), runs(1.1), "p90", n_boot=500, seed=rng)
+        covered += c.ci_low_pct <= 10.0 <= c.ci_high_pct
+        assert (c.p_value < 0.05) == (not c.ci_low_pct <= 0.0 <= c.ci_high_pct), c
+    assert covered / sims >= 0.93, covered / sims

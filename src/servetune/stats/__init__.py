@@ -8,10 +8,13 @@ two-sided p-value, Holm-corrected across candidates, and turned into Verdicts.
 """
 
 from servetune.stats.calibration import (
+    BootCalibration,
+    aa_boot_calibration,
     aa_false_positive_rate,
     empirical_sampler,
     normal_sampler,
     rate_interval,
+    simulate_boot_false_positive_rate,
     simulate_false_positive_rate,
 )
 from servetune.stats.compare import compare, compare_percentile, fieller_ratio_ci
@@ -24,10 +27,11 @@ from servetune.stats.types import Assessment, Comparison, Decision, Interval, Ve
 from servetune.stats.verdict import assess, compare_many, label, verdict, winners
 
 __all__ = [
-    "Assessment", "Comparison", "Decision", "Interval", "VarianceComponents", "Verdict",
-    "aa_false_positive_rate", "assess", "boots_needed", "compare", "compare_boots", "compare_many",
+    "Assessment", "BootCalibration", "Comparison", "Decision", "Interval", "VarianceComponents", "Verdict",
+    "aa_boot_calibration", "aa_false_positive_rate", "assess", "boots_needed", "compare", "compare_boots", "compare_many",
     "compare_percentile", "detectable_effect_pct", "empirical_sampler", "fieller_ratio_ci",
     "hierarchical_bootstrap_ci", "holm", "label", "log_t_ci", "mean_ci", "normal_sampler",
-    "rate_interval", "replication_decision", "simulate_false_positive_rate", "variance_components",
+    "rate_interval", "replication_decision", "simulate_boot_false_positive_rate",
+    "simulate_false_positive_rate", "variance_components",
     "verdict", "winners",
 ]

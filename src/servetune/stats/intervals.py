@@ -175,20 +175,36 @@ def hierarchical_bootstrap_ci(
     fn, label = statistic_fn(statistic)
     estimate = float(fn(np.concatenate(clean_r)[None, :])[0])
     boot = hierarchical_bootstrap_distribution(clean_r, fn, n_boot, np.random.default_rng(seed))
-    low, high = _widen(estimate, *percentile_interval(boot, confidence), len(clean_r), confidence)
+    low, high = widen(estimate, *percentile_interval(boot, confidence), small_run_factor([len(clean_r)], confidence))
     return Interval(
         estimate=estimate, low=low, high=high, n=len(clean_r),
         method=f"hierarchical-bootstrap({label})", confidence=confidence,
     )
 
 
-def _widen(estimate: float, low: float, high: float, runs: int, confidence: float) -> tuple[float, float]:
-    """Stretch a bootstrap interval from the estimate by the small-sample factor (see hierarchical_bootstrap_ci)."""
-    if runs < 2:
+def small_run_factor(runs: Sequence[int], confidence: float) -> float:
+    """How much to stretch a two-level bootstrap interval built from sides of ``runs`` runs each
+    (one side: an interval; two: a ratio of two sides), so that it covers with few runs.
+
+    The bootstrap sees (R - 1) / R of a side's run-to-run variance and uses normal quantiles; the
+    factor undoes both, assuming the sides share one run-to-run spread: the square root of
+    ``sum(1/R) / sum((R-1)/R^2)`` times ``t(df) / z``, df by Welch-Satterthwaite (``R - 1`` for one
+    side). A side of one run measures no run-to-run spread and adds nothing (1 when no side has two)."""
+    measured = [r for r in runs if r >= 2]
+    if not measured:
+        return 1.0
+    seen = sum((r - 1) / r**2 for r in measured)
+    true = sum(1.0 / r for r in measured)
+    df = true**2 / sum(1.0 / (r**2 * (r - 1)) for r in measured)
+    q = 0.5 + confidence / 2.0
+    return float(sps.t.ppf(q, df) / sps.norm.ppf(q)) * math.sqrt(true / seen)
+
+
+def widen(estimate: float, low: float, high: float, factor: float) -> tuple[float, float]:
+    """Stretch an interval's bounds away from the estimate by ``factor`` (see small_run_factor)."""
+    if factor == 1.0:
         return low, high
     low, high = min(low, estimate), max(high, estimate)
-    q = 0.5 + confidence / 2.0
-    factor = float(sps.t.ppf(q, runs - 1) / sps.norm.ppf(q)) * math.sqrt(runs / (runs - 1))
     if estimate > 0 and low > 0:  # ratios of a positive quantity: stretch in log space, stays positive
         return estimate * (low / estimate) ** factor, estimate * (high / estimate) ** factor
     return estimate - factor * (estimate - low), estimate + factor * (high - estimate)
