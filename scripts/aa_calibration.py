@@ -34,7 +34,7 @@ from servetune.store import StudyStore
 from servetune.study.loader import load_study
 from servetune.study.spec import StudySpec
 from servetune.tune.analysis import power_line, study_power
-from servetune.tune.trial import reset_prefix_cache, served_model_name
+from servetune.tune.trial import served_model_name
 
 LABEL_VAR = "SERVETUNE_AA_LABEL"
 
@@ -65,7 +65,7 @@ def _measure_boot(engine: VllmEngine, spec, index: int, label: str, work: Path) 
         model = served_model_name(server.url, None)
         for replicate in range(1, spec.replicates.max + 1):
             for scenario in spec.scenarios:
-                reset_prefix_cache(server.url, None)
+                engine.before_run(server.url, None)  # vLLM: empty the prefix cache, as a study does
                 result = run_scenario(server.url, model, scenario, tokenizer_dir=Path(spec.engine.model),
                                       out_dir=work / "runs", run_id=f"boot{index:03d}-{scenario.name}-r{replicate}")
                 keep = ("output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms",
@@ -83,13 +83,13 @@ def _measure_boot(engine: VllmEngine, spec, index: int, label: str, work: Path) 
 
 
 def measure(args: argparse.Namespace) -> None:
-    os.environ.setdefault("VLLM_SERVER_DEV_MODE", "1")  # for /reset_prefix_cache, as a study does
     # SIGTERM unwinds like Ctrl-C, so the boot in flight is stopped by its `finally`.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     spec = load_study(args.study)
     e = spec.engine
     engine = VllmEngine(command=list(e.command), model=str(e.model), startup_timeout_s=e.startup_timeout_s,
-                        pin_engine_core=e.pin_engine_core, log_dir=args.work / "logs")
+                        pin_engine_core=e.pin_engine_core, log_dir=args.work / "logs",
+                        dev_mode=True)  # servers get VLLM_SERVER_DEV_MODE for the prefix-cache reset
     args.out.parent.mkdir(parents=True, exist_ok=True)
     done = _done_boots(args.out)
     for index in range(len(done), args.boots):
