@@ -225,8 +225,8 @@ def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
            api_key: str | None) -> Iterator[tuple[str, str | None]]:
     """vLLM launched on `model_dir` with `serve_args` (--serve, --serve-arg) for the duration:
     yields its URL and the key to send (`api_key`, else the one the server uses); always stopped."""
-    from ..engine.config import Config
     from ..engine.base import Engine
+    from ..engine.config import Config
     from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
     from .serve_cmd import flags_from_argv
 

@@ -142,7 +142,7 @@ class _StampingHandler(ResponseHandler):
     of waking per chunk: with 256 streams' chunks arriving at once, a task switch per chunk
     made each loop pass ~256 x 10 us long and every stamp after the first that much late."""
 
-    __slots__ = ("_marked", "_times", "_sizes")
+    __slots__ = ("_marked", "_sizes", "_times")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
@@ -194,7 +194,7 @@ async def prewarm(session: aiohttp.ClientSession, url: str, n: int) -> None:
         try:
             async with session.get(origin + "/v1/models") as resp:
                 await resp.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             pass  # a dead server shows up as failed requests
 
     await asyncio.gather(*(one() for _ in range(n)))
@@ -237,7 +237,7 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, hdrs: dict
                 chunks.append(data)
     except aiohttp.SocketTimeoutError:
         raw.error = f"{STALLED}: no data for {session.timeout.sock_read:g} s (stall_timeout_s)"
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raw.error = f"{type(exc).__name__}: {exc}"
     except asyncio.CancelledError:
         raw.cancelled = True
@@ -464,7 +464,7 @@ async def drive(
             try:
                 # wait_for cancels what is in flight (gather passes the cancel on to each send)
                 await asyncio.wait_for(send_until_stopped(), None if end_by_ns is None else max(end_by_ns - clock(), 0) / 1e9)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
     finally:
         if own_session:

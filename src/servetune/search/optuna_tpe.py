@@ -32,7 +32,7 @@ from optuna.trial import TrialState, create_trial
 
 from ..engine.outcome import Outcome
 from ..study.spec import StudySpec
-from .base import Proposal, SearchBase, Tried, TrialView
+from .base import Proposal, SearchBase, TrialView, Tried
 from .grid import Grid
 
 _FAILED = 2.0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Union
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -16,7 +15,7 @@ from servetune.stats.types import Interval
 
 # A statistic over the last axis of a 2-D array (one row per bootstrap sample), like numpy's reductions.
 StatFn = Callable[..., NDArray[np.float64]]
-Statistic = Union[str, float, StatFn]
+Statistic = str | float | StatFn
 
 # Elements per resampling batch: bounds memory (~3 arrays of this many 8-byte items) whatever n_boot is.
 _BATCH_ELEMENTS = 4_000_000

@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..engine.config import Config
-from ..errors import ServetuneError
 from ..engine.bootfacts import BootFacts
+from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
-from .model import RunRow, TrialRow  # noqa: F401  (the names other modules import from here)
-from .model import Run, Trial, TrialRole, TrialState
+from .model import Run, RunRow, Trial, TrialRole, TrialRow, TrialState  # noqa: F401  (the names other modules import from here)
 from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
 
 
@@ -329,7 +328,7 @@ def _session(row: sqlite3.Row) -> SessionInfo:
 
 def _optional(row: sqlite3.Row, column: str) -> Any:
     """A column added by a later schema version: None where a store was opened without migrating."""
-    return row[column] if column in row.keys() else None
+    return row[column] if column in row.keys() else None  # noqa: SIM118 (sqlite3.Row has no __contains__ by name)
 
 
 def _run(row: sqlite3.Row) -> Run:

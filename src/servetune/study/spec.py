@@ -8,18 +8,27 @@ import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler,
-    ValidatorFunctionWrapHandler, field_validator, model_serializer, model_validator,
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from ..capacity.slo import slo_from_key
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS, Scenario
 from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
 from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
-from ..capacity.slo import slo_from_key
 from .metrics import CAPACITY, check_metric, metric_problem
 from .space import ENV_PREFIX, Parameter, env_var, is_number, json_field, normalize_param_name
 

@@ -35,14 +35,19 @@ from scipy import stats as scipy_stats
 
 from .. import stats
 from ..engine.outcome import Outcome
-from ..search.base import SearchBase, TrialView
 from ..load.records import RunSummary
+from ..search.base import SearchBase, TrialView
 from ..store import BASELINE_ROLES, StudyStore, Trial, TrialRole, TrialState
 from ..study.metrics import CAPACITY, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from .analysis_types import (
-    ConfigResult, DriftPoint, Effect, Estimate, ScenarioResult, StudyAnalysis,
+    ConfigResult,
+    DriftPoint,
+    Effect,
+    Estimate,
+    ScenarioResult,
+    StudyAnalysis,
 )
 from .capacity_trial import is_level_run
 from .eta import estimate, stored_seed
@@ -125,7 +130,7 @@ class SlotReferences:
         self.by_slot = by_slot
         self.pooled = pooled
 
-    def for_trial(self, trial: TrialRow) -> Reference:
+    def for_trial(self, trial: Trial) -> Reference:
         return self.by_slot.get(trial.slot, self.pooled)
 
 
@@ -492,7 +497,7 @@ def _violations(m: _Measured, spec: StudySpec) -> list[str]:
     out = []
     for scenario, reps in m.by_scenario.items():
         means = {}
-        for metric in {k for s in reps.values() for k in s.keys()}:
+        for metric in {k for s in reps.values() for k in s.keys()}:  # noqa: SIM118 (a RunSummary iterates pairs)
             vals = [s[metric] for s in reps.values() if _finite(s.get(metric))]
             if vals:
                 means[metric] = float(np.mean(vals))
