@@ -93,8 +93,8 @@ def _worker(args: tuple[str, list[client.Job], int | None, int, int | None, _Lim
     url, jobs, concurrency, start_ns, deadline_ns, limits = args
 
     def tick() -> None:
-        with _COUNTER.get_lock():  # type: ignore[union-attr]
-            _COUNTER.value += 1  # type: ignore[union-attr]
+        with _COUNTER.get_lock():
+            _COUNTER.value += 1
 
     return client.run(client.drive(url, jobs, concurrency=concurrency, start_ns=start_ns,
                                     deadline_ns=deadline_ns, on_done=tick, **_drive_limits(limits)))

@@ -72,8 +72,8 @@ class OptunaTPE(SearchBase):
             constant_liar=True,
         )
         study = optuna.create_study(direction="maximize", sampler=sampler)
-        for trial in history:
-            frozen = self._frozen(trial)
+        for past in history:
+            frozen = self._frozen(past)
             if frozen is not None:
                 study.add_trial(frozen)
         rejected: set[str] = set()

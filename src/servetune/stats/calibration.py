@@ -123,6 +123,7 @@ def simulate_false_positive_rate(
         }
         verdicts = [a.verdict for a in compare_many(baseline, candidates, higher_is_better=higher_is_better,
                                                     alpha=alpha, test=test).values()]
-        flagged = Verdict.better in verdicts if count == "winner" else any(v is not Verdict.no_difference for v in verdicts)
+        flagged = (Verdict.better in verdicts if count == "winner"
+                   else any(v is not Verdict.no_difference for v in verdicts))
         hits += int(flagged)
     return rate_interval(hits, n_experiments, method=f"simulated-fpr({test},{count})")

@@ -98,7 +98,8 @@ def statistic_fn(statistic: Statistic) -> tuple[StatFn, str]:
             s = "p50"
         m = _PCT.match(s)
         if m is None or not 0.0 <= float(m.group(1)) <= 100.0:
-            raise ValueError(f"unknown statistic {statistic!r}: use 'mean', 'median', 'pNN' (e.g. 'p99') or a quantile in [0, 1]")
+            raise ValueError(f"unknown statistic {statistic!r}: use 'mean', 'median', 'pNN' (e.g. 'p99') "
+                             "or a quantile in [0, 1]")
         pct = float(m.group(1))
         return (lambda x: np.percentile(x, pct, axis=-1)), s
     if isinstance(statistic, (int, float)) and not isinstance(statistic, bool):

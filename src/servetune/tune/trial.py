@@ -122,7 +122,7 @@ class TrialExecutor:
         if started.outcome != Outcome.ok or started.server is None:
             fits = fits_of(trial, started.estimated_max_model_len) \
                 if fits_of is not None and started.outcome is Outcome.context_too_long else None
-            detail = "\n".join(x for x in [started.detail, fits, *started.evidence] if x).strip()
+            detail: str | None = "\n".join(x for x in [started.detail, fits, *started.evidence] if x).strip()
             self.store.finish_trial(trial.id, started.outcome, detail=detail, log_tail=started.log_tail)
             return started.outcome
 
