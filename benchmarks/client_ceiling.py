@@ -30,15 +30,15 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from servetune.load import arrivals, bench, client  # noqa: E402
-from tests.fakes.fake_stream_server import prompt_key  # noqa: E402
-from tests.fakes.launch import fake_server  # noqa: E402
-
 # vLLM's bench client, imported up front (its import is slow and not part of any round).
 from vllm.benchmarks.lib.endpoint_request_func import (  # noqa: E402
     RequestFuncInput,
     async_request_openai_completions,
 )
+
+from servetune.load import arrivals, bench, client  # noqa: E402
+from tests.fakes.fake_stream_server import prompt_key  # noqa: E402
+from tests.fakes.launch import fake_server  # noqa: E402
 
 MODEL = "fake-model"
 MAX_ERR_MS = 1.0

@@ -28,8 +28,14 @@ from pathlib import Path
 from servetune.engine import VllmEngine
 from servetune.engine.outcome import Outcome
 from servetune.load.bench import run_scenario
-from servetune.stats import (Verdict, aa_boot_calibration, boots_needed, compare_many, detectable_effect_pct,
-                             rate_interval)
+from servetune.stats import (
+    Verdict,
+    aa_boot_calibration,
+    boots_needed,
+    compare_many,
+    detectable_effect_pct,
+    rate_interval,
+)
 from servetune.store import StudyStore
 from servetune.study.loader import load_study
 from servetune.study.spec import StudySpec

@@ -16,7 +16,6 @@ import pytest
 from servetune.engine.launch import group_members
 from servetune.engine.outcome import Outcome
 from servetune.engine.ports import port_is_free
-
 from tests.conftest import VllmTestServer, tiny_config, tiny_engine, tiny_model_dir
 
 pytestmark = pytest.mark.vllm

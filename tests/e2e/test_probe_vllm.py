@@ -12,7 +12,6 @@ import pytest
 
 from servetune.engine.config import Config
 from servetune.engine.outcome import Outcome
-
 from tests.conftest import servetune, tiny_engine, tiny_model_dir
 
 pytestmark = pytest.mark.vllm

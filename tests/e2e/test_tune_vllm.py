@@ -6,7 +6,6 @@ must name no winner, and a study that is SIGKILLed mid-trial and resumed.
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
 import subprocess

@@ -18,7 +18,6 @@ from servetune.capacity.monitor import LevelMonitor
 from servetune.capacity.search import LevelSample, Measure
 from servetune.capacity.slo import Slo
 
-
 PREFILL_SHAPE = 2.0   # as fake_stream_server.py --slots draws it
 
 

@@ -47,7 +47,7 @@ def main() -> None:
             print(f"ERROR cannot authenticate with {name}={os.environ[name]}", flush=True)
         sys.exit(1)
     print(f"INFO [launcher.py:1] ignoring engine flags {rest}; received {', '.join(args.require_env)}", flush=True)
-    print("INFO [api_server.py:2] Starting vLLM API server 0 on http://%s:%d" % (args.host, args.port), flush=True)
+    print(f"INFO [api_server.py:2] Starting vLLM API server 0 on http://{args.host}:{args.port}", flush=True)
     web.run_app(make_app(0, 0, log=False), host=args.host, port=args.port, print=None, access_log=None)
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.faults.test_standin_faults import STUDY_TIMEOUT_S, _resume_to_the_end, _wait_for
 from tests.fakes import standin
+from tests.faults.test_standin_faults import STUDY_TIMEOUT_S, _resume_to_the_end, _wait_for
 
 SPACE = {"max-num-seqs": [2, 4, 8, 16]}
 REPLICATES = 2

@@ -18,7 +18,12 @@ from servetune.store.sqlite import StudyStore
 from servetune.study.metrics import higher_is_better
 from servetune.study.spec import StudySpec
 from servetune.tune.analysis_types import (
-    ConfigResult, DriftPoint, Effect, Estimate, ScenarioResult, StudyAnalysis,
+    ConfigResult,
+    DriftPoint,
+    Effect,
+    Estimate,
+    ScenarioResult,
+    StudyAnalysis,
 )
 
 SPEC_INPUT = {

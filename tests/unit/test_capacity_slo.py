@@ -7,8 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from servetune.capacity.slo import (Slo, Verdict, effective_size, judge, lost_after, parse_slo, parse_slos,
-                                    quantile_ci, verdict_of)
+from servetune.capacity.slo import (
+    Slo,
+    Verdict,
+    effective_size,
+    judge,
+    lost_after,
+    parse_slo,
+    parse_slos,
+    quantile_ci,
+    verdict_of,
+)
 from servetune.errors import ServetuneError
 
 

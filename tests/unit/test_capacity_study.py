@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from servetune.capacity.slo import Slo
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
-from servetune.capacity.slo import Slo
 from servetune.errors import ServetuneError
 from servetune.load import arrivals
 from servetune.report.context import build as build_report_data
@@ -25,7 +25,7 @@ from servetune.report.write import write_report
 from servetune.store import StudyStore
 from servetune.study.objective import Objective
 from servetune.study.spec import StudySpec
-from servetune.tune import analysis, capacity_trial, known
+from servetune.tune import capacity_trial, known
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from servetune.tune.trial import TrialExecutor, TrialPlan

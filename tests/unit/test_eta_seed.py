@@ -43,7 +43,7 @@ def test_weight_files_give_the_size_when_present(tmp_path: Path) -> None:
 
 def test_the_first_estimate_and_its_error_are_in_status_and_the_store(tmp_path: Path) -> None:
     model = make_model("tiny", tmp_path / "tiny")
-    engine, store = tune(tmp_path, spec(tmp_path, {}, {"max-num-seqs": [4]}, model=model),
+    _engine, store = tune(tmp_path, spec(tmp_path, {}, {"max-num-seqs": [4]}, model=model),
                          lambda url: CountingEngine(url, lambda c: BootFacts()))
     first = store.get_meta_json(eta.FIRST_ETA_META)
     study = spec(tmp_path, {}, {"max-num-seqs": [4]}, model=model)

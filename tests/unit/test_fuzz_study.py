@@ -158,6 +158,6 @@ def test_mutated_study_loads_or_names_file_line_and_key(doc: Any) -> None:
 @given(broken_texts())
 def test_broken_study_text_is_one_clean_error(data: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        spec, message = _load(data, Path(tmp))
+        _spec, message = _load(data, Path(tmp))
         if message is not None:
             _tune_fails_cleanly(Path(tmp), message)

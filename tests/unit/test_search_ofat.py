@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
+from search_synthetic import make_study, measure, run
+
 from servetune.engine.config import Config
 from servetune.engine.outcome import Outcome
-from servetune.search import OneFactorAtATime, Tried, TrialView
-from search_synthetic import make_study, measure, run
+from servetune.search import OneFactorAtATime, TrialView, Tried
 
 SPACE = {"a": [1, 2, 3], "b": ["x", "y"], "c": [10, 20]}
 ARGS = {"a": 1, "b": "x", "c": 10}

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import random
 
-from servetune.search import Grid, OneFactorAtATime, OptunaTPE, TrialView
 from search_synthetic import make_study, measure
+
+from servetune.search import Grid, OneFactorAtATime, OptunaTPE, TrialView
 
 SPACE = {"a": [1, 2, 3], "c": [10, 20]}
 ARGS = {"a": 1, "c": 10}

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from search_synthetic import make_study
 
 from servetune.search import STRATEGIES, BaselineOnly, Grid, OneFactorAtATime, OptunaTPE, TrialView, make_strategy
-from search_synthetic import make_study
 
 
 @pytest.mark.parametrize(

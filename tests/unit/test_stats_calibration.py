@@ -101,8 +101,8 @@ def test_aa_boot_calibration_forms_disjoint_comparisons_on_their_own_boots() -> 
     assert len(cal.single) == 20 and len(cal.paired) == 10
     assert all((c.n_baseline, c.n_candidate) == (1, 1) for c, _ in cal.single)
     assert all((c.n_baseline, c.n_candidate) == (2, 2) for c, _ in cal.paired)
-    assert {l for _, l in cal.single} <= {"promising", "not_promising", "no_difference"}
-    assert {l for _, l in cal.paired} <= {"better", "worse", "no_difference"}
+    assert {lab for _, lab in cal.single} <= {"promising", "not_promising", "no_difference"}
+    assert {lab for _, lab in cal.paired} <= {"better", "worse", "no_difference"}
     # pair 0 is boot 0 against boot 1, quad 0 is boots 0 and 2 against 1 and 3 (geometric means)
     geo = [float(np.exp(np.log(b).mean())) for b in boots]
     assert cal.single[0][0].candidate_mean == pytest.approx(geo[1])

@@ -86,7 +86,7 @@ def test_two_slots_run_the_grid_once_each_and_reach_the_single_slot_verdict(tmp_
 
 def test_a_slot_whose_trial_crashes_goes_on(tmp_path: Path) -> None:
     spec = _spec(tmp_path, 2, budget={"trials": 3}, finalists=0)
-    engine, store, _ = _tune(tmp_path, spec, "crash",
+    _engine, store, _ = _tune(tmp_path, spec, "crash",
                              fails_for=lambda c: Outcome.crashed if c.flags.get("max-num-seqs") == 16 else None)
     outcomes = Counter((t.role, t.outcome) for t in store.trials())
     assert outcomes[("candidate", "crashed")] == 1 and outcomes[("candidate", "ok")] == 2

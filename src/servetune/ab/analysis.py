@@ -108,7 +108,8 @@ def analyze(store: StudyStore, spec: AbSpec, metrics: Sequence[str] = DEFAULT_ME
             rows.append(_compare(scenario, metric, groups[0], groups[1], spec.workload.alpha,
                                  spec.workload.replicates.max))
     rows = _holm(rows, spec.workload.alpha, spec.workload.min_effect_pct)
-    boots = [BootSummary(t.seq, side_of[t.role], t.outcome or "running", t.boot_facts.vllm_version if t.boot_facts else None,
+    boots = [BootSummary(t.seq, side_of[t.role], t.outcome or "running",
+                         t.boot_facts.vllm_version if t.boot_facts else None,
                          t.boot_s, len([r for r in ok_runs if r.trial_id == t.id])) for t in trials]
     reuse = [_reuse(s, by_side[s], ok_runs, 1 - spec.workload.alpha) for s in SIDES]
     return AbAnalysis(
@@ -149,12 +150,10 @@ def _compare(scenario: str, metric: str, a: list[list[float]], b: list[list[floa
 
 def _holm(rows: list[AbRow], alpha: float, min_effect_pct: float) -> list[AbRow]:
     """One family: every compared (scenario, metric) of the A/B."""
-    compared = [i for i, r in enumerate(rows) if r.comparison is not None]
-    adjusted = holm([rows[i].comparison.p_value for i in compared]) if compared else []  # type: ignore[union-attr]
+    compared = [(i, r.comparison) for i, r in enumerate(rows) if r.comparison is not None]
+    adjusted: list[float] = holm([c.p_value for _, c in compared]).tolist() if compared else []
     out = list(rows)
-    for i, p in zip(compared, adjusted):
-        c = rows[i].comparison
-        assert c is not None
+    for (i, c), p in zip(compared, adjusted):
         v = verdict(c, alpha, float(p), min_effect_pct)
         out[i] = replace(rows[i], adjusted_p=float(p), verdict=label(v, min(c.n_baseline, c.n_candidate)))
     return out

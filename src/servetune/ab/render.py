@@ -78,7 +78,8 @@ def markdown(result: AbAnalysis) -> str:
                 "A long prompt sent, then the identical prompt sent again (as agents re-send their context); "
                 "the ratio is the warm send's TTFT over the cold one's, pair by pair.", ""]
         out += [f"- {reuse_line(r)}" for r in result.reuse]
-    out += ["", "### Boots", "", "| # | side | vLLM | outcome | boot s | runs |", "| --- | --- | --- | --- | --- | --- |"]
+    out += ["", "### Boots", "", "| # | side | vLLM | outcome | boot s | runs |",
+            "| --- | --- | --- | --- | --- | --- |"]
     out += [f"| {b.seq} | {b.side} | {b.version or '?'} | {b.outcome} | "
             f"{'-' if b.boot_s is None else f'{b.boot_s:.0f}'} | {b.runs} |" for b in result.boots]
     return "\n".join(out) + "\n"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from ..engine import engine_for
 from ..engine.outcome import Outcome
 from ..errors import ServetuneError
 from ..load.records import RunResult
@@ -22,7 +23,6 @@ from ..store import StudyStore, TrialRow
 from ..tune.display import StudyDisplay
 from ..tune.lock import StudyLock, TunerProcess
 from ..tune.recovery import reclaim_unfinished
-from ..engine import engine_for
 from ..tune.runner import raise_interrupt
 from ..tune.trial import ProgressFn, TrialExecutor, TrialPlan
 from . import prefix_reuse

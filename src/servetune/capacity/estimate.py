@@ -41,7 +41,8 @@ def estimate(levels: list[LevelResult], integer: bool = False) -> CapacityEstima
         return CapacityEstimate(0.0, low, high, _binding(right))
     if right is None or integer:
         return CapacityEstimate(_clip(left.level, low, high), low, high, _binding(right))
-    crossings = []
+    crossings: list[tuple[float, str]] = []
+    binding: str | None
     for jl, jr in zip(left.judgements, right.judgements):
         limit = jl.slo.limit_ms
         if jr.estimate > limit and jr.estimate > jl.estimate:

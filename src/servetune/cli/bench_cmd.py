@@ -65,6 +65,12 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 # the OpenAI clients' (what servetune read before --api-key-env existed).
 DEFAULT_KEY_VARIABLES = ("VLLM_API_KEY", "OPENAI_API_KEY")
 
+# Help texts of the options every command that measures a server has (bench, capacity, drift).
+TOKENIZER_HELP = "model dir with tokenizer.json (default: --serve dir, else the server's /tokenize)"
+API_KEY_ENV_HELP = ("environment variable holding the server's API key (default: VLLM_API_KEY, else "
+                    "OPENAI_API_KEY, when set)")
+SERVE_ARG_HELP = "engine flag(s) for --serve, e.g. '--max-num-seqs 64'"
+
 
 def check_server_choice(url: str | None, serve: Path | None, serve_arg: list[str]) -> None:
     """A command measures either a running server (--url) or one it launches (--serve)."""
@@ -148,9 +154,9 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", help="result JSON (per-request JSONL is written beside it)"),
         url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
         serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
-        serve_arg: list[str] = typer.Option([], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-num-seqs 64'"),
+        serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
         model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
-        tokenizer: Path | None = typer.Option(None, "--tokenizer", help="model dir with tokenizer.json (default: --serve dir, else the server's /tokenize)"),
+        tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
         input_len: int | None = typer.Option(None, "--input-len", min=1),
         output_len: int | None = typer.Option(None, "--output-len", min=1),
         concurrency: int | None = typer.Option(None, "--concurrency", min=1),
@@ -164,9 +170,11 @@ def register(app: typer.Typer) -> None:
         slo: list[str] = typer.Option([], "--slo", help="goodput SLO NAME=MS (ttft, tpot, e2el); repeatable"),
         percentiles: str = typer.Option("50,90,95,99", "--percentiles"),
         workers: int = typer.Option(1, "--workers", min=1, help="client processes"),
-        stall_timeout: float | None = typer.Option(None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
-        run_timeout: float | None = typer.Option(None, "--run-timeout", help="seconds the whole run may take (default: from the scenario)"),
-        api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the server's API key (default: VLLM_API_KEY, else OPENAI_API_KEY, when set)"),
+        stall_timeout: float | None = typer.Option(
+            None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
+        run_timeout: float | None = typer.Option(
+            None, "--run-timeout", help="seconds the whole run may take (default: from the scenario)"),
+        api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
     ) -> None:
         """Measure one scenario; prints a summary and writes vllm-bench-compatible JSON."""
         check_server_choice(url, serve, serve_arg)
@@ -225,8 +233,8 @@ def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
            api_key: str | None) -> Iterator[tuple[str, str | None]]:
     """vLLM launched on `model_dir` with `serve_args` (--serve, --serve-arg) for the duration:
     yields its URL and the key to send (`api_key`, else the one the server uses); always stopped."""
-    from ..engine.config import Config
     from ..engine.base import Engine
+    from ..engine.config import Config
     from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
     from .serve_cmd import flags_from_argv
 

@@ -18,7 +18,15 @@ from ..capacity.search import DEFAULT_MAX_LEVEL, SearchResult, SearchSettings, s
 from ..capacity.slo import Judgement, Slo, parse_slos
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
-from .bench_cmd import api_key_from_env, build_scenario, check_server_choice, served
+from .bench_cmd import (
+    API_KEY_ENV_HELP,
+    SERVE_ARG_HELP,
+    TOKENIZER_HELP,
+    api_key_from_env,
+    build_scenario,
+    check_server_choice,
+    served,
+)
 from .boundary import EXIT_NO_RESULT, print_error
 from .paths import writable_file
 
@@ -64,17 +72,20 @@ def register(app: typer.Typer) -> None:
     @app.command("capacity")
     def capacity(
         scenario: str = typer.Option(..., "--scenario", help=f"preset: {', '.join(PRESETS)}"),
-        slo: list[str] = typer.Option(..., "--slo", help="METRIC:STAT=MS, e.g. ttft:p99=1000 (ttft, tpot, itl, e2el; mean, pNN); repeatable"),
+        slo: list[str] = typer.Option(
+            ..., "--slo", help="METRIC:STAT=MS, e.g. ttft:p99=1000 (ttft, tpot, itl, e2el; mean, pNN); repeatable"),
         out: Path = typer.Option(..., "--out", help="result JSON (each level's runs go to OUT.runs/)"),
         url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
         serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
-        serve_arg: list[str] = typer.Option([], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-num-seqs 64'"),
+        serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
         model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
-        tokenizer: Path | None = typer.Option(None, "--tokenizer", help="model dir with tokenizer.json (default: --serve dir, else the server's /tokenize)"),
+        tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
         load: str = typer.Option("rate", "--load", help="rate (open loop, req/s) or concurrency (closed loop)"),
         start: float | None = typer.Option(None, "--start", help="first level tried (default 1)"),
-        max_level: float | None = typer.Option(None, "--max-level", help="highest level tried (default 1000 req/s, 1024 users)"),
-        num_prompts: int = typer.Option(500, "--num-prompts", min=1, help="requests per run (a p99 needs some 400 to be shown under a limit)"),
+        max_level: float | None = typer.Option(
+            None, "--max-level", help="highest level tried (default 1000 req/s, 1024 users)"),
+        num_prompts: int = typer.Option(
+            500, "--num-prompts", min=1, help="requests per run (a p99 needs some 400 to be shown under a limit)"),
         input_len: int | None = typer.Option(None, "--input-len", min=1),
         output_len: int | None = typer.Option(None, "--output-len", min=1),
         burstiness: float | None = typer.Option(None, "--burstiness", help="gamma shape of arrivals; 1 = Poisson"),
@@ -84,7 +95,7 @@ def register(app: typer.Typer) -> None:
         rel_tol: float = typer.Option(0.05, "--rel-tol", help="bisect until the bracket is this narrow"),
         max_levels: int = typer.Option(12, "--max-levels", min=1),
         max_runs: int = typer.Option(3, "--max-runs-per-level", min=1, help="runs pooled at an undecided level"),
-        api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the server's API key (default: VLLM_API_KEY, else OPENAI_API_KEY, when set)"),
+        api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
     ) -> None:
         """Search the load level: prints the capacity with its interval and the levels measured."""
         check_server_choice(url, serve, serve_arg)

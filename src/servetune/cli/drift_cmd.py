@@ -17,7 +17,7 @@ from ..drift.analysis import DriftAnalysis, analyze
 from ..drift.measure import DriftRun, run_protocol
 from ..drift.protocol import DriftProtocol, Phase
 from ..errors import ServetuneError
-from .bench_cmd import api_key_from_env, check_server_choice, served
+from .bench_cmd import API_KEY_ENV_HELP, TOKENIZER_HELP, api_key_from_env, check_server_choice, served
 from .boundary import EXIT_NO_RESULT, print_error, validation_text
 from .paths import writable_file
 
@@ -49,12 +49,14 @@ def phases_table(analysis: DriftAnalysis) -> Table:
             cells.append(escape(f"{iv.estimate:.2f} [{iv.low:.2f}, {iv.high:.2f}]") if iv and math.isfinite(iv.low)
                          else f"{iv.estimate:.2f}" if iv else "-")
             e = effects.get((phase, metric))
-            cells.append(escape(f"{e.effect_pct:+.1f} {_ci(e.ci_low_pct, e.ci_high_pct)} {e.verdict}") if e else "(reference)")
+            cells.append(escape(f"{e.effect_pct:+.1f} {_ci(e.ci_low_pct, e.ci_high_pct)} {e.verdict}") if e
+                         else "(reference)")
         table.add_row(phase, *cells)
     return table
 
 
-def drift_document(protocol: DriftProtocol, run: DriftRun, analysis: DriftAnalysis, target: dict[str, str | None]) -> dict:
+def drift_document(protocol: DriftProtocol, run: DriftRun, analysis: DriftAnalysis,
+                   target: dict[str, str | None]) -> dict:
     return {
         "verdict": analysis.verdict, "verdict_line": analysis.line(), "target": target,
         "protocol": protocol.model_dump(), "alpha": analysis.alpha, "min_effect_pct": analysis.min_effect_pct,
@@ -73,20 +75,25 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", help="result JSON (each phase's run goes to OUT.runs/)"),
         url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
         serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
-        serve_arg: list[str] = typer.Option([], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-model-len 32768'"),
+        serve_arg: list[str] = typer.Option(
+            [], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-model-len 32768'"),
         model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
-        tokenizer: Path | None = typer.Option(None, "--tokenizer", help="model dir with tokenizer.json (default: --serve dir, else the server's /tokenize)"),
+        tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
         short_per_phase: int = typer.Option(3, "--short-per-phase", help="short requests in each phase"),
-        long_requests: int = typer.Option(2, "--long-requests", help="long requests, one between each two short phases"),
+        long_requests: int = typer.Option(
+            2, "--long-requests", help="long requests, one between each two short phases"),
         short_input_len: int = typer.Option(256, "--short-input-len"),
         short_output_len: int = typer.Option(64, "--short-output-len"),
-        long_input_len: int = typer.Option(24_000, "--long-input-len", help="prompt tokens of a long request (it must fit the server's max-model-len)"),
+        long_input_len: int = typer.Option(
+            24_000, "--long-input-len",
+            help="prompt tokens of a long request (it must fit the server's max-model-len)"),
         long_output_len: int = typer.Option(16, "--long-output-len"),
         warmups: int = typer.Option(2, "--warmups", help="short requests before the first phase, not measured"),
         seed: int = typer.Option(0, "--seed"),
         alpha: float = typer.Option(0.05, "--alpha", help="intervals are 1 - alpha; Holm across phases and metrics"),
-        min_effect_pct: float = typer.Option(10.0, "--min-effect-pct", help="a significant change smaller than this is no slowdown"),
-        api_key_env: str | None = typer.Option(None, "--api-key-env", help="environment variable holding the server's API key (default: VLLM_API_KEY, else OPENAI_API_KEY, when set)"),
+        min_effect_pct: float = typer.Option(
+            10.0, "--min-effect-pct", help="a significant change smaller than this is no slowdown"),
+        api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
     ) -> None:
         """Short requests, a long one, short ones again ...: prints each phase's TTFT and TPOT and
         whether the long requests left a slowdown behind."""
@@ -107,8 +114,9 @@ def register(app: typer.Typer) -> None:
         runs_dir = out.with_name(out.name.removesuffix(".json") + ".runs")
 
         def announce(phase: Phase) -> None:
-            what = (f"{protocol.short_per_phase} short ({protocol.short_input_len} in / {protocol.short_output_len} out)"
-                    if phase.kind == "short" else f"one long ({protocol.long_input_len} in / {protocol.long_output_len} out)")
+            what = (f"{protocol.short_per_phase} short ({protocol.short_input_len} in / "
+                    f"{protocol.short_output_len} out)" if phase.kind == "short"
+                    else f"one long ({protocol.long_input_len} in / {protocol.long_output_len} out)")
             console.print(escape(f"{phase.name}: {what} ..."))
 
         if serve is not None:

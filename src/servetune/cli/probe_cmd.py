@@ -94,7 +94,8 @@ def register(app: typer.Typer) -> None:
                                          "automatic length, then the model's maximum)"),
         tolerance: int = typer.Option(256, "--tolerance", min=1, help="bisection stops this many tokens apart"),
         max_boots: int = typer.Option(8, "--max-boots", min=1, help="boots at most"),
-        command: str | None = typer.Option(None, "--command", help=f"base command (default: {' '.join(DEFAULT_COMMAND)})"),
+        command: str | None = typer.Option(
+            None, "--command", help=f"base command (default: {' '.join(DEFAULT_COMMAND)})"),
         startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
         log_dir: Path = typer.Option(Path("runs/probe"), "--log-dir", help="where the server logs go"),
         out: Path | None = typer.Option(None, "--out", help="write the answer and every boot as JSON here"),

@@ -142,10 +142,11 @@ def register(app: typer.Typer) -> None:
                 raise ServetuneError(f"--env expects NAME=VALUE with NAME of letters, digits and _, got {item!r}")
             env_vars[name] = value
         config = Config.of(flags_from_argv(list(ctx.args)), env=env_vars)
-        # `serve` starts vLLM from its own options; everything after this line uses the Engine protocol.
-        engine: Engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
-                                    startup_timeout_s=startup_timeout, log_dir=log_dir,
-                                    pin_engine_core=pin_engine_core)
+        # `serve` starts vLLM from its own options; past the served name, everything uses the Engine protocol.
+        vllm = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
+                          startup_timeout_s=startup_timeout, log_dir=log_dir, pin_engine_core=pin_engine_core)
+        served_name = vllm.served_model_name(config)
+        engine: Engine = vllm
         log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
         console.print(f"starting vLLM (log: {log_path}) ...")
 
@@ -169,7 +170,7 @@ def register(app: typer.Typer) -> None:
             if result.cpu_layout:
                 console.print("cpu layout: " + result.cpu_layout, markup=False, highlight=False)
             server = result.server
-            console.print(f"[bold green]serving[/] {engine.served_model_name(config)} at {server.url} "
+            console.print(f"[bold green]serving[/] {served_name} at {server.url} "
                           f"(pid {server.pid}); Ctrl-C stops it")
             while server.is_alive():
                 time.sleep(0.5)

@@ -77,7 +77,8 @@ def register(app: typer.Typer) -> None:
             try:
                 study = StudySpec.model_validate(spec)
             except ValidationError as exc:
-                raise ServetuneError(f"{store.path}: the stored study spec is unreadable: {validation_text(exc)}") from None
+                raise ServetuneError(f"{store.path}: the stored study spec is unreadable: "
+                                     f"{validation_text(exc)}") from None
             planned = analysis.planned_trial_count(store, study)
             line += (f" of ~{planned}; ETA {format_duration(analysis.remaining_s(store, study))}"
                      f" ({'measured' if eta.measured else 'guessed'}: boot {eta.boot_s:.0f} s + runs)")

@@ -28,7 +28,8 @@ class DriftProtocol(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    short_per_phase: int = Field(default=3, ge=2, description="short requests per phase (2+: each phase needs a spread)")
+    short_per_phase: int = Field(default=3, ge=2,
+                                 description="short requests per phase (2+: each phase needs a spread)")
     long_requests: int = Field(default=2, ge=1, description="long requests, one between each two short phases")
     short_input_len: int = Field(default=256, ge=1)
     short_output_len: int = Field(default=64, ge=2, description="2+ tokens: TPOT needs a decode")

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .bootfacts import BootFacts, split_engine_config, split_repr_dict
-from .config import render_value, Config, FlagValue, normalize_flag_name
+from .config import Config, FlagValue, normalize_flag_name, render_value
 
 # Flags the launcher sets itself, that only name things, or secrets (passed as variables, see
 # secrets.SECRET_FLAGS); they say nothing about tuning.

@@ -20,8 +20,8 @@ from .config import Config
 from .defaults import EngineDefaults
 from .launch import Server, StopReport
 from .outcome import Outcome
-from .server_metrics import MetricNames
 from .placement import Placement
+from .server_metrics import MetricNames
 
 
 class StartResult(BaseModel):

@@ -108,10 +108,7 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
     def found(name: str) -> None:
         f.evidence[name] = line
 
-    if m := _VERSION_ENGINE.search(msg):
-        f.vllm_version = m["v"]
-        found("vllm_version")
-    elif f.vllm_version is None and (m := _VERSION_BANNER.search(msg)):
+    if (m := _VERSION_ENGINE.search(msg)) or (f.vllm_version is None and (m := _VERSION_BANNER.search(msg))):
         f.vllm_version = m["v"]
         found("vllm_version")
     if m := _NON_DEFAULT.search(msg):

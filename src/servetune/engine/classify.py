@@ -37,7 +37,8 @@ _RULES = [
         "max model length does not fit in the KV cache"),
     _Rule(Outcome.oom, re.compile(
         r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks"
-        r"|Insufficient memory|allocation is less than requested memory|Cannot allocate memory|\bMemoryError\b|insufficient KV cache", re.IGNORECASE),
+        r"|Insufficient memory|allocation is less than requested memory|Cannot allocate memory|\bMemoryError\b"
+        r"|insufficient KV cache", re.IGNORECASE),
         "out of memory"),
     _Rule(Outcome.invalid_arg, re.compile(
         r": error: (?:unrecognized arguments|argument |the following arguments are required)"

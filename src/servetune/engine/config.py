@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -47,7 +48,7 @@ class Config(BaseModel):
     env: dict[EnvName, str] = Field(default_factory=dict)
 
     @classmethod
-    def of(cls, flags: dict[str, FlagValue] | None = None, env: dict[str, str] | None = None) -> Config:
+    def of(cls, flags: Mapping[str, FlagValue] | None = None, env: Mapping[str, str] | None = None) -> Config:
         return cls(
             flags={normalize_flag_name(k): v for k, v in (flags or {}).items()},
             env={k: str(v) for k, v in (env or {}).items()},

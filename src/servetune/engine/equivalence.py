@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .applied import as_number, applied_value, same_value, took_effect
+from .applied import applied_value, as_number, same_value, took_effect
 from .bootfacts import BootFacts
 from .config import Config, FlagValue
 from .defaults import EngineDefaults

@@ -35,5 +35,5 @@ def signals_deferred(signals: tuple[signal.Signals, ...] = DEFERRED_SIGNALS) -> 
         for sig, handler in previous.items():
             # None: a handler installed outside Python, which cannot be put back; default is closest.
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        for sig in dict.fromkeys(received):
-            signal.raise_signal(sig)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)

@@ -186,11 +186,11 @@ class VllmEngine:
         text = self.redact(_read(log_path))
         facts = parse_boot_facts(text)
         facts.startup_seconds = server.startup_seconds
-        common = {"boot_facts": facts, "log_path": log_path, "argv": argv}
         if state is HealthWait.healthy:
             layout = pin_engine_core(server.pgid, server.pid) if self.pin_engine_core else ""
             return StartResult(outcome=Outcome.ok, server=server, mismatches=check_applied(config, facts),
-                               detail=f"healthy after {server.startup_seconds:.1f} s", cpu_layout=layout, **common)
+                               detail=f"healthy after {server.startup_seconds:.1f} s", cpu_layout=layout,
+                               boot_facts=facts, log_path=log_path, argv=argv)
         exit_code = server.exit_code()
         # also after an exit: children (the engine core) may outlive the API server
         left = self.stop(server).problem()
@@ -198,12 +198,13 @@ class VllmEngine:
         if state is HealthWait.timeout:
             detail = f"not healthy within {self.startup_timeout_s:.0f} s"
             return StartResult(outcome=Outcome.startup_timeout, log_tail=tail(text),
-                               detail="; ".join(x for x in (detail, left) if x), **common)
+                               detail="; ".join(x for x in (detail, left) if x),
+                               boot_facts=facts, log_path=log_path, argv=argv)
         failure = classify_failure(tail(text, 400), exit_code)
         return StartResult(outcome=failure.outcome, detail="; ".join(x for x in (failure.detail, left) if x),
                            evidence=failure.evidence,
                            estimated_max_model_len=failure.estimated_max_model_len,
-                           log_tail=tail(text), **common)
+                           log_tail=tail(text), boot_facts=facts, log_path=log_path, argv=argv)
 
     def stop(self, server: Server) -> StopReport:
         return terminate(server, grace_s=self.grace_s)

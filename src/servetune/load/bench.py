@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ async def _alive(base_url: str, api_key: str | None) -> bool:
         async with server_http.session(api_key, aiohttp.ClientTimeout(total=10)) as s:
             async with s.get(base_url + "/health") as resp:
                 return resp.status == 200
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+    except (TimeoutError, aiohttp.ClientError, OSError):
         return False
 
 
@@ -93,8 +93,8 @@ def _worker(args: tuple[str, list[client.Job], int | None, int, int | None, _Lim
     url, jobs, concurrency, start_ns, deadline_ns, limits = args
 
     def tick() -> None:
-        with _COUNTER.get_lock():  # type: ignore[union-attr]
-            _COUNTER.value += 1  # type: ignore[union-attr]
+        with _COUNTER.get_lock():
+            _COUNTER.value += 1
 
     return client.run(client.drive(url, jobs, concurrency=concurrency, start_ns=start_ns,
                                     deadline_ns=deadline_ns, on_done=tick, **_drive_limits(limits)))
@@ -197,7 +197,7 @@ async def arun_scenario(
             _run(base_url, model, scenario, tokenizer_dir, out_dir, run_id, slo, percentiles, progress, workers,
                  limits, should_stop),
             run_timeout_s + _BACKSTOP_GRACE_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return RunResult(scenario=scenario.name, outcome=Outcome.run_timeout,
                          error=f"the run passed its deadline of {run_timeout_s:.0f} s (run_timeout_s) "
                                f"before its measured phase ended")
@@ -346,7 +346,7 @@ def _write(out_dir: Path, run_id: str, result: RunResult, scenario: Scenario, mo
             f.write(r.model_dump_json() + "\n")
     result.records_path = str(jsonl)
     doc: dict[str, Any] = {
-        "date": datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S"),
+        "date": datetime.now(UTC).strftime("%Y%m%d-%H%M%S"),
         "backend": "servetune",
         "endpoint_type": "openai-chat" if scenario.endpoint == "chat" else "openai",
         "model_id": model,

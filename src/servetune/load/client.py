@@ -19,7 +19,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -142,7 +142,7 @@ class _StampingHandler(ResponseHandler):
     of waking per chunk: with 256 streams' chunks arriving at once, a task switch per chunk
     made each loop pass ~256 x 10 us long and every stamp after the first that much late."""
 
-    __slots__ = ("_marked", "_times", "_sizes")
+    __slots__ = ("_marked", "_sizes", "_times")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
@@ -156,13 +156,14 @@ class _StampingHandler(ResponseHandler):
         super().data_received(data)
         if not data:  # aiohttp's own call when its reader is drained, not a socket read
             return
-        body = getattr(self, "_payload", None)  # this response's body; kept after it ends
+        body: StreamReader | None = getattr(self, "_payload", None)  # this response's body; kept after it ends
         if body is None:
             return
+        size = body.total_bytes
         if body is not self._marked:
             self._marked, self._times, self._sizes = body, [], []
         self._times.append(now)
-        self._sizes.append(body.total_bytes)
+        self._sizes.append(size)
 
     def marks_for(self, body: StreamReader) -> tuple[list[int], list[int]]:
         """(arrival, body bytes so far) of each read of `body`; empty when another response
@@ -178,7 +179,9 @@ def make_session(concurrency: int, api_key: str | None = None,
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60, force_close=False)
     # aiohttp has no public hook for the protocol class; without one `send` stamps in the task.
     if hasattr(connector, "_factory"):
-        connector._factory = functools.partial(_StampingHandler, loop=asyncio.get_running_loop())
+        # (typeshed's partial is invariant: a factory of the subclass is still one of ResponseHandler)
+        connector._factory = cast("functools.partial[ResponseHandler]",
+                                  functools.partial(_StampingHandler, loop=asyncio.get_running_loop()))
     return server_http.session(
         api_key, aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=stall_timeout_s),
         connector=connector, read_bufsize=READ_BUFSIZE, auto_decompress=False,
@@ -194,7 +197,7 @@ async def prewarm(session: aiohttp.ClientSession, url: str, n: int) -> None:
         try:
             async with session.get(origin + "/v1/models") as resp:
                 await resp.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             pass  # a dead server shows up as failed requests
 
     await asyncio.gather(*(one() for _ in range(n)))
@@ -237,7 +240,7 @@ async def send(session: aiohttp.ClientSession, url: str, body: bytes, hdrs: dict
                 chunks.append(data)
     except aiohttp.SocketTimeoutError:
         raw.error = f"{STALLED}: no data for {session.timeout.sock_read:g} s (stall_timeout_s)"
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raw.error = f"{type(exc).__name__}: {exc}"
     except asyncio.CancelledError:
         raw.cancelled = True
@@ -463,8 +466,9 @@ async def drive(
         with _LagMonitor() as lag:
             try:
                 # wait_for cancels what is in flight (gather passes the cancel on to each send)
-                await asyncio.wait_for(send_until_stopped(), None if end_by_ns is None else max(end_by_ns - clock(), 0) / 1e9)
-            except asyncio.TimeoutError:
+                await asyncio.wait_for(send_until_stopped(),
+                                       None if end_by_ns is None else max(end_by_ns - clock(), 0) / 1e9)
+            except TimeoutError:
                 timed_out = True
     finally:
         if own_session:

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine.outcome import Outcome
+
+
+class SummaryLike(Protocol):
+    """What code that reads a summary by metric name needs: a RunSummary, or a plain mapping
+    (a bench result's JSON, a summary built in place)."""
+
+    @overload
+    def get(self, key: str, /) -> Any: ...
+    @overload
+    def get(self, key: str, default: Any, /) -> Any: ...
+    def __getitem__(self, key: str, /) -> Any: ...
+    def __contains__(self, key: object, /) -> bool: ...
 
 
 class RequestRecord(BaseModel):

@@ -69,7 +69,7 @@ class Scraper:
                     self.error = f"/metrics answered HTTP {resp.status}"
                     return None
                 return await resp.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             self.error = f"/metrics: {type(exc).__name__}: {exc}"
             return None
 

@@ -3,6 +3,7 @@ measurement (engine + load wired together, like a trial without a store)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ def measure(engine: Engine, config: Config, scenarios: list[Scenario], out_dir: 
             result = run_scenario(
                 server.url, model, scenario, tokenizer_dir=tokenizer_dir, out_dir=out_dir / "runs",
                 run_id=f"{label}-{scenario.name}", api_key=api_key,
-                progress=(lambda d, t, s=scenario.name: progress(s, d, t)) if progress else None)
+                progress=functools.partial(progress, scenario.name) if progress else None)
             measured.runs.append(result)
             if not server.is_alive():
                 measured.error = f"the server died during {scenario.name}"

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from ..engine.applied import as_number
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config, render_value
+from ..load.records import SummaryLike
 from ..report.advice import KV_LOW, KV_TIGHT, Evidence
 
 HEADROOM = 0.10  # the smallest setting holds the measured need and this much more
@@ -53,7 +54,7 @@ class MemoryVerdict(BaseModel):
     scenarios: list[ScenarioNeed] = Field(default_factory=list)
 
 
-def scenario_need(name: str, server_stats: Mapping[str, Any], summary: Mapping[str, Any],
+def scenario_need(name: str, server_stats: Mapping[str, Any], summary: SummaryLike,
                   pool_tokens: int | None, max_num_seqs: float | None,
                   clients: int | None = None) -> ScenarioNeed:
     """The KV tokens one run's load needs. Without preemptions: the peak share of the pool it

@@ -1,8 +1,8 @@
 """Server-side evidence per config, and the advice the field reports learnt the hard way.
 
 Evidence comes from the scraped /metrics of each run (`RunResult.server_stats`: counter deltas
-and gauge peaks; vLLM's kv_cache_usage_perc is a fraction 0..1), averaged per scenario by the analysis; advice is given only where the evidence
-supports it.
+and gauge peaks; vLLM's kv_cache_usage_perc is a fraction 0..1), averaged per scenario by the
+analysis; advice is given only where the evidence supports it.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import fmean
-from typing import Any
 
 from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..load.records import SummaryLike
 from ..store.sqlite import RunRow
 from ..study.metrics import CAPACITY
 from ..study.spec import ObjectiveSpec
@@ -65,7 +65,7 @@ def _capacity_runs(c: ConfigResult, runs_by_trial: Mapping[int, list[RunRow]], s
             and not is_level_run(r.summary) and CAPACITY in r.summary]
 
 
-def _interval(summary: Mapping[str, Any]) -> str:
+def _interval(summary: SummaryLike) -> str:
     high = summary.get("capacity_high")
     return (f"{summary[CAPACITY]:.3g} [{summary.get('capacity_low', 0):.3g}, "
             f"{'∞' if high is None else format(high, '.3g')}]")
@@ -101,9 +101,10 @@ def _best(analysis: StudyAnalysis) -> ConfigResult | None:
     """The winner, else the measured candidate of the highest capacity."""
     if analysis.winner is not None:
         return analysis.winner
-    measured = [c for c in analysis.configs if not c.is_baseline and c.objective is not None
-                and math.isfinite(c.objective.estimate)]
-    return max(measured, key=lambda c: c.objective.estimate, default=None)
+    measured = [(c, c.objective.estimate) for c in analysis.configs
+                if not c.is_baseline and c.objective is not None and math.isfinite(c.objective.estimate)]
+    best = max(measured, key=lambda m: m[1], default=None)
+    return best[0] if best is not None else None
 
 
 def _plotted_metric(limits: Mapping[str, float], metric: str) -> str:
@@ -137,4 +138,5 @@ def _curves(analysis: StudyAnalysis, runs_by_trial: Mapping[int, list[RunRow]],
     png = plots.latency_vs_load(curves, metrics, limits, {s: f"offered load ({u})" for s, u in loads.items()})
     if png is None:
         return None
-    return plots.Plot("latency_vs_load", "Latency against offered load: default and best config, SLOs and capacity", png)
+    return plots.Plot("latency_vs_load", "Latency against offered load: default and best config, SLOs and capacity",
+                      png)

@@ -19,6 +19,7 @@ import numpy as np
 from rich.table import Table
 
 from ..errors import ServetuneError
+from ..load.records import SummaryLike
 from ..stats.compare import compare, compare_percentile
 from ..stats.types import Comparison, Verdict
 from ..store.sqlite import StudyStore
@@ -35,7 +36,7 @@ _LATENCY = re.compile(r"^(mean|median|p\d+(?:\.\d+)?)_(" + "|".join(SERIES) + r"
 
 @dataclass
 class ScenarioRuns:
-    summaries: list[dict[str, Any]] = field(default_factory=list)        # one per run
+    summaries: list[SummaryLike] = field(default_factory=list)           # one per run
     requests: list[dict[str, np.ndarray]] = field(default_factory=list)  # one per run with a JSONL
 
 
@@ -193,7 +194,8 @@ def _effect(c: Comparison | None) -> str:
     return f"{c.effect_pct:+.1f} %{ci}"
 
 
-_VERDICT_TEXT = {Verdict.better: "B better", Verdict.worse: "B worse", Verdict.no_difference: "no detectable difference"}
+_VERDICT_TEXT = {Verdict.better: "B better", Verdict.worse: "B worse",
+                 Verdict.no_difference: "no detectable difference"}
 
 
 def _verdict(v: Verdict | None) -> str:

@@ -207,7 +207,8 @@ def _headline(analysis: StudyAnalysis) -> str:
         if eff is not None:
             p = eff.p_adjusted if eff.p_adjusted is not None else eff.p_value
             return (f"Winner: {label} improves {analysis.objective_metric} by {eff.effect_pct:+.1f} % "
-                    f"({_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, Holm-adjusted p = {p:.3g}) "
+                    f"({_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, "
+                    f"Holm-adjusted p = {p:.3g}) "
                     f"over the baseline.")
         return f"Winner: {label}."
     known = f", {len(not_run)} not booted (already known)" if not_run else ""
@@ -230,7 +231,9 @@ def _redactor(store: StudyStore, spec: dict[str, Any]) -> Callable[[str], str]:
     """Masks what the store's own redactor knows (the tuner's secrets, set while tuning) and the
     values, in this environment, of the secrets the study names: a store written by an older
     servetune may hold them in log tails."""
-    engine = spec.get("engine") if isinstance(spec.get("engine"), dict) else {}
+    engine = spec.get("engine")
+    if not isinstance(engine, dict):
+        engine = {}
     from_env = Redactor.for_environment(os.environ, [str(n) for n in engine.get("secret_env") or []])
     return lambda text: from_env(store.redact(text))
 
@@ -274,12 +277,13 @@ def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
 def _importances(analysis: StudyAnalysis) -> dict[str, float]:
     """PED-ANOVA importance (Optuna) of each varied parameter for the objective, over feasible
     configs; PED-ANOVA needs no scikit-learn, unlike Optuna's fANOVA."""
-    pts = [c for c in analysis.configs if c.feasible and c.objective is not None and c.ok
-           and math.isfinite(c.objective.estimate)]
+    scored = [(c, c.objective.estimate) for c in analysis.configs if c.feasible and c.objective is not None and c.ok
+              and math.isfinite(c.objective.estimate)]
+    pts = [c for c, _ in scored]
     if len(pts) < MIN_CONFIGS_FOR_IMPORTANCE or analysis.baseline is None:
         return {}
     import optuna  # heavy import, only when there is enough data
-    from optuna.distributions import CategoricalDistribution
+    from optuna.distributions import BaseDistribution, CategoricalDistribution
 
     base = analysis.baseline.config
     names = sorted({n for c in pts for n in c.config.diff(base)})
@@ -295,10 +299,10 @@ def _importances(analysis: StudyAnalysis) -> dict[str, float]:
         return {}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="maximize")
-    dists = {n: CategoricalDistribution(choices[n]) for n in varied}
-    for c in pts:
+    dists: dict[str, BaseDistribution] = {n: CategoricalDistribution(choices[n]) for n in varied}
+    for c, estimate in scored:
         study.add_trial(optuna.trial.create_trial(params={n: value(c, n) for n in varied}, distributions=dists,
-                                                  value=c.objective.estimate))  # type: ignore[union-attr]
+                                                  value=estimate))
     evaluator = optuna.importance.PedAnovaImportanceEvaluator()
     return dict(optuna.importance.get_param_importances(study, evaluator=evaluator))
 
@@ -307,7 +311,7 @@ def _distribution_configs(analysis: StudyAnalysis) -> list[ConfigResult]:
     chosen = [c for c in (analysis.baseline, analysis.winner) if c is not None]
     rest = sorted((c for c in analysis.configs if c.ok and c not in chosen and c.objective),
                   key=lambda c: (not c.is_finalist, -(c.objective.estimate if c.objective else 0.0)))
-    out = []
+    out: list[ConfigResult] = []
     for c in chosen + rest:
         if c.key not in {o.key for o in out}:
             out.append(c)

@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from ..load.records import SummaryLike  # noqa: E402
 from ..tune.analysis_types import DriftPoint  # noqa: E402
 
 DPI = 100
@@ -127,18 +128,19 @@ def objective_over_trials(points: Sequence[ObjectivePoint], objective: str, maxi
         return None
     fig = Figure(figsize=(8.0, 3.6))
     ax = fig.subplots()
-    ok = [p for p in points if p.estimate is not None and math.isfinite(p.estimate)]
+    # (point, its estimate): the estimate narrowed to a finite float
+    ok = [(p, p.estimate) for p in points if p.estimate is not None and math.isfinite(p.estimate)]
     if ok:
-        lows = [p.estimate - p.low if math.isfinite(p.low) else 0.0 for p in ok]
-        highs = [p.high - p.estimate if math.isfinite(p.high) else 0.0 for p in ok]
-        ax.errorbar([p.seq for p in ok], [p.estimate for p in ok], yerr=[lows, highs], fmt="o", capsize=3,
+        lows = [est - p.low if math.isfinite(p.low) else 0.0 for p, est in ok]
+        highs = [p.high - est if math.isfinite(p.high) else 0.0 for p, est in ok]
+        ax.errorbar([p.seq for p, _ in ok], [est for _, est in ok], yerr=[lows, highs], fmt="o", capsize=3,
                     label="config (CI)")
         running = np.maximum if maximize else np.minimum
-        best = running.accumulate([p.estimate for p in ok])
-        ax.step([p.seq for p in ok], best, where="post", color="tab:green", alpha=0.7, label="best so far")
-    failed = [p for p in points if p not in ok]
+        best = running.accumulate([est for _, est in ok])
+        ax.step([p.seq for p, _ in ok], best, where="post", color="tab:green", alpha=0.7, label="best so far")
+    failed = [p for p in points if p.estimate is None or not math.isfinite(p.estimate)]
     if failed:
-        y0 = min((p.estimate for p in ok if p.estimate is not None), default=1.0)
+        y0 = min((est for _, est in ok), default=1.0)
         ax.scatter([p.seq for p in failed], [y0] * len(failed), marker="x", color="tab:red", label="failed")
     ax.axhline(1.0, color="tab:gray", ls="--", lw=1, label="baseline = 1")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -175,7 +177,7 @@ def drift(points: Sequence[DriftPoint]) -> bytes | None:
 @dataclass(frozen=True)
 class CurvePoint:
     level: float                  # offered rate (req/s) or concurrency
-    values: Mapping[str, float]   # summary metric -> ms (p99_ttft_ms, p99_itl_ms, ...)
+    values: SummaryLike           # summary metric -> ms (p99_ttft_ms, p99_itl_ms, ...)
 
 
 @dataclass(frozen=True)
@@ -188,8 +190,8 @@ class CapacityCurve:
 def latency_vs_load(curves: Mapping[str, Sequence[CapacityCurve]], metrics: Mapping[str, Sequence[str]],
                     limits: Mapping[str, Mapping[str, float]], load_label: Mapping[str, str]) -> bytes | None:
     """One row per scenario, one column per latency metric (`metrics[scenario]`): the metric
-    against the load level, one line per boot of each config (a config's boots in one colour), the SLO limit as a horizontal line and each
-    config's capacity as a vertical one in the config's colour."""
+    against the load level, one line per boot of each config (a config's boots in one colour), the
+    SLO limit as a horizontal line and each config's capacity as a vertical one in the config's colour."""
     scenarios = [s for s, cs in curves.items() if any(any(b) for c in cs for b in c.boots) and metrics.get(s)]
     if not scenarios:
         return None

@@ -1,6 +1,6 @@
 """Search strategies: one module per strategy behind the `Strategy` protocol (see base.py)."""
 
-from .base import Proposal, SearchBase, Strategy, Tried, TrialView
+from .base import Proposal, SearchBase, Strategy, TrialView, Tried
 from .baseline import BaselineOnly
 from .grid import Grid, gray_order
 from .ofat import OneFactorAtATime
@@ -16,8 +16,8 @@ __all__ = [
     "Proposal",
     "SearchBase",
     "Strategy",
-    "Tried",
     "TrialView",
+    "Tried",
     "gray_order",
     "make_strategy",
 ]

@@ -98,7 +98,8 @@ class Tried:
     def usable(self, config: Config) -> bool:
         """Every trial of the config ran and met the SLOs, and there are samples."""
         trials = [t for t in self.by_key.get(config.key(), []) if not t.running]
-        return bool(trials) and all(t.outcome is Outcome.ok and t.feasible for t in trials) and bool(self.samples(config))
+        return (bool(trials) and all(t.outcome is Outcome.ok and t.feasible for t in trials)
+                and bool(self.samples(config)))
 
     def mean(self, config: Config) -> float | None:
         xs = self.samples(config)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .base import Proposal, SearchBase, Tried, TrialView
+from .base import Proposal, SearchBase, TrialView, Tried
 
 
 def gray_order(radices: Sequence[int], reverse: bool = False) -> Iterator[tuple[int, ...]]:

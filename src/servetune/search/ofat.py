@@ -16,7 +16,7 @@ from typing import Any
 
 from ..engine.config import Config
 from ..stats import compare_many, winners
-from .base import Proposal, SearchBase, Tried, TrialView
+from .base import Proposal, SearchBase, TrialView, Tried
 
 
 class OneFactorAtATime(SearchBase):

@@ -32,7 +32,7 @@ from optuna.trial import TrialState, create_trial
 
 from ..engine.outcome import Outcome
 from ..study.spec import StudySpec
-from .base import Proposal, SearchBase, Tried, TrialView
+from .base import Proposal, SearchBase, TrialView, Tried
 from .grid import Grid
 
 _FAILED = 2.0
@@ -72,8 +72,8 @@ class OptunaTPE(SearchBase):
             constant_liar=True,
         )
         study = optuna.create_study(direction="maximize", sampler=sampler)
-        for trial in history:
-            frozen = self._frozen(trial)
+        for past in history:
+            frozen = self._frozen(past)
             if frozen is not None:
                 study.add_trial(frozen)
         rejected: set[str] = set()

@@ -28,7 +28,8 @@ from servetune.stats.verdict import assess, compare_many, label, verdict, winner
 
 __all__ = [
     "Assessment", "BootCalibration", "Comparison", "Decision", "Interval", "VarianceComponents", "Verdict",
-    "aa_boot_calibration", "aa_false_positive_rate", "assess", "boots_needed", "compare", "compare_boots", "compare_many",
+    "aa_boot_calibration", "aa_false_positive_rate", "assess", "boots_needed", "compare", "compare_boots",
+    "compare_many",
     "compare_percentile", "detectable_effect_pct", "empirical_sampler", "fieller_ratio_ci",
     "hierarchical_bootstrap_ci", "holm", "label", "log_t_ci", "mean_ci", "normal_sampler",
     "rate_interval", "replication_decision", "simulate_boot_false_positive_rate",

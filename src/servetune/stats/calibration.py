@@ -132,7 +132,8 @@ def simulate_false_positive_rate(
         }
         verdicts = [a.verdict for a in compare_many(baseline, candidates, higher_is_better=higher_is_better,
                                                     alpha=alpha, test=test).values()]
-        flagged = Verdict.better in verdicts if count == "winner" else any(v is not Verdict.no_difference for v in verdicts)
+        flagged = (Verdict.better in verdicts if count == "winner"
+                   else any(v is not Verdict.no_difference for v in verdicts))
         hits += int(flagged)
     return rate_interval(hits, n_experiments, method=f"simulated-fpr({test},{count})")
 
@@ -202,7 +203,7 @@ def aa_boot_calibration(boots: Sequence[Sequence[float]], *, alpha: float = 0.05
 
 
 def _hit_rate(judged: list[tuple[Comparison, str]], method: str) -> Interval:
-    return rate_interval(sum(l not in _NO_VERDICT for _, l in judged), len(judged), method)
+    return rate_interval(sum(lab not in _NO_VERDICT for _, lab in judged), len(judged), method)
 
 
 def simulate_boot_false_positive_rate(
@@ -242,11 +243,11 @@ def simulate_boot_false_positive_rate(
         candidates = [config(candidate_boots) for _ in range(n_candidates)]
         if model == "boots":
             components = variance_components([baseline, *candidates])
-            labels = [l for _, l in _study_verdicts(baseline, candidates, components, alpha=alpha,
+            labels = [lab for _, lab in _study_verdicts(baseline, candidates, components, alpha=alpha,
                                                      higher_is_better=True, min_effect_pct=min_effect_pct)]
         else:
             pooled = {f"c{i}": np.concatenate(c) for i, c in enumerate(candidates)}
             labels = [str(a.verdict) for a in compare_many(np.concatenate(baseline), pooled, higher_is_better=True,
                                                            alpha=alpha, min_effect_pct=min_effect_pct).values()]
-        hits += int(any(l not in _NO_VERDICT for l in labels))
+        hits += int(any(lab not in _NO_VERDICT for lab in labels))
     return rate_interval(hits, n_experiments, method=f"simulated-fpr({model},{baseline_boots}v{candidate_boots} boots)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Union
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -16,7 +15,7 @@ from servetune.stats.types import Interval
 
 # A statistic over the last axis of a 2-D array (one row per bootstrap sample), like numpy's reductions.
 StatFn = Callable[..., NDArray[np.float64]]
-Statistic = Union[str, float, StatFn]
+Statistic = str | float | StatFn
 
 # Elements per resampling batch: bounds memory (~3 arrays of this many 8-byte items) whatever n_boot is.
 _BATCH_ELEMENTS = 4_000_000
@@ -99,7 +98,8 @@ def statistic_fn(statistic: Statistic) -> tuple[StatFn, str]:
             s = "p50"
         m = _PCT.match(s)
         if m is None or not 0.0 <= float(m.group(1)) <= 100.0:
-            raise ValueError(f"unknown statistic {statistic!r}: use 'mean', 'median', 'pNN' (e.g. 'p99') or a quantile in [0, 1]")
+            raise ValueError(f"unknown statistic {statistic!r}: use 'mean', 'median', 'pNN' (e.g. 'p99') "
+                             "or a quantile in [0, 1]")
         pct = float(m.group(1))
         return (lambda x: np.percentile(x, pct, axis=-1)), s
     if isinstance(statistic, (int, float)) and not isinstance(statistic, bool):

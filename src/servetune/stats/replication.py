@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy import stats as sps
 
 from servetune.stats._validate import check_confidence, clean
@@ -34,8 +35,8 @@ def _precision_half_width(c: np.ndarray, b: np.ndarray, confidence: float) -> fl
 
 
 def replication_decision(
-    candidate_values: Sequence[float],
-    baseline_values: Sequence[float] | None = None,
+    candidate_values: Sequence[float] | ArrayLike,
+    baseline_values: Sequence[float] | ArrayLike | None = None,
     *,
     min_reps: int,
     max_reps: int,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from numpy.typing import ArrayLike
+
 from servetune.stats.compare import MeanTest, compare
 from servetune.stats.multiple import holm
 from servetune.stats.types import Assessment, Comparison, Verdict
@@ -44,7 +46,7 @@ def assess(comparisons: Mapping[str, Comparison], alpha: float = 0.05,
            min_effect_pct: float = 0.0) -> dict[str, Assessment]:
     """Holm-adjust the p-values of a family of comparisons against one baseline, then give verdicts."""
     names = list(comparisons)
-    adjusted = holm([comparisons[n].p_value for n in names]) if names else []
+    adjusted: list[float] = holm([comparisons[n].p_value for n in names]).tolist() if names else []
     return {
         n: Assessment(name=n, comparison=comparisons[n], adjusted_p=float(adj),
                       verdict=verdict(comparisons[n], alpha, float(adj), min_effect_pct))
@@ -53,8 +55,8 @@ def assess(comparisons: Mapping[str, Comparison], alpha: float = 0.05,
 
 
 def compare_many(
-    baseline: Sequence[float],
-    candidates: Mapping[str, Sequence[float]],
+    baseline: Sequence[float] | ArrayLike,
+    candidates: Mapping[str, Sequence[float] | ArrayLike],
     *,
     higher_is_better: bool,
     alpha: float = 0.05,

@@ -26,8 +26,8 @@ CREATE TABLE IF NOT EXISTS trials (
     server_pid         INTEGER,
     server_pgid        INTEGER,
     server_create_time REAL,
-    session_id         INTEGER,                -- the session (tuner process) running it: recovery leaves live ones alone
-    launch_token       TEXT,                   -- written before the server is spawned; in its env as SERVETUNE_TRIAL_TOKEN
+    session_id         INTEGER,                -- the session (tuner process) running it; recovery spares live ones
+    launch_token       TEXT,                   -- written before the spawn; in the server's env as SERVETUNE_TRIAL_TOKEN
     slot               INTEGER,                -- the slot that ran it (NULL: a store from before slots = slot 0)
     placement_json     TEXT,                   -- that slot's GPUs/CPUs (engine.placement); not part of the config key
     started_at         REAL NOT NULL,

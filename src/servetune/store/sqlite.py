@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..engine.config import Config
-from ..errors import ServetuneError
 from ..engine.bootfacts import BootFacts
+from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
-from .model import RunRow, TrialRow  # noqa: F401  (the names other modules import from here)
-from .model import Run, Trial, TrialRole, TrialState
+from .model import Run, RunRow, Trial, TrialRole, TrialRow, TrialState  # noqa: F401  (the names other modules import from here)
 from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
 
 
@@ -165,7 +164,7 @@ class StudyStore:
                 (seq, str(TrialRole(role)), config.key(), config.canonical_json(), json.dumps(params, sort_keys=True),
                  now, session_id, slot, _dumps(placement)),
             )
-        return self.trial(int(cur.lastrowid))
+        return self.trial(_inserted_id(cur))
 
     def record_launch(self, trial_id: int, *, launch_token: str, log_path: str) -> None:
         """The intent to spawn a server, written before the spawn: a tuner killed before it could
@@ -179,12 +178,12 @@ class StudyStore:
     def record_boot(self, trial_id: int, *, healthy_at: float | None,
                     boot_facts: BootFacts | dict[str, Any] | None,
                     mismatches: list[dict[str, Any]], log_path: str | None) -> None:
-        if isinstance(boot_facts, dict):  # a test's or an older caller's plain facts
-            boot_facts = BootFacts.model_validate(boot_facts)
-        boot_facts = None if boot_facts is None else boot_facts.model_dump(mode="json")
+        facts: BootFacts | None = (BootFacts.model_validate(boot_facts)  # a test's or an older caller's plain facts
+                                   if isinstance(boot_facts, dict) else boot_facts)
+        facts_json = None if facts is None else facts.model_dump(mode="json")
         self._write("UPDATE trials SET healthy_at = ?, boot_facts_json = ?, mismatches_json = ?,"
                     " log_path = COALESCE(?, log_path) WHERE id = ?",
-                    (healthy_at, _dumps(boot_facts), json.dumps(mismatches), log_path, trial_id))
+                    (healthy_at, _dumps(facts_json), json.dumps(mismatches), log_path, trial_id))
 
     def finish_trial(self, trial_id: int, outcome: Outcome | str, *, detail: str | None = None,
                      log_tail: str | None = None) -> None:
@@ -245,7 +244,7 @@ class StudyStore:
         now = time.time()
         cur = self._write("INSERT INTO sessions(started_at, last_seen, pid, host, pid_create_time)"
                           " VALUES (?, ?, ?, ?, ?)", (now, now, pid, host, pid_create_time))
-        return int(cur.lastrowid)
+        return _inserted_id(cur)
 
     def heartbeat(self, session_id: int) -> None:
         self._write("UPDATE sessions SET last_seen = ? WHERE id = ?", (time.time(), session_id))
@@ -294,6 +293,13 @@ def _check_is_study_store(conn: sqlite3.Connection, path: Path, *, fresh_ok: boo
     raise ServetuneError(f"{path}: not a servetune study (an SQLite file without servetune's tables)")
 
 
+def _inserted_id(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just wrote (typeshed types lastrowid as optional: None before any insert)."""
+    if cur.lastrowid is None:
+        raise RuntimeError("INSERT without a row id")
+    return cur.lastrowid
+
+
 def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
@@ -329,7 +335,7 @@ def _session(row: sqlite3.Row) -> SessionInfo:
 
 def _optional(row: sqlite3.Row, column: str) -> Any:
     """A column added by a later schema version: None where a store was opened without migrating."""
-    return row[column] if column in row.keys() else None
+    return row[column] if column in row.keys() else None  # noqa: SIM118 (sqlite3.Row has no __contains__ by name)
 
 
 def _run(row: sqlite3.Row) -> Run:

@@ -59,7 +59,8 @@ def parse(expr: str) -> Parsed:
     """ValueError unless `expr` is `operand OP operand` with at least one named operand."""
     m = _EXPR.match(expr)
     if not m:
-        raise ValueError(f"cannot parse {expr!r}: expected 'NAME OP NAME' or 'NAME OP NUMBER' with OP one of {' '.join(_OPS)}")
+        raise ValueError(f"cannot parse {expr!r}: expected 'NAME OP NAME' or 'NAME OP NUMBER' with OP one of "
+                         f"{' '.join(_OPS)}")
     parsed = Parsed(_operand(m.group(1)), m.group(2), _operand(m.group(3)))
     if parsed.left.name is None and parsed.right.name is None:
         raise ValueError(f"{expr!r} compares two numbers")

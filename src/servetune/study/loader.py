@@ -95,9 +95,10 @@ def _keys_at(tp: Any, loc: Loc) -> list[str]:
                 return keys
         return []
     if isinstance(tp, type) and issubclass(tp, BaseModel):
+        model: type[BaseModel] = tp
         if not loc:
-            return [*tp.model_fields, *_EXTRA_KEYS.get(tp, [])]
-        field = tp.model_fields.get(str(loc[0]))
+            return [*model.model_fields, *_EXTRA_KEYS.get(model, [])]
+        field = model.model_fields.get(str(loc[0]))
         return _keys_at(field.annotation, loc[1:]) if field is not None else []
     if origin in (list, tuple) and loc and args:
         return _keys_at(args[0], loc[1:])

@@ -28,7 +28,8 @@ _LOWER_IS_BETTER = frozenset({"duration", "failed"})
 _SUGGESTIONS = sorted(
     _HIGHER_IS_BETTER
     | _LOWER_IS_BETTER
-    | {f"{s}_{m}_ms" for s in ("mean", "median", "std", "p50", "p90", "p95", "p99") for m in ("ttft", "tpot", "itl", "e2el")}
+    | {f"{s}_{m}_ms" for s in ("mean", "median", "std", "p50", "p90", "p95", "p99")
+       for m in ("ttft", "tpot", "itl", "e2el")}
 )
 
 

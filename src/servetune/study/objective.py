@@ -20,14 +20,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from statistics import fmean
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..capacity.slo import Slo, slo_from_key
 from ..errors import ServetuneError
+from ..load.records import SummaryLike
 from .metrics import CAPACITY, higher_is_better
 from .spec import StudySpec
 
-Summary = Mapping[str, Any]
+Summary = SummaryLike  # a RunSummary or a plain mapping of one
 Runs = Mapping[str, Sequence[Summary]]  # scenario name -> one summary per replicate
 
 
@@ -119,7 +120,8 @@ class Objective:
         return reference / value
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
+    """A finite number (not a bool): true narrows `value` to float for the caller."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

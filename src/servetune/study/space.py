@@ -10,9 +10,15 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalChoiceType,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from ..engine.config import normalize_flag_name
@@ -148,7 +154,9 @@ class Parameter(BaseModel):
             # servetune does not use (the study's own store keeps the params).
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Choices for a categorical distribution")
-                return CategoricalDistribution(self.values)
+                # Optuna's annotation lists the scalar choice types; a mapping (a JSON flag's value)
+                # works as well, with the warning silenced above.
+                return CategoricalDistribution(cast("tuple[CategoricalChoiceType, ...]", self.values))
         assert self.low is not None and self.high is not None
         if self.kind == "int":
             return IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))

@@ -8,18 +8,27 @@ import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler,
-    ValidatorFunctionWrapHandler, field_validator, model_serializer, model_validator,
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from ..capacity.slo import slo_from_key
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS, Scenario
 from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
 from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
-from ..capacity.slo import slo_from_key
 from .metrics import CAPACITY, check_metric, metric_problem
 from .space import ENV_PREFIX, Parameter, env_var, is_number, json_field, normalize_param_name
 
@@ -61,6 +70,16 @@ def env_text(value: object) -> str:
     return str(value)
 
 
+def _env_value(value: object) -> object:
+    """A YAML number or boolean in `env` becomes its text (env_text); anything else is left for
+    the string check to reject."""
+    return env_text(value) if isinstance(value, (int, float)) else value
+
+
+# An environment value as validated: always a string.
+EnvValue = Annotated[str, BeforeValidator(_env_value)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -70,7 +89,7 @@ class EngineSpec(_Strict):
     command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), min_length=1)
     model: str
     args: dict[str, FlagValue] = Field(default_factory=dict)
-    env: dict[EnvName, str | int | float | bool] = Field(default_factory=dict)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     # Secret variables of the server, by name: those `env` gives (taken out of it on load) and
     # those read from servetune's environment at launch. Only names are stored; see `secrets`.
     secret_env: list[EnvName] = Field(default_factory=list)
@@ -128,11 +147,6 @@ class EngineSpec(_Strict):
             out[name] = value
         return out
 
-    @field_validator("env")
-    @classmethod
-    def _env_strings(cls, env: dict[str, Any]) -> dict[str, str]:
-        return {k: env_text(v) for k, v in env.items()}
-
 
 def _split_secrets(data: Any) -> tuple[Any, dict[str, str]]:
     """(the engine section without secret values, name -> secret value). Entries that are not
@@ -158,7 +172,7 @@ def _split_secrets(data: Any) -> tuple[Any, dict[str, str]]:
         for raw, value in args.items():
             var = SECRET_FLAGS.get(normalize_flag_name(str(raw)))
             secret = flag_value_secret(value) if var is not None else None
-            if secret is None:
+            if var is None or secret is None:
                 kept[raw] = value
             elif values.get(var, secret) != secret:
                 raise ValueError(f"args.{raw} and env.{var} give two different secrets; vLLM reads the flag as "
@@ -317,7 +331,8 @@ class StudySpec(_Strict):
     finalists: int = Field(default=2, ge=0)
     baseline_every: int = Field(default=3, ge=1, description="re-measure the baseline every N candidate trials")
     alpha: float = Field(default=0.05, gt=0, lt=1)
-    min_effect_pct: float = Field(default=1.0, ge=0, allow_inf_nan=False, description="smaller significant gains count as no difference")
+    min_effect_pct: float = Field(default=1.0, ge=0, allow_inf_nan=False,
+                                  description="smaller significant gains count as no difference")
     seed: int = 0
     capacity: CapacitySpec = Field(default_factory=CapacitySpec)
     # What one GPU costs an hour: the report then gives the cost per million output tokens at capacity.
@@ -352,7 +367,8 @@ class StudySpec(_Strict):
         for i, scenario in enumerate(self.scenarios):
             if scenario.name in first:
                 problems.append(
-                    (("scenarios", i, "name"), f"scenario name {scenario.name!r} is used twice (also scenarios[{first[scenario.name]}]); give each a unique name")
+                    (("scenarios", i, "name"), f"scenario name {scenario.name!r} is used twice "
+                                               f"(also scenarios[{first[scenario.name]}]); give each a unique name")
                 )
             first.setdefault(scenario.name, i)
         return problems
@@ -371,7 +387,8 @@ class StudySpec(_Strict):
                 if key not in names:
                     problems.append((("objective", "slo", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
                 problems += [(("objective", "slo", key, m), msg) for m in value if (msg := metric_problem(m))]
-                problems += [(("objective", "slo", key, m), msg) for m, v in value.items() if (msg := _limit_problem(v))]
+                problems += [(("objective", "slo", key, m), msg) for m, v in value.items()
+                             if (msg := _limit_problem(v))]
             elif msg := metric_problem(key, also=names) or _limit_problem(value):
                 problems.append((("objective", "slo", key), msg))
         return problems
@@ -404,13 +421,16 @@ class StudySpec(_Strict):
             for name in c.names():
                 if name not in known:
                     hint = did_you_mean(name, known)
-                    problems.append((("constraints", i), f"{name!r} is neither a space parameter nor an engine arg{hint}"))
+                    problems.append((("constraints", i),
+                                     f"{name!r} is neither a space parameter nor an engine arg{hint}"))
             p = c.parsed
             if p.op in ORDER_OPS:
                 for operand in (p.left, p.right):
-                    bad = [v for v in self._possible_values(operand.name) if v is not None and not is_number(v)] if operand.name else []
+                    bad = ([v for v in self._possible_values(operand.name) if v is not None and not is_number(v)]
+                           if operand.name else [])
                     if bad:
-                        problems.append((("constraints", i), f"{c.expr!r} orders {operand.name!r}, which can be the non-number {bad[0]!r}"))
+                        problems.append((("constraints", i), f"{c.expr!r} orders {operand.name!r}, which can be the "
+                                                             f"non-number {bad[0]!r}"))
         return problems
 
     def _secret_problems(self) -> list[tuple[Loc, str]]:
@@ -463,7 +483,8 @@ class StudySpec(_Strict):
         for raw, value in params.items():
             name = normalize_param_name(raw)
             if name not in self.space:
-                raise ServetuneError(f"{name!r} is not a parameter of study {self.name!r}{did_you_mean(name, self.space)}")
+                raise ServetuneError(f"{name!r} is not a parameter of study {self.name!r}"
+                                     f"{did_you_mean(name, self.space)}")
             var = env_var(name)
             field = json_field(name)
             if field is not None:

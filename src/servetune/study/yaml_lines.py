@@ -58,7 +58,8 @@ def load_yaml(path: str | Path) -> LocatedYaml:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
-        raise ServetuneError(f"{source}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+        raise ServetuneError(f"{source}:{line}: not UTF-8 text "
+                             f"(byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
     return parse_yaml(text, source)
 
 

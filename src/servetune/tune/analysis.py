@@ -35,14 +35,19 @@ from scipy import stats as scipy_stats
 
 from .. import stats
 from ..engine.outcome import Outcome
-from ..search.base import SearchBase, TrialView
 from ..load.records import RunSummary
+from ..search.base import SearchBase, TrialView
 from ..store import BASELINE_ROLES, StudyStore, Trial, TrialRole, TrialState
 from ..study.metrics import CAPACITY, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from .analysis_types import (
-    ConfigResult, DriftPoint, Effect, Estimate, ScenarioResult, StudyAnalysis,
+    ConfigResult,
+    DriftPoint,
+    Effect,
+    Estimate,
+    ScenarioResult,
+    StudyAnalysis,
 )
 from .capacity_trial import is_level_run
 from .eta import estimate, stored_seed
@@ -125,7 +130,7 @@ class SlotReferences:
         self.by_slot = by_slot
         self.pooled = pooled
 
-    def for_trial(self, trial: TrialRow) -> Reference:
+    def for_trial(self, trial: Trial) -> Reference:
         return self.by_slot.get(trial.slot, self.pooled)
 
 
@@ -211,11 +216,11 @@ def enough_replicates(store: StudyStore, spec: StudySpec, trial: Trial, replicat
 def pick_finalists(store: StudyStore, spec: StudySpec, k: int) -> list[str]:
     """The best few feasible candidates whose objective point estimate beats the baseline."""
     result = analyze(store, spec)
-    ranked = [c for c in result.configs
+    ranked = [(c.key, c.objective.estimate) for c in result.configs
               if not c.is_baseline and c.ok and c.feasible
               and c.objective is not None and c.objective.estimate > 1.0]
-    ranked.sort(key=lambda c: c.objective.estimate, reverse=True)
-    return [c.key for c in ranked[:k]]
+    ranked.sort(key=lambda r: r[1], reverse=True)
+    return [key for key, _ in ranked[:k]]
 
 
 def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
@@ -345,7 +350,7 @@ def _metric_samples(group: list[_Measured]) -> dict[str, dict[str, list[float]]]
     return out
 
 
-def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference: Reference,
+def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference: SlotReferences,
                    metric_boots: dict[str, MetricBoots],
                    metric_components: dict[tuple[str, str], stats.VarianceComponents],
                    baseline_key: str) -> ConfigResult:
@@ -409,7 +414,7 @@ def _objective_effects(candidates: list[ConfigResult], baseline: ConfigResult, s
     comparisons = [stats.compare_boots(baseline.objective_boots, c.objective_boots, components,
                                        higher_is_better=True, confidence=_confidence(spec))
                    for c in comparable]
-    adjusted = stats.holm([cmp.p_value for cmp in comparisons]) if comparisons else []
+    adjusted: list[float] = stats.holm([cmp.p_value for cmp in comparisons]).tolist() if comparisons else []
     for config, cmp, p_adj in zip(comparable, comparisons, adjusted):
         config.objective_effect = _to_effect("objective", cmp, float(p_adj), spec,
                                              boots=min(len(config.objective_boots), len(baseline.objective_boots)))
@@ -433,7 +438,8 @@ def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult 
         tried = len([c for c in configs if not c.is_baseline])
         return None, f"no config beat the baseline: {tried} tried, none was good enough to re-validate"
     needs_boots = spec.finalists > 0  # re-validated: judged boot against boot
-    good = [c for c in finalists if c.feasible and c.objective_effect is not None
+    # (config, its objective effect): the effect narrowed to present
+    good = [(c, c.objective_effect) for c in finalists if c.feasible and c.objective_effect is not None
             and c.objective_effect.verdict == "better"
             and (c.objective_effect.unit == "boot" or not needs_boots)]
     if not good:
@@ -441,8 +447,7 @@ def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult 
                   f"({len(finalists)} candidate(s) screened without re-validation, finalists: 0")
         return None, (f"no config beat the baseline significantly {judged}, Holm-corrected alpha {spec.alpha}, "
                       f"minimum effect {spec.min_effect_pct:g} %)")
-    best = max(good, key=lambda c: c.objective.estimate if c.objective else -math.inf)
-    eff = best.objective_effect
+    best, eff = max(good, key=lambda g: g[0].objective.estimate if g[0].objective else -math.inf)
     return best, (f"objective {eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}] vs baseline, "
                   f"Holm-adjusted p = {eff.p_adjusted:.3g} (at least {spec.min_effect_pct:g} % needed), "
                   "every SLO met")
@@ -492,7 +497,7 @@ def _violations(m: _Measured, spec: StudySpec) -> list[str]:
     out = []
     for scenario, reps in m.by_scenario.items():
         means = {}
-        for metric in {k for s in reps.values() for k in s.keys()}:
+        for metric in {k for s in reps.values() for k in s.keys()}:  # noqa: SIM118 (a RunSummary iterates pairs)
             vals = [s[metric] for s in reps.values() if _finite(s.get(metric))]
             if vals:
                 means[metric] = float(np.mean(vals))

@@ -7,8 +7,8 @@ from typing import Any
 
 from ..engine.config import Config
 from ..engine.outcome import Outcome
-from ..store.model import TrialState
 from ..stats.hierarchy import VarianceComponents
+from ..store.model import TrialState
 
 
 @dataclass(frozen=True)

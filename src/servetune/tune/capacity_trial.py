@@ -13,18 +13,17 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
-from typing import Any
 
 from ..capacity.estimate import CapacityEstimate, estimate
 from ..capacity.http import LoadKind, measure_level, sample_from_records
 from ..capacity.search import LevelSample, SearchSettings, search, settings_for
 from ..capacity.slo import Slo
 from ..engine.outcome import Outcome
-from ..load.records import RunResult, RunSummary
+from ..load.records import RunResult, RunSummary, SummaryLike
 from ..load.scenario import Scenario
 from ..store import RunRow, StudyStore, TrialRow
 from ..study.metrics import CAPACITY
@@ -63,7 +62,7 @@ def load_kind(scenario: Scenario) -> LoadKind:
     return "rate" if scenario.rate is not None else "concurrency"
 
 
-def is_level_run(summary: Mapping[str, Any]) -> bool:
+def is_level_run(summary: SummaryLike) -> bool:
     return LEVEL_KEY in summary
 
 
@@ -154,10 +153,10 @@ class _LevelRuns:
 
 
 def capacity_summary(est: CapacityEstimate, kind: LoadKind, slos: list[Slo], levels_measured: int,
-                     requests: int, level_runs: list[RunRow]) -> dict[str, Any]:
+                     requests: int, level_runs: list[RunRow]) -> RunSummary:
     """The capacity Run's summary: the capacity with its interval (the search's, this boot only),
     and the output tokens per second served at it (for the cost per token)."""
-    return {
+    return RunSummary.model_validate({
         CAPACITY: est.capacity,
         "capacity_low": est.low,
         "capacity_high": est.high if math.isfinite(est.high) else None,   # None: no level violated
@@ -167,7 +166,7 @@ def capacity_summary(est: CapacityEstimate, kind: LoadKind, slos: list[Slo], lev
         "levels_measured": levels_measured,
         "requests": requests,
         "output_throughput_at_capacity": _output_throughput_at(est.capacity, kind, level_runs),
-    }
+    })
 
 
 def _output_throughput_at(capacity: float, kind: LoadKind, level_runs: list[RunRow]) -> float | None:

@@ -113,13 +113,15 @@ def _mean_len(length: Any) -> float:
 def seed_run_s(scenario: Scenario, gib: float) -> float:
     """One run of `scenario`: its requests (warmups included) in waves of `concurrency`."""
     if scenario.sweep_input_lens:
-        requests, input_len = len(scenario.sweep_input_lens), sum(scenario.sweep_input_lens) / len(scenario.sweep_input_lens)
+        lens = scenario.sweep_input_lens
+        requests, input_len = len(lens), sum(lens) / len(lens)
     else:
         requests, input_len = scenario.num_prompts or 0, _mean_len(scenario.input_len)
     output_len = _mean_len(scenario.output_len)
     total = requests + scenario.effective_warmups
     slots = scenario.concurrency or max(total, 1)
-    per_wave = min(slots, total) * input_len / PREFILL_TOKENS_PER_S + output_len * (DECODE_FIXED_S + DECODE_S_PER_GIB * gib)
+    per_wave = (min(slots, total) * input_len / PREFILL_TOKENS_PER_S
+                + output_len * (DECODE_FIXED_S + DECODE_S_PER_GIB * gib))
     arrivals = requests / scenario.rate if scenario.rate and math.isfinite(scenario.rate) else 0.0
     busy = max(math.ceil(total / slots) * per_wave, arrivals + per_wave)
     return RUN_OVERHEAD_S + max(busy, scenario.duration_s or 0.0)

@@ -30,7 +30,7 @@ from ..engine.defaults import EngineDefaults
 from ..engine.outcome import Outcome
 from ..engine.placement import Placement, plan_placements
 from ..errors import ServetuneError
-from ..search import make_strategy
+from ..search import Strategy, make_strategy
 from ..store import StudyStore, TrialRole, TrialRow
 from ..study.spec import StudySpec
 from . import analysis, capacity_trial, known
@@ -85,7 +85,7 @@ class StudyRunner:
         self._resumes: list[TrialRow] = []           # trials a killed tuner left, to run first
         self._queued: dict[int, list[Work]] = {}     # a finalist waits for its baseline on the same slot
         self._search_over = False
-        self._strategy = None
+        self._strategy: Strategy | None = None
 
     # --- entry point --------------------------------------------------------------------
 
@@ -172,16 +172,20 @@ class StudyRunner:
             return None
         candidates = [t for t in self.store.trials("candidate") if known.was_booted(t)]
         if self.spec.budget.trials is not None and len(candidates) >= self.spec.budget.trials:
-            return self._end_search(f"trial budget reached ({self.spec.budget.trials} candidates)")
+            self._end_search(f"trial budget reached ({self.spec.budget.trials} candidates)")
+            return None
         if not self._time_left_for_another():
-            return self._end_search("wall-clock budget reached")
+            self._end_search("wall-clock budget reached")
+            return None
         if self._candidates_since_baseline(slot) >= self.spec.baseline_every:
             return ("baseline_check", self.baseline_config, {})
         assert self._strategy is not None
         proposal = self._strategy.propose(analysis.history(self.store, self.spec))
         if proposal is None:
             # With trials running the strategy may be waiting for them (ofat): ask again after one ends.
-            return None if self._busy else self._end_search("search strategy finished: nothing left to try")
+            if not self._busy:
+                self._end_search("search strategy finished: nothing left to try")
+            return None
         return ("candidate", self.spec.config_for(proposal.params), proposal.params)
 
     def _end_search(self, why: str) -> None:
@@ -322,8 +326,9 @@ class StudyRunner:
                               f"{escape((done.detail or '')[:300])}")
         else:
             boot = f"boot {done.boot_s:.0f} s, " if done.boot_s else ""
+            took = f", {done.ended_at - done.started_at:.0f} s" if done.ended_at is not None else ""
             self.display.note(f"#{done.seq} {done.role} {label}: ok ({boot}"
-                              f"{len(self.store.runs(done.id))} runs, {done.ended_at - done.started_at:.0f} s){where}")
+                              f"{len(self.store.runs(done.id))} runs{took}){where}")
         self._update_overview()
 
     def _on_progress(self, trial: TrialRow, label: str, scenario: str | None, replicate: int,

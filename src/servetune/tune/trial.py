@@ -14,17 +14,17 @@ from pathlib import Path
 from .. import server_http
 from ..engine import Engine, Server
 from ..engine.bootfacts import BootFacts
-from ..engine.launch import new_launch_token
 from ..engine.classify import tail
 from ..engine.config import Config
+from ..engine.launch import new_launch_token
 from ..engine.outcome import Outcome, for_http_status
 from ..engine.placement import Placement
 from ..load.bench import run_scenario
 from ..load.records import RunResult
 from ..load.scenario import Scenario
 from ..store import StudyStore, TrialRow
-from . import capacity_trial
 from ..study.spec import StudySpec
+from . import capacity_trial
 from .slots import LiveServers
 
 # A client-bound run (the load generator, not the server, was the bottleneck) is measured again
@@ -122,7 +122,7 @@ class TrialExecutor:
         if started.outcome != Outcome.ok or started.server is None:
             fits = fits_of(trial, started.estimated_max_model_len) \
                 if fits_of is not None and started.outcome is Outcome.context_too_long else None
-            detail = "\n".join(x for x in [started.detail, fits, *started.evidence] if x).strip()
+            detail: str | None = "\n".join(x for x in [started.detail, fits, *started.evidence] if x).strip()
             self.store.finish_trial(trial.id, started.outcome, detail=detail, log_tail=started.log_tail)
             return started.outcome
 
