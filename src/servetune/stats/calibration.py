@@ -187,16 +187,19 @@ def aa_boot_calibration(boots: Sequence[Sequence[float]], *, alpha: float = 0.05
     groups = [list(map(float, b)) for b in boots]
     if len(groups) < 2:
         raise ValueError(f"need at least 2 boots, got {len(groups)}")
-    verdicts = {"alpha": alpha, "higher_is_better": higher_is_better, "min_effect_pct": min_effect_pct}
+    def judged(baseline: Boots, candidate: Boots, components: VarianceComponents) -> list[tuple[Comparison, str]]:
+        return _study_verdicts(baseline, [candidate], components, alpha=alpha, higher_is_better=higher_is_better,
+                               min_effect_pct=min_effect_pct)
+
     single = []
     for i in range(0, len(groups) - 1, 2):
         others = groups[:i] + groups[i + 2:]
         components = variance_components([others if len(others) >= 2 else groups])
-        single += _study_verdicts([groups[i]], [[groups[i + 1]]], components, **verdicts)
+        single += judged([groups[i]], [groups[i + 1]], components)
     paired = []
     for i in range(0, len(groups) - 3, 4):
         base, cand = [groups[i], groups[i + 2]], [groups[i + 1], groups[i + 3]]
-        paired += _study_verdicts(base, [cand], variance_components([base, cand]), **verdicts)
+        paired += judged(base, cand, variance_components([base, cand]))
     return BootCalibration(components=variance_components([groups]), single=single, paired=paired,
                            single_rate=_hit_rate(single, "aa-boots(1 vs 1)"),
                            paired_rate=_hit_rate(paired, "aa-boots(2 vs 2)") if paired else None)
