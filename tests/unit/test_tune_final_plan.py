@@ -61,3 +61,14 @@ def test_without_a_second_boot_the_study_says_why_it_has_no_verdict(tmp_path: Pa
     assert result.winner is None
     assert result.winner_reason.startswith("no verdict: boot-to-boot variance is unknown")
     assert all(c.objective_effect is None for c in result.configs)
+
+
+def test_finalists_zero_is_said_as_such_not_as_no_candidate_beating_the_baseline(tmp_path: Path) -> None:
+    runner, _ = _runner(tmp_path, finalists=0)
+    notes: list[str] = []
+    runner.display.note = notes.append  # type: ignore[method-assign]
+    rng = np.random.default_rng(5)
+    _trial(runner.store, runner.spec, rng, "baseline", {}, 100)
+    _trial(runner.store, runner.spec, rng, "candidate", {"max-num-seqs": 8}, 120)  # beats it, yet no finalist
+    runner._validate_finalists()
+    assert notes == ["finalists: 0: no candidate is re-validated on a fresh boot"]

@@ -204,7 +204,9 @@ class StudyRunner:
                 # `finalists: 0` asks for no boot after the search, so it gets none.
                 plan = [[TrialRole.baseline_final, self.baseline_config.key()]]
             self.store.set_meta_json("final_plan", plan)
-            if not keys:
+            if self.spec.finalists == 0:
+                self.display.note("finalists: 0: no candidate is re-validated on a fresh boot")
+            elif not keys:
                 self.display.note("no candidate beat the baseline's point estimate: no finalists to re-validate"
                                   + ("; one more baseline boot to measure boot-to-boot variance" if plan else ""))
         configs = {t.config.key(): t for t in self.store.trials()}
