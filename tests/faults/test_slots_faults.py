@@ -7,25 +7,14 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.fakes import standin
 from tests.faults.test_standin_faults import STUDY_TIMEOUT_S, _resume_to_the_end, _wait_for
 
 SPACE = {"max-num-seqs": [2, 4, 8, 16]}
 REPLICATES = 2
-
-
-@pytest.fixture
-def marks() -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for mark in made:
-        standin.kill_marked(mark)
 
 
 def _two_slot_study(tmp_path: Path, marks: list[str]) -> tuple[Path, Path, str]:

@@ -59,15 +59,6 @@ class Study:
         return standin.standin_processes(self.mark)
 
 
-@pytest.fixture
-def marks() -> Iterator[list[str]]:
-    """Markers of the tuners a test starts; whatever still carries one afterwards is killed."""
-    made: list[str] = []
-    yield made
-    for mark in made:
-        standin.kill_marked(mark)
-
-
 def run_study(tmp_path: Path, marks: list[str], fault: str, *, args: dict[str, Any] | None = None,
               timeout_s: float = STUDY_TIMEOUT_S, extra_env: dict[str, str] | None = None,
               startup_timeout_s: float = 5, scenario: dict[str, Any] | None = None) -> Study:
