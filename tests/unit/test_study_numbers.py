@@ -15,8 +15,9 @@ TEXT = (Path(__file__).resolve().parents[2] / "examples" / "tiny-cpu.yaml").read
 # (what, text to replace, replacement, expected key path in the message, text on the reported line)
 BAD_NUMBERS = [
     ("zero input_len", "input_len: 128", "input_len: 0", "scenarios[0].input_len", "input_len: 0"),
-    ("negative output_len", "output_len: 32", "output_len: -5", "scenarios[1].output_len", "output_len: -5"),
-    ("uniform low above high", "input_len: 512", "input_len: {kind: uniform, low: 64, high: 8}",
+    ("negative output_len", "output_len: 96", "output_len: -5", "scenarios[1].output_len", "output_len: -5"),
+    ("uniform low above high", "input_len: 128\n    output_len: 96",
+     "input_len: {kind: uniform, low: 64, high: 8}\n    output_len: 96",
      "scenarios[1].input_len", "kind: uniform"),
     ("negative SLO", "slo: {p99_ttft_ms: 5000}", "slo: {p99_ttft_ms: -1}", "objective.slo.p99_ttft_ms", "slo:"),
     ("zero SLO of one scenario", "slo: {p99_ttft_ms: 5000}", "slo:\n    burst: {p99_ttft_ms: 0}",
@@ -30,8 +31,8 @@ BAD_NUMBERS = [
     ("negative wall budget", "wall_minutes: 90", "wall_minutes: -90", "budget.wall_minutes", "budget:"),
     ("zero rate", "concurrency: 8", "rate: 0", "scenarios[1].rate", "rate: 0"),
     ("zero concurrency", "concurrency: 8", "concurrency: 0", "scenarios[1].concurrency", "concurrency: 0"),
-    ("zero num_prompts", "num_prompts: 48", "num_prompts: 0", "scenarios[1].num_prompts", "num_prompts: 0"),
-    ("infinite duration", "num_prompts: 48", "duration_s: .inf", "scenarios[1].duration_s", "duration_s"),
+    ("zero num_prompts", "num_prompts: 24", "num_prompts: 0", "scenarios[1].num_prompts", "num_prompts: 0"),
+    ("infinite duration", "num_prompts: 24", "duration_s: .inf", "scenarios[1].duration_s", "duration_s"),
     ("negative startup timeout", "startup_timeout_s: 600", "startup_timeout_s: -1", "engine.startup_timeout_s",
      "startup_timeout_s"),
     ("infinite startup timeout", "startup_timeout_s: 600", "startup_timeout_s: .inf", "engine.startup_timeout_s",
