@@ -2,8 +2,9 @@
 
     python3 benchmarks/hbm_bandwidth.py [--weights-gib 15.27] [--tpot-ms 5.16] [--json OUT]
 
-Bandwidth: a large device-to-device copy (bytes read + bytes written over the time), and a
-read-only reduction (sum over a large bf16 tensor), best of several repetitions each. The
+Bandwidth (servetune.engine.bandwidth, which a study also runs at its start): a large
+device-to-device copy (bytes read + bytes written over the time), and a read-only reduction
+(sum over a large bf16 tensor), best of several repetitions each. The
 roofline: a batch-1 decode step must read every weight once, so its shortest possible time is
 weight bytes / read bandwidth; a measured TPOT gives the fraction of that roofline reached.
 """
@@ -16,34 +17,8 @@ import sys
 
 import torch
 
-
-def _time_ms(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        best = min(best, start.elapsed_time(end))
-    return best
-
-
-def measure(gib: float = 8.0, repeats: int = 10) -> dict[str, float]:
-    n = int(gib * 2**30) // 2
-    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    src.sum(dtype=torch.float32)
-    torch.cuda.synchronize()
-    copy_ms = _time_ms(lambda: dst.copy_(src), repeats)
-    read_ms = _time_ms(lambda: src.sum(dtype=torch.float32), repeats)
-    nbytes = src.numel() * src.element_size()
-    return {
-        "tensor_gib": nbytes / 2**30,
-        "copy_gbps": 2 * nbytes / (copy_ms / 1e3) / 1e9,   # read + write
-        "read_gbps": nbytes / (read_ms / 1e3) / 1e9,
-    }
+from servetune.engine.bandwidth import measure_cuda
+from servetune.report.roofline import GIB, floor_tpot_ms, roofline_fraction
 
 
 def main() -> int:
@@ -55,15 +30,16 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device", file=sys.stderr)
         return 2
-    out: dict[str, float | str] = {"device": torch.cuda.get_device_name(0), **measure()}
+    out: dict[str, float | str] = measure_cuda()
     print(f"{out['device']}: copy {out['copy_gbps']:.0f} GB/s (read+write), read {out['read_gbps']:.0f} GB/s")
     if args.weights_gib:
-        floor_ms = args.weights_gib * 2**30 / (out["read_gbps"] * 1e9) * 1e3
+        floor_ms = floor_tpot_ms(args.weights_gib * GIB, float(out["read_gbps"]))
         out.update({"weights_gib": args.weights_gib, "decode_floor_ms": floor_ms})
         print(f"batch-1 decode floor: {args.weights_gib} GiB / read bandwidth = {floor_ms:.2f} ms per token")
         if args.tpot_ms:
-            out.update({"tpot_ms": args.tpot_ms, "roofline_fraction": floor_ms / args.tpot_ms})
-            print(f"measured TPOT {args.tpot_ms} ms -> {100 * floor_ms / args.tpot_ms:.0f} % of the roofline")
+            fraction = roofline_fraction(floor_ms, args.tpot_ms)
+            out.update({"tpot_ms": args.tpot_ms, "roofline_fraction": fraction})
+            print(f"measured TPOT {args.tpot_ms} ms -> {100 * fraction:.0f} % of the roofline")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)

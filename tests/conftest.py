@@ -24,6 +24,10 @@ from servetune.engine.launch import Server
 from servetune.engine.vllm import DEFAULT_COMMAND, VllmEngine
 from servetune.models.presets import make_model
 
+# A study measures the device's memory bandwidth at its start (tune/bandwidth.py): off in tests,
+# which run many small studies; the tests of the measurement turn it on themselves.
+os.environ.setdefault("SERVETUNE_NO_BANDWIDTH", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 TINY_DIR = REPO / "models" / "tiny"
 SERVED_NAME = "models/tiny"  # the name the shared development server uses as well

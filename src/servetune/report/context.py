@@ -25,12 +25,14 @@ from ..secrets import Redactor
 from ..store import Run, StudyStore, Trial
 from ..study.metrics import higher_is_better
 from ..study.spec import ObjectiveSpec
+from ..tune import bandwidth
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
 from . import plots
 from .advice import Advice, Evidence, advise_config, describe_mismatch
 from .capacity import CapacityView, build_capacity
 from .emit import Deployment, Snippets, snippets
 from .requests import resolve, runs_series_ms
+from .roofline import RooflineView, build_roofline
 from .speculative import AcceptanceRow, SweepPeak, acceptance_rows, sweep_peaks
 
 MAX_DISTRIBUTION_CONFIGS = 5
@@ -139,6 +141,7 @@ class ReportData:
     acceptance: list[AcceptanceRow] = field(default_factory=list)   # speculative decoding, per config and scenario
     sweep_peaks: list[SweepPeak] = field(default_factory=list)      # the best num_speculative_tokens per scenario
     capacity: CapacityView | None = None          # a `maximize: capacity` study's section
+    roofline: RooflineView | None = None          # decode TPOT against the bandwidth floor
 
 
 def fmt_value(value: Any) -> str:
@@ -470,4 +473,5 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         param_effects=_param_effects(analysis), importances=importances,
         plots=figures, evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),
-        acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity)
+        acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity,
+        roofline=build_roofline(analysis, trial_by_id, spec, store.get_meta_json(bandwidth.META_KEY)))

@@ -337,6 +337,8 @@ class StudySpec(_Strict):
     capacity: CapacitySpec = Field(default_factory=CapacitySpec)
     # What one GPU costs an hour: the report then gives the cost per million output tokens at capacity.
     price_per_gpu_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # The device's memory bandwidth, measured once at the study's start for the report's decode roofline.
+    measure_bandwidth: bool = True
 
     @field_validator("space")
     @classmethod

@@ -32,7 +32,7 @@ DECODE_FIXED_S = 0.002   # one decode step of a tiny model
 DECODE_S_PER_GIB = 0.0002  # reading the weights once per step (~5 TB/s)
 PREFILL_TOKENS_PER_S = 40_000.0
 RUN_OVERHEAD_S = 1.0     # prefix-cache reset, /metrics scrapes, the client self-check
-_DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2, "float8": 1, "int8": 1}
+DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2, "float8": 1, "int8": 1}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 FIRST_ETA_META = "first_eta"
 SEED_META = "eta_seed"
@@ -77,7 +77,7 @@ def model_gib(model_dir: Path) -> tuple[float | None, str]:
     params = parameter_count(config)
     if params is None:
         return None, "config.json without sizes"
-    return params * _DTYPE_BYTES.get(str(config.get("torch_dtype", "bfloat16")), 2) / 2**30, "config.json"
+    return params * DTYPE_BYTES.get(str(config.get("torch_dtype", "bfloat16")), 2) / 2**30, "config.json"
 
 
 def parameter_count(config: dict[str, Any]) -> float | None:
@@ -97,7 +97,7 @@ def parameter_count(config: dict[str, Any]) -> float | None:
     return float(embeddings + layers * (attention + mlp))
 
 
-def _mean_len(length: Any) -> float:
+def mean_len(length: Any) -> float:
     if isinstance(length, int):
         return float(length)
     kind = getattr(length, "kind", None)
@@ -116,8 +116,8 @@ def seed_run_s(scenario: Scenario, gib: float) -> float:
         lens = scenario.sweep_input_lens
         requests, input_len = len(lens), sum(lens) / len(lens)
     else:
-        requests, input_len = scenario.num_prompts or 0, _mean_len(scenario.input_len)
-    output_len = _mean_len(scenario.output_len)
+        requests, input_len = scenario.num_prompts or 0, mean_len(scenario.input_len)
+    output_len = mean_len(scenario.output_len)
     total = requests + scenario.effective_warmups
     slots = scenario.concurrency or max(total, 1)
     per_wave = (min(slots, total) * input_len / PREFILL_TOKENS_PER_S

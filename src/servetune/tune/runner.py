@@ -33,7 +33,7 @@ from ..errors import ServetuneError
 from ..search import Strategy, make_strategy
 from ..store import StudyStore, TrialRole, TrialRow
 from ..study.spec import StudySpec
-from . import analysis, capacity_trial, known
+from . import analysis, bandwidth, capacity_trial, known
 from . import eta as eta_seed
 from .display import StudyDisplay
 from .eta import estimate
@@ -43,7 +43,7 @@ from .slots import Driver, DriverProxy, Finished, LiveServers, SlotBackend, Thre
 from .trial import TrialExecutor, TrialPlan
 
 # A resumed study may get more budget or other slots, nothing else.
-SPEC_KEYS_THAT_MAY_CHANGE = ("budget", "parallel")
+SPEC_KEYS_THAT_MAY_CHANGE = ("budget", "parallel", "measure_bandwidth")
 
 Work = tuple[str, Config, dict[str, Any]]  # (role, config, params) of a trial to begin
 
@@ -97,6 +97,8 @@ class StudyRunner:
             with self.display, _sigterm_as_interrupt():
                 try:
                     self._read_engine_defaults()
+                    bandwidth.ensure_measured(self.store, list(self.spec.engine.command), self.placements[0].env,
+                                              enabled=self.spec.measure_bandwidth, note=self.display.note)
                     self._seed_eta()
                     self._start_slots()
                     try:

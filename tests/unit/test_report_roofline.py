@@ -1,0 +1,147 @@
+"""The decode roofline in a report: the floor's arithmetic (the H200's hand-measured numbers), what
+it counts (active experts, KV reads), which scenarios are decode-bound, and the section in both
+templates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from report_study import build_study
+
+from servetune.engine.config import Config
+from servetune.load.scenario import PRESETS as SCENARIO_PRESETS
+from servetune.load.scenario import Scenario
+from servetune.models.presets import PRESETS
+from servetune.report.context import build
+from servetune.report.html import render_html
+from servetune.report.markdown import render_markdown
+from servetune.report.roofline import (
+    GIB,
+    active_fraction,
+    build_roofline,
+    decode_bound,
+    floor_tpot_ms,
+    kv_bytes_per_token,
+    roofline_fraction,
+)
+from servetune.store.sqlite import StudyStore
+from servetune.study.spec import StudySpec
+from servetune.tune import bandwidth
+from servetune.tune.analysis_types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
+
+# docs/results/h200.md: HBM read 4,314 GB/s; 15.27 GiB of Qwen3-8B weights; single-decode TPOT 5.11 ms.
+H200_GBPS, Q8B_GIB, Q8B_TPOT_MS = 4314.0, 15.27, 5.11
+
+
+def test_the_h200_floor_and_fraction_match_the_hand_measurement() -> None:
+    floor = floor_tpot_ms(Q8B_GIB * GIB, H200_GBPS)
+    assert round(floor, 2) == 3.80
+    assert round(100 * roofline_fraction(floor, Q8B_TPOT_MS)) == 74
+
+
+def test_kv_reads_raise_the_floor_by_their_bytes() -> None:
+    weights_only = floor_tpot_ms(Q8B_GIB * GIB, H200_GBPS)
+    with_kv = floor_tpot_ms(Q8B_GIB * GIB, H200_GBPS, kv_bytes=4314e6)  # 4.314 GB: one more millisecond
+    assert with_kv - weights_only == pytest.approx(1.0)
+
+
+def test_a_dense_model_reads_all_its_weights_and_qwen3_8b_keeps_144_kib_of_kv_per_token() -> None:
+    assert active_fraction(PRESETS["qwen3-8b"]) == 1.0
+    assert kv_bytes_per_token(PRESETS["qwen3-8b"]) == 36 * 2 * 8 * 128 * 2 == 144 * 1024
+
+
+def test_qwen3_30b_a3b_reads_its_active_share_about_3_3_of_30_5_billion_parameters() -> None:
+    # The model card: 30.5 B parameters, 3.3 B activated.
+    assert active_fraction(PRESETS["qwen3-30b-a3b"]) == pytest.approx(3.3 / 30.5, rel=0.05)
+
+
+def test_decode_bound_means_answers_of_at_least_half_the_prompt_and_no_prefill_sweep() -> None:
+    assert decode_bound(SCENARIO_PRESETS["single-decode"])           # 512 -> 512
+    assert decode_bound(Scenario(input_len=128, output_len=96))      # the main job's burst
+    assert not decode_bound(SCENARIO_PRESETS["prefill-heavy"])       # 8192 -> 256
+    assert not decode_bound(Scenario(input_len=128, output_len=16, sweep_input_lens=[128, 256]))
+
+
+def _h200_study(tmp_path: Path) -> tuple[StudyStore, StudyAnalysis, dict]:
+    """Qwen3-8B on the H200: a baseline at the hand-measured TPOT and a candidate 10 % faster."""
+    model = tmp_path / "qwen3-8b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(PRESETS["qwen3-8b"]))
+    spec = StudySpec.model_validate({
+        "name": "h200", "engine": {"model": str(model)}, "space": {"max-num-seqs": [8, 64]},
+        "scenarios": [{"preset": "single-decode"}, {"preset": "prefill-heavy"}]}).model_dump(mode="json")
+    store = StudyStore.in_dir(tmp_path / "study")
+    base_cfg = Config.of({})
+    fast_cfg = Config.of({"max-num-seqs": 64})
+    ids = []
+    for role, cfg in (("baseline", base_cfg), ("candidate", fast_cfg)):
+        trial = store.begin_trial(role, cfg, {})
+        store.record_boot(trial.id, healthy_at=None, boot_facts={"model_load_gib": Q8B_GIB}, mismatches=[],
+                          log_path=None)
+        store.finish_trial(trial.id, "ok")
+        ids.append(trial.id)
+
+    def result(cfg: Config, tid: int, tpot: float, is_baseline: bool) -> ConfigResult:
+        scen = {s: ScenarioResult(s, 3, {"mean_tpot_ms": Estimate(tpot, tpot * 0.98, tpot * 1.02, 3)})
+                for s in ("single-decode", "prefill-heavy")}
+        return ConfigResult(key=cfg.key(), config=cfg, params={}, label="baseline" if is_baseline else cfg.label(base_cfg),
+                            trial_ids=[tid], outcome="ok", scenarios=scen, is_baseline=is_baseline)
+
+    base = result(base_cfg, ids[0], Q8B_TPOT_MS, True)
+    analysis = StudyAnalysis(study_name="h200", objective_metric="output_throughput", objective_direction="maximize",
+                             baseline=base, configs=[base, result(fast_cfg, ids[1], Q8B_TPOT_MS / 1.1, False)],
+                             winner=None, winner_reason="")
+    return store, analysis, spec
+
+
+def test_each_config_gets_its_share_of_the_roofline_in_decode_bound_scenarios_only(tmp_path: Path) -> None:
+    store, analysis, spec = _h200_study(tmp_path)
+    view = build_roofline(analysis, {t.id: t for t in store.trials()}, spec,
+                          {"read_gbps": H200_GBPS, "device": "NVIDIA H200"})
+    assert view is not None and view.read_gbps == H200_GBPS
+    assert [(r.label, r.scenario) for r in view.rows] == [("baseline", "single-decode"),
+                                                          ("max-num-seqs=64", "single-decode")]
+    base, fast = view.rows
+    # KV of one sequence at its mean context (512 + 256 tokens) on top of the weights.
+    kv = 768 * 144 * 1024
+    assert base.kv_gib == pytest.approx(kv / GIB)
+    assert base.floor_ms == pytest.approx(floor_tpot_ms(Q8B_GIB * GIB, H200_GBPS, kv))
+    assert round(100 * base.fraction) == 75  # 74 % on weights alone, the KV reads add 0.1 ms
+    assert fast.fraction == pytest.approx(base.fraction * 1.1)
+    low, high = base.fraction_interval
+    assert low < base.fraction < high
+
+
+def test_a_failed_measurement_is_said_and_no_measurement_hides_the_section(tmp_path: Path) -> None:
+    store, analysis, spec = _h200_study(tmp_path)
+    trials = {t.id: t for t in store.trials()}
+    assert build_roofline(analysis, trials, spec, None) is None
+    view = build_roofline(analysis, trials, spec, {"unavailable": "python could not measure (no numpy)"})
+    assert view is not None and not view.rows
+    assert view.notes == ["memory bandwidth not measured: python could not measure (no numpy)"]
+
+
+def test_both_templates_show_the_section(tmp_path: Path) -> None:
+    root = tmp_path / "report-study"
+    root.mkdir()
+    report_store, report_analysis = build_study(root)
+    data = build(report_analysis, report_store)
+    assert data.roofline is None  # measured nothing: no section
+    store, analysis, spec = _h200_study(tmp_path)
+    data.roofline = build_roofline(analysis, {t.id: t for t in store.trials()}, spec,
+                                   {"read_gbps": H200_GBPS, "device": "NVIDIA H200"})
+    md, html = render_markdown(data, {p.name: f"{p.name}.png" for p in data.plots}), render_html(data)
+    assert "## Decode roofline" in md and 'id="roofline"' in html
+    for text in (md, html):
+        assert "4,314 GB/s" in text and "NVIDIA H200" in text
+        assert "5.11 [5.008, 5.212]" in text and "75 %" in text
+
+
+def test_the_report_reads_the_study_s_stored_measurement(tmp_path: Path) -> None:
+    store, analysis = build_study(tmp_path)
+    store.set_meta_json(bandwidth.META_KEY, {"read_gbps": 25.0, "device": "cpu x86_64"})
+    view = build(analysis, store).roofline
+    assert view is not None and view.read_gbps == 25.0
+    assert "no decode-bound scenario (answers at least half the prompt's length)" in view.notes
