@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from servetune.engine import VllmEngine
+from servetune.engine import Engine, engine_for
 from servetune.engine.outcome import Outcome
 from servetune.load.bench import run_scenario
 from servetune.stats import (
@@ -51,7 +51,7 @@ def _done_boots(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _measure_boot(engine: VllmEngine, spec, index: int, label: str, work: Path) -> dict:
+def _measure_boot(engine: Engine, spec, index: int, label: str, work: Path) -> dict:
     config = spec.baseline_config()
     config = type(config).of(flags=config.flags, env={**config.env, LABEL_VAR: label})
     log_path = work / "logs" / f"boot{index:03d}-{label}.log"
@@ -92,10 +92,7 @@ def measure(args: argparse.Namespace) -> None:
     # SIGTERM unwinds like Ctrl-C, so the boot in flight is stopped by its `finally`.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     spec = load_study(args.study)
-    e = spec.engine
-    engine = VllmEngine(command=list(e.command), model=str(e.model), startup_timeout_s=e.startup_timeout_s,
-                        pin_engine_core=e.pin_engine_core, log_dir=args.work / "logs",
-                        dev_mode=True)  # servers get VLLM_SERVER_DEV_MODE for the prefix-cache reset
+    engine = engine_for(spec.engine)  # as a study builds it: dev mode for the prefix-cache reset
     args.out.parent.mkdir(parents=True, exist_ok=True)
     done = _done_boots(args.out)
     for index in range(len(done), args.boots):

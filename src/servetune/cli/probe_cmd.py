@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..engine import Engine, engine_for
 from ..engine.applied import as_number
 from ..engine.config import Config
 from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
@@ -142,10 +143,7 @@ def register(app: typer.Typer) -> None:
         extra = _engine_flags(ctx)
         if study is not None:
             spec = load_study(study)
-            engine = VllmEngine(list(spec.engine.command), model=str(spec.engine.model),
-                                startup_timeout_s=spec.engine.startup_timeout_s, log_dir=out / "logs",
-                                pin_engine_core=spec.engine.pin_engine_core, secrets=spec.engine.secrets,
-                                dev_mode=True)  # the prefix-cache reset between scenarios
+            engine: Engine = engine_for(spec.engine)  # the study's engine, as `tune` builds it
             engine.check_secrets()
             config, model_dir = spec.baseline_config().merged(extra), str(spec.engine.model)
             scenarios = _scenarios(scenario) if scenario else list(spec.scenarios)
