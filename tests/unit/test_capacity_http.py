@@ -57,3 +57,14 @@ def test_bad_options_end_as_one_line_and_exit_2(tmp_path: Path, args: list[str],
     assert res.code == 2 and len(res.error_lines) == 1 and says in res.error_lines[0], res.stderr
     assert "Traceback" not in res.stderr
     assert not out.exists()
+
+
+def test_a_closed_loop_level_sends_at_least_two_waves_of_its_users() -> None:
+    from servetune.capacity.http import MIN_WAVES, at_level
+    from servetune.load.scenario import Scenario
+
+    scenario = Scenario(name="users", input_len=8, output_len=4, concurrency=4, num_prompts=10)
+    assert at_level(scenario, "concurrency", 64, 100, run=0).num_prompts == MIN_WAVES * 64
+    assert at_level(scenario, "concurrency", 16, 100, run=0).num_prompts == 100
+    # An open loop's count is what was asked: its load does not depend on how many are sent.
+    assert at_level(scenario, "rate", 64, 100, run=0).num_prompts == 100

@@ -180,3 +180,21 @@ def test_a_capacity_config_is_feasible_when_some_level_met_its_slos(tmp_path: Pa
     # The SLOs are what the capacity is measured against, not limits on the capacity Run's summary.
     assert objective.slo_violations("chat", {"capacity": 12.5}) == []
     assert objective.slo_violations("chat", {"capacity": 0.0}) == ["chat: no load level met every SLO"]
+
+
+def test_a_search_starts_at_the_scenarios_own_load_unless_capacity_start_is_given(tmp_path: Path) -> None:
+    scenarios = [{"name": "chat", "input_len": 8, "output_len": 4, "rate": 7.5, "concurrency": None},
+                 {"name": "users", "input_len": 8, "output_len": 4, "concurrency": 48}]
+    slo = {"mean_ttft_ms": 100}
+    spec = _spec(tmp_path, scenarios=scenarios, objective={"maximize": "capacity", "slo": slo},
+                 capacity={"num_prompts": 40})
+    plan = capacity_trial.plan_for(spec)
+    assert plan is not None
+    assert plan.settings["chat"].start == 7.5
+    assert plan.settings["users"].start == 48
+    given = capacity_trial.plan_for(_spec(tmp_path, scenarios=scenarios, objective={"maximize": "capacity", "slo": slo},
+                                          capacity={"start": 2, "max_level": 30, "num_prompts": 40}))
+    assert given is not None and given.settings["chat"].start == 2 and given.settings["users"].start == 2
+    capped = capacity_trial.plan_for(_spec(tmp_path, scenarios=scenarios, objective={"maximize": "capacity", "slo": slo},
+                                           capacity={"max_level": 30, "num_prompts": 40}))
+    assert capped is not None and capped.settings["users"].start == 30   # its own 48 lies above max_level

@@ -25,15 +25,23 @@ LoadKind = Literal["rate", "concurrency"]
 _MEASURED = (Outcome.ok, Outcome.client_bound)
 
 
+# A closed loop of N users sends at least this many requests per user at a level, whatever
+# num_prompts says: with fewer, the level never holds N requests in flight past the first wave
+# (all N prefills at once), which measures a burst, not a steady load of N users.
+MIN_WAVES = 2
+
+
 def at_level(scenario: Scenario, load: LoadKind, level: float, num_prompts: int, run: int) -> Scenario:
     """The scenario at one load level: an open loop at `level` req/s (uncapped, its burstiness
-    kept) or a closed loop of `level` users; a seed of its own per run, so that repeated runs
-    at one level draw new arrival times."""
+    kept) or a closed loop of `level` users with at least MIN_WAVES requests each; a seed of its
+    own per run, so that repeated runs at one level draw new arrival times."""
     fields = scenario.model_dump()
     if load == "rate":
         fields.update(rate=level, concurrency=None)
     else:
-        fields.update(concurrency=int(level), rate=None)
+        users = int(level)
+        fields.update(concurrency=users, rate=None)
+        num_prompts = max(num_prompts, MIN_WAVES * users)
     fields.update(num_prompts=num_prompts, duration_s=None, seed=scenario.seed + run)
     return Scenario.model_validate(fields)
 

@@ -98,8 +98,10 @@ def settings_for(load: str, *, start: float | None, max_level: float | None, alp
     """Settings of a search of `load` (rate or concurrency): whole levels for a concurrency; the
     first level 1 and the highest DEFAULT_MAX_LEVEL unless given."""
     integer = load == "concurrency"
-    return SearchSettings(start=1.0 if start is None else start, min_level=1.0 if integer else 1e-3,
-                          max_level=DEFAULT_MAX_LEVEL[load] if max_level is None else max_level,
+    top = DEFAULT_MAX_LEVEL[load] if max_level is None else max_level
+    # A start taken from the scenario's own load may lie above a given max_level: begin at the top.
+    return SearchSettings(start=1.0 if start is None else min(start, top), min_level=1.0 if integer else 1e-3,
+                          max_level=top,
                           integer=integer, alpha=alpha, rel_tol=rel_tol, max_levels=max_levels,
                           max_runs_per_level=max_runs_per_level)
 

@@ -272,7 +272,7 @@ class CapacitySpec(_Strict):
     """How `maximize: capacity` searches each scenario's load level on one boot (capacity/search.py):
     an open loop's rate in req/s, or a closed loop's concurrency for a scenario without a rate."""
 
-    start: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="first level (default 1)")
+    start: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="first level (default: the scenario's own rate or concurrency)")
     max_level: float | None = Field(default=None, gt=0, allow_inf_nan=False,
                                     description="highest level (default 1000 req/s, 1024 users)")
     num_prompts: int = Field(default=300, ge=1, description="requests per run of a level")

@@ -50,11 +50,21 @@ def plan_for(spec: StudySpec) -> CapacityPlan | None:
     scenarios = {s.name: s for s in spec.scenarios}
     return CapacityPlan(
         slos={n: objective.capacity_slos(n) for n in objective.scored_scenarios},
-        settings={n: settings_for(load_kind(scenarios[n]), start=c.start, max_level=c.max_level, alpha=spec.alpha,
+        settings={n: settings_for(load_kind(scenarios[n]), start=first_level(scenarios[n], c.start),
+                                  max_level=c.max_level, alpha=spec.alpha,
                                   rel_tol=c.rel_tol, max_levels=c.max_levels, max_runs_per_level=c.max_runs_per_level)
                   for n in objective.scored_scenarios},
         num_prompts=c.num_prompts,
     )
+
+
+def first_level(scenario: Scenario, start: float | None) -> float:
+    """Where a scenario's search starts: `capacity.start` when given, else the scenario's own
+    rate or concurrency (the user's guess at the load), which saves the levels of doubling up
+    from 1."""
+    if start is not None:
+        return start
+    return float(scenario.rate if scenario.rate is not None else scenario.concurrency or 1)
 
 
 def load_kind(scenario: Scenario) -> LoadKind:
