@@ -156,11 +156,19 @@ def test_a_killed_capacity_search_resumes_from_its_stored_levels(tmp_path: Path,
     ({"maximize": "capacity", "slo": {"median_ttft_ms": 100}}, "median_ttft_ms cannot bound a capacity"),
     ({"maximize": "capacity", "slo": {"output_throughput": 100}}, "output_throughput cannot bound a capacity"),
     ({"minimize": "capacity", "slo": {"p99_ttft_ms": 100}}, "capacity can only be maximised"),
+    # 40 requests a level (the spec's num_prompts) cannot show a p99 or a p95 met; a p90 needs 36
+    ({"maximize": "capacity", "slo": {"p95_ttft_ms": 100, "p99_tpot_ms": 50}},
+     "40 requests a level cannot show p99_tpot_ms met at alpha 0.05: a level needs at least 368"),
 ])
 def test_a_capacity_objective_without_a_latency_slo_is_refused(tmp_path: Path, objective: dict, says: str) -> None:
     with pytest.raises(ServetuneError) as err:
         _spec(tmp_path, objective=objective)
     assert says in str(err.value)
+
+
+def test_a_percentile_slo_that_num_prompts_can_show_met_is_accepted(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, objective={"maximize": "capacity", "slo": {"p90_ttft_ms": 100, "p99_itl_ms": 50}})
+    assert spec.capacity.num_prompts == 40   # p90 needs 36; ITL's p99 is bounded over many gaps a request
 
 
 def test_the_bursty_chat_preset_is_an_open_loop_burstier_than_poisson_searched_by_rate(tmp_path: Path) -> None:
@@ -198,3 +206,14 @@ def test_a_search_starts_at_the_scenarios_own_load_unless_capacity_start_is_give
     capped = capacity_trial.plan_for(_spec(tmp_path, scenarios=scenarios, objective={"maximize": "capacity", "slo": slo},
                                            capacity={"max_level": 30, "num_prompts": 40}))
     assert capped is not None and capped.settings["users"].start == 30   # its own 48 lies above max_level
+
+
+def test_a_stored_spec_from_before_the_requests_check_is_still_read(tmp_path: Path) -> None:
+    from servetune.study.spec import StudySpec as Spec
+
+    spec = _spec(tmp_path, objective={"maximize": "capacity", "slo": {"p90_ttft_ms": 100}})
+    raw = spec.model_dump(mode="json")
+    raw["objective"]["slo"] = {"p99_ttft_ms": 100}   # 40 requests a level: refused for a new study
+    with pytest.raises(ServetuneError, match="cannot show p99_ttft_ms met"):
+        Spec.model_validate(raw)
+    assert Spec.from_store(raw).objective.slo == {"p99_ttft_ms": 100.0}

@@ -194,6 +194,27 @@ def judge(slo: Slo, per_request: list[np.ndarray], alpha: float, seed: int = 0) 
     return Judgement(slo, n, estimate, low, high, verdict_of(low, high, slo.limit_ms))
 
 
+def requests_to_meet(slo: Slo, alpha: float) -> int | None:
+    """The fewest requests whose values can show `slo`'s percentile under its limit at all (the
+    interval's upper rank within the sample, even if every value were independent); None for a
+    mean or ITL (many gaps per request), which a handful of requests can bound. A level of fewer
+    requests can only be undecided or violating, so its search never finds a level it can call met."""
+    q = slo.quantile
+    if q is None or slo.metric == "itl":
+        return None
+    m = 1
+    while int(stats.binom.ppf(1 - alpha / 2, m, q)) + 1 > m:
+        m = m * 2
+    lo, hi = m // 2, m   # the condition fails at lo (or lo is 0) and holds at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if int(stats.binom.ppf(1 - alpha / 2, mid, q)) + 1 <= mid:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def lost_after(slo: Slo, planned: int, alpha: float) -> int | None:
     """How many of `planned` values over the limit make the finished level's lower bound exceed
     the limit whatever the rest turn out to be (the level violates; measuring on is wasted);

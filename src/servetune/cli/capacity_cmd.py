@@ -15,7 +15,7 @@ from ..capacity.document import capacity_document
 from ..capacity.estimate import CapacityEstimate, estimate
 from ..capacity.http import LoadKind, http_measure
 from ..capacity.search import DEFAULT_MAX_LEVEL, SearchResult, SearchSettings, search, settings_for
-from ..capacity.slo import Judgement, Slo, parse_slos
+from ..capacity.slo import Judgement, Slo, parse_slos, requests_to_meet
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
 from .bench_cmd import (
@@ -106,6 +106,7 @@ def register(app: typer.Typer) -> None:
         if not 0 < rel_tol < 1:
             raise ServetuneError(f"--rel-tol {rel_tol:g}: must be between 0 and 1")
         slos = parse_slos(slo)
+        _check_requests_per_level(slos, num_prompts, alpha)
         settings = _settings(load, start, max_level, alpha, rel_tol, max_levels, max_runs)
         sc = build_scenario(scenario, input_len=input_len, output_len=output_len, burstiness=burstiness,
                             endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None)
@@ -142,6 +143,15 @@ def register(app: typer.Typer) -> None:
                                  "scenario": json.loads(sc.model_dump_json()), "num_prompts": num_prompts})
         out.write_text(json.dumps(doc, indent=1) + "\n")
         console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
+
+
+def _check_requests_per_level(slos: list[Slo], num_prompts: int, alpha: float) -> None:
+    """Refused before any request: with fewer, no level could be shown to meet the percentile."""
+    for one in slos:
+        needed = requests_to_meet(one, alpha)
+        if needed is not None and needed > num_prompts:
+            raise ServetuneError(f"--num-prompts {num_prompts} cannot show {one} met at alpha {alpha:g}: "
+                                 f"a level needs at least {needed} (or judge a lower percentile)")
 
 
 def _settings(load: str, start: float | None, max_level: float | None, alpha: float, rel_tol: float,

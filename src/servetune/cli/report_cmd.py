@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
                 if raw is None:
                     raise ServetuneError(f"{study_dir}: the store holds no study spec (meta 'spec')")
                 try:
-                    spec = StudySpec.model_validate(raw)
+                    spec = StudySpec.from_store(raw)
                 except ValidationError as exc:
                     raise ServetuneError(f"{study_dir}: the stored study spec is unreadable: "
                                          f"{validation_text(exc)}") from None

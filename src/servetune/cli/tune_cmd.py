@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
             from ..tune import analysis
 
             try:
-                study = StudySpec.model_validate(spec)
+                study = StudySpec.from_store(spec)
             except ValidationError as exc:
                 raise ServetuneError(f"{store.path}: the stored study spec is unreadable: "
                                      f"{validation_text(exc)}") from None

@@ -88,7 +88,7 @@ def _study_side(path: Path) -> Side:
     try:
         raw = store.get_meta_json("spec")
         try:
-            spec = StudySpec.model_validate(raw)
+            spec = StudySpec.from_store(raw)
         except ValueError as exc:
             raise ServetuneError(f"{path}: the study spec stored in meta 'spec' is unreadable ({exc})") from exc
         analysis = analyze(store, spec)

@@ -15,6 +15,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     SerializerFunctionWrapHandler,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     field_validator,
     model_serializer,
@@ -22,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ..capacity.slo import slo_from_key
+from ..capacity.slo import requests_to_meet, slo_from_key
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS, Scenario
@@ -31,6 +32,9 @@ from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
 from .metrics import CAPACITY, check_metric, metric_problem
 from .space import ENV_PREFIX, Parameter, env_var, is_number, json_field, normalize_param_name
+
+# Validation context key: the spec is read back from a store (StudySpec.from_store).
+STORED = "stored"
 
 Loc = tuple[Any, ...]
 StrategyName = Literal["baseline", "ofat", "grid", "optuna"]
@@ -272,10 +276,12 @@ class CapacitySpec(_Strict):
     """How `maximize: capacity` searches each scenario's load level on one boot (capacity/search.py):
     an open loop's rate in req/s, or a closed loop's concurrency for a scenario without a rate."""
 
-    start: float | None = Field(default=None, gt=0, allow_inf_nan=False, description="first level (default: the scenario's own rate or concurrency)")
+    start: float | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                description="first level (default: the scenario's own rate or concurrency)")
     max_level: float | None = Field(default=None, gt=0, allow_inf_nan=False,
                                     description="highest level (default 1000 req/s, 1024 users)")
-    num_prompts: int = Field(default=300, ge=1, description="requests per run of a level")
+    num_prompts: int = Field(default=400, ge=1,
+                             description="requests per run of a level (a p99 needs 368 to be shown met)")
     rel_tol: float = Field(default=0.1, gt=0, lt=1, description="bisect until the bracket is this narrow")
     max_levels: int = Field(default=10, ge=1)
     max_runs_per_level: int = Field(default=2, ge=1, description="runs pooled at an undecided level")
@@ -355,10 +361,19 @@ class StudySpec(_Strict):
             out[name] = param
         return out
 
+    @classmethod
+    def from_store(cls, raw: Any) -> StudySpec:
+        """The spec a store holds, for reading what was measured: checks that only guard new
+        measurements (enough requests a capacity level) are left out, so a store made before
+        such a check was added still reports."""
+        return cls.model_validate(raw, context={STORED: True})
+
     @model_validator(mode="after")
-    def _cross_check(self) -> StudySpec:
+    def _cross_check(self, info: ValidationInfo) -> StudySpec:
         problems = (self._scenario_problems() + self._objective_problems() + self._constraint_problems()
                     + self._secret_problems() + self._json_field_problems())
+        if not (info.context or {}).get(STORED):
+            problems += self._capacity_sample_problems()
         if problems:
             raise SpecError(problems)
         return self
@@ -415,6 +430,24 @@ class StudySpec(_Strict):
         problems += [(("objective", "slo", k), f"{k} cannot bound a capacity: give a latency as "
                       "mean_ or pNN_, then ttft, tpot, itl or e2el, then _ms") for k in sorted(bad)]
         return problems
+
+    def _capacity_sample_problems(self) -> list[tuple[Loc, str]]:
+        """A level of too few requests can never show a percentile SLO met: every search would end
+        with an interval from 0 and measure each level max_runs_per_level times for nothing."""
+        needs: dict[str, int] = {}
+        for scenario in self.scenarios:
+            limits = self.objective.slo_for(scenario.name)
+            for key, limit in limits.items():
+                slo = slo_from_key(key, limit)
+                n = None if slo is None else requests_to_meet(slo, self.alpha)
+                if n is not None and n > self.capacity.num_prompts:
+                    needs[key] = max(n, needs.get(key, 0))
+        if not needs:
+            return []
+        key, n = max(needs.items(), key=lambda kv: kv[1])
+        return [(("capacity", "num_prompts"),
+                 f"{self.capacity.num_prompts} requests a level cannot show {key} met at alpha {self.alpha:g}: "
+                 f"a level needs at least {n} (or judge a lower percentile)")]
 
     def _constraint_problems(self) -> list[tuple[Loc, str]]:
         known = [*self.space, *self.engine.args, *(f"{ENV_PREFIX}{k}" for k in self.engine.env)]
