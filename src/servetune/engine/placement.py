@@ -16,18 +16,24 @@ from ..errors import ServetuneError
 @dataclass(frozen=True)
 class Placement:
     """Slot `slot`'s share of the host: variables its servers get and the CPUs they may use
-    (None: wherever servetune itself may run)."""
+    (None: wherever servetune itself may run). `where` says which machine that is when it is not
+    the tuner's own (a Ray slot: node name and address, Ray's node id, the worker's pid); it is
+    recorded with the trial so the report shows which node measured what."""
 
     slot: int = 0
     env: dict[str, str] = field(default_factory=dict)
     cpus: tuple[int, ...] | None = None
+    where: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, object]:
         """What the store and the report keep of it."""
-        return {"slot": self.slot, "env": dict(self.env), "cpus": list(self.cpus) if self.cpus else None}
+        out: dict[str, object] = {"slot": self.slot, "env": dict(self.env),
+                                  "cpus": list(self.cpus) if self.cpus else None}
+        return {**out, **self.where}
 
     def label(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.env.items() if k == "CUDA_VISIBLE_DEVICES"]
+        parts = [f"node {self.where['node']}"] if "node" in self.where else []
+        parts += [f"{k}={v}" for k, v in self.env.items() if k == "CUDA_VISIBLE_DEVICES"]
         if self.cpus:
             parts.append(f"cpus {','.join(map(str, self.cpus))}")
         return f"slot {self.slot}" + (f" ({'; '.join(parts)})" if parts else "")
