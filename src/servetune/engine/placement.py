@@ -11,6 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ServetuneError
+from .config import Config
+
+# Flags whose product is the GPUs one server uses (each defaults to 1).
+_GPU_FLAGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
 
 
 @dataclass(frozen=True)
@@ -72,3 +76,13 @@ def _visible_gpus(needed: int) -> list[str]:
         raise ServetuneError(f"parallel: {needed} GPUs needed (slots x gpus_per_trial), "
                              f"CUDA_VISIBLE_DEVICES names {len(ids)}")
     return ids
+
+
+def server_gpus(config: Config) -> int:
+    """GPUs one server of this config takes: tensor x pipeline x data parallel sizes."""
+    out = 1
+    for flag in _GPU_FLAGS:
+        value = config.flags.get(flag)
+        if isinstance(value, (int, str)) and str(value).isdigit():
+            out *= int(value)
+    return out
