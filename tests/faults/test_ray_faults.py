@@ -65,8 +65,26 @@ def cluster() -> Iterator[Cluster]:
         assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
         yield Cluster(f"127.0.0.1:{port}", mark, token)
     finally:
-        standin.kill_marked(mark)  # exactly the cluster's processes and what they started
+        _stop_cluster(mark)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def _stop_cluster(mark: str) -> None:
+    """Kill the cluster's processes: those with the marker and their descendants (Ray's agents
+    rewrite their process title over their environment, so the marker alone misses them)."""
+    found: dict[int, psutil.Process] = {}
+    for proc in standin.marked_processes(mark):
+        found[proc.pid] = proc
+        try:
+            found.update((child.pid, child) for child in proc.children(recursive=True))
+        except psutil.NoSuchProcess:
+            continue
+    for proc in found.values():
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(list(found.values()), timeout=10)
 
 
 def _servers(mark: str) -> list[psutil.Process]:

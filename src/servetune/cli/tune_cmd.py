@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
 from types import ModuleType
@@ -100,13 +101,11 @@ def register(app: typer.Typer) -> None:
 
 def _ray_slots() -> ModuleType:
     """tune.ray_slots, which needs Ray: an optional dependency, imported only for --ray."""
-    try:
-        from ..tune import ray_slots
-    except ModuleNotFoundError as exc:
-        if exc.name is None or exc.name.split(".")[0] != "ray":
-            raise
+    if importlib.util.find_spec("ray") is None:
         raise ServetuneError("--ray: Ray is not installed here; install servetune[ray] "
-                             "(pip install 'servetune[ray]')") from None
+                             "(pip install 'servetune[ray]')")
+    from ..tune import ray_slots
+
     return ray_slots
 
 
