@@ -208,7 +208,11 @@ def test_driver_sigkilled_on_ray_resumes_with_nothing_lost_or_twice(tmp_path: Pa
     assert done.returncode == 0, done.stderr[-3000:]
     assert standin.store_problems(db, seen) == []  # no run lost, changed, duplicated or measured twice at once
     assert len(seen) > before
-    _assert_complete(db, configs=len(SPACE["max-num-seqs"]))
+    trials = _assert_complete(db, configs=len(SPACE["max-num-seqs"]))
+    # The resumed study's slots came up on the same node (and GPUs: none here), so they took their
+    # indices back and their baselines hold: no slot measured a second one.
+    assert {t["slot"] for t in trials} == {0, 1}
+    assert sorted(t["slot"] for t in trials if t["role"] == "baseline") == [0, 1]
     _nothing_left(cluster, out)
 
 

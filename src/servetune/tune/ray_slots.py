@@ -33,6 +33,7 @@ worker, never sent through Ray: set them where `ray start` runs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import pickle
 import socket
@@ -158,7 +159,8 @@ class _RemoteStore:
 class _SlotActor:
     """One slot on a node of the cluster: boots, measures and stops one trial at a time."""
 
-    def __init__(self, slot: int, executor: TrialExecutor, mailbox: Any):
+    def __init__(self, executor: TrialExecutor, mailbox: Any):
+        self._template = executor
         self._mailbox = mailbox
         self._live = LiveServers()
         self._stopping = threading.Event()
@@ -170,13 +172,20 @@ class _SlotActor:
         context = ray.get_runtime_context()
         host = socket.gethostname()
         self._placement = Placement(
-            slot, {"CUDA_VISIBLE_DEVICES": ",".join(ids)} if ids else {},
+            -1, {"CUDA_VISIBLE_DEVICES": ",".join(ids)} if ids else {},
             where={"node": f"{host} ({ray.util.get_node_ip_address()})", "ray_node_id": context.get_node_id(),
                    "worker_pid": str(os.getpid())})
-        self._executor = executor.on_slot(_RemoteStore(self._call), self._placement,  # type: ignore[arg-type]
-                                          live=self._live)
+        self._executor = executor
 
-    def placement(self) -> Placement:
+    def where(self) -> Placement:
+        """Where Ray put this slot (its index not chosen yet)."""
+        return self._placement
+
+    def assign(self, slot: int) -> Placement:
+        """Become slot `slot` (its port is the study port + the index)."""
+        self._placement = dataclasses.replace(self._placement, slot=slot)
+        self._executor = self._template.on_slot(_RemoteStore(self._call), self._placement,  # type: ignore[arg-type]
+                                                live=self._live)
         return self._placement
 
     def run(self, trial: TrialRow, plan: TrialPlan, duplicates: bool) -> Outcome | None:
@@ -250,9 +259,13 @@ class RaySlots:
         self._running: dict[Any, tuple[int, int]] = {}  # object ref -> (slot, trial id)
         self._calls: dict[int, SlotCalls] = {}            # trial id -> the driver's calls for it
         self._stopping = threading.Event()
-        started = {i: self._start_actor(i) for i in range(slots)}
-        for i, actor in started.items():
-            self.placements.append(self._ready(i, actor))
+        self._broken: BaseException | None = None  # the pump's connection to the cluster failed
+        # Each slot index the store has seen, with where it measured: a slot on the same node and
+        # GPUs takes that index back (its baseline holds), another gets a fresh one (its own baseline).
+        self._seen: dict[int, dict[str, Any]] = {t.slot: dict(t.placement or {}) for t in store.trials()}
+        actors = [self._start_actor() for _ in range(slots)]
+        for n, actor in enumerate(actors):
+            self._assign(actor, self._ready(n, actor))
         self._pump = threading.Thread(target=self._serve_mailbox, name="servetune-ray-pump", daemon=True)
         self._pump.start()
 
@@ -264,28 +277,39 @@ class RaySlots:
 
     # --- slots ----------------------------------------------------------------------------
 
-    def _start_actor(self, slot: int) -> Any:
+    def _start_actor(self) -> Any:
         options: dict[str, Any] = {"num_cpus": self._cpus, "max_concurrency": 2, "max_restarts": 0}
         if self._gpus:
             options["num_gpus"] = self._gpus
-        actor = self._actor_class.options(**options).remote(slot, self._template, self._mailbox)
-        self._actors[slot] = actor
-        return actor
+        return self._actor_class.options(**options).remote(self._template, self._mailbox)
 
-    def _ready(self, slot: int, actor: Any) -> Placement:
-        """The slot's placement, once Ray has found it a node; an error naming what was asked."""
+    def _ready(self, n: int, actor: Any) -> Placement:
+        """Where the n-th slot started runs, once Ray has found it a node; an error naming what was asked."""
         try:
-            placement: Placement = ray.get(actor.placement.remote(), timeout=self._ready_timeout_s)
-            return placement
+            where: Placement = ray.get(actor.where.remote(), timeout=self._ready_timeout_s)
+            return where
         except (GetTimeoutError, RayActorError) as exc:
             ray.kill(actor)
             asked = f"{self._gpus} GPU(s) and {self._cpus:g} CPU(s)"
             why = (f"no node had {asked} free within {self._ready_timeout_s:.0f} s"
                    if isinstance(exc, GetTimeoutError) else f"its actor died: {_first_line(exc)}")
-            raise ServetuneError(f"--ray: slot {slot} could not start ({why}; the cluster has "
+            raise ServetuneError(f"--ray: slot {n} could not start ({why}; the cluster has "
                                  f"{_resources()})") from None
 
+    def _assign(self, actor: Any, where: Placement, *, reuse: bool = True) -> Placement:
+        same = [i for i, seen in self._seen.items()
+                if reuse and i not in self._actors and _same_place(seen, where)]
+        slot = min(same) if same else next(i for i in range(len(self._seen) + len(self._actors) + 1)
+                                           if i not in self._seen and i not in self._actors)
+        placement: Placement = ray.get(actor.assign.remote(slot))
+        self._actors[slot] = actor
+        self._seen[slot] = placement.describe()
+        self.placements.append(placement)
+        return placement
+
     def submit(self, slot: int, trial: TrialRow, plan: TrialPlan, calls: SlotCalls) -> None:
+        if self._broken is not None:
+            raise ServetuneError(f"--ray: lost the Ray cluster: {_first_line(self._broken)}")
         with self._lock:
             self._calls[trial.id] = calls
             ref = self._actors[slot].run.remote(trial, plan, calls.duplicate_of is not None)
@@ -293,14 +317,13 @@ class RaySlots:
 
     def replacement(self, lost: int) -> Placement:
         ray.kill(self._actors.pop(lost))  # already dead; makes sure Ray gives back its resources
-        slot = len(self.placements)
+        actor = self._start_actor()
         try:
-            placement = self._ready(slot, self._start_actor(slot))
-        except ServetuneError as exc:
-            self._actors.pop(slot, None)
-            raise SlotLost(str(exc)) from None
-        self.placements.append(placement)
-        return placement
+            # A fresh index even on the same node: the lost slot's GPUs may be what failed.
+            return self._assign(actor, self._ready(len(self._actors), actor), reuse=False)
+        except (ServetuneError, RayError) as exc:
+            ray.kill(actor)
+            raise SlotLost(_first_line(exc)) from None
 
     def stop_leftovers(self, trial: TrialRow, leftovers: Leftovers) -> bool:
         """On the node recorded with the trial (a task pinned there); on this host when the trial
@@ -333,17 +356,23 @@ class RaySlots:
     # --- the driver's side of the mailbox --------------------------------------------------
 
     def _serve_mailbox(self) -> None:
-        """Hand the slots' calls to the driver's inbox and their ends to the driver, until stopped."""
-        while not self._stopping.is_set():
-            try:
+        """Hand the slots' calls to the driver's inbox and their ends to the driver, until stopped.
+        A failure here (the cluster gone) ends every running trial with it, so the driver stops."""
+        try:
+            while not self._stopping.is_set():
                 batch = ray.get(self._mailbox.take.remote(_POLL_S))
-            except RayError:
-                if self._stopping.is_set():
-                    return
-                raise
-            for number, (trial_id, name, args, kwargs) in batch:
-                self._deliver(number, trial_id, name, args, kwargs)
-            self._reap()
+                for number, (trial_id, name, args, kwargs) in batch:
+                    self._deliver(number, trial_id, name, args, kwargs)
+                self._reap()
+        except Exception as exc:
+            if self._stopping.is_set():
+                return
+            self._broken = exc
+            with self._lock:
+                running, self._running = list(self._running.values()), {}
+            for slot, trial_id in running:
+                self.driver.finished(Finished(slot, trial_id, error=ServetuneError(
+                    f"--ray: lost the Ray cluster: {_first_line(exc)}")))
 
     def _deliver(self, number: int | None, trial_id: int, name: str, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
@@ -389,6 +418,12 @@ class RaySlots:
             except RayTaskError as exc:  # the trial's own error (a bug, a user error): the driver decides
                 message = Finished(slot, trial_id, error=exc.as_instanceof_cause())
             self.driver.finished(message)
+
+
+def _same_place(seen: dict[str, Any], where: Placement) -> bool:
+    """The same node and the same GPUs: a baseline measured there holds for this slot."""
+    return bool(seen.get("node")) and seen.get("node") == where.where.get("node") \
+        and dict(seen.get("env") or {}) == where.env
 
 
 def _portable(exc: BaseException) -> BaseException:

@@ -164,6 +164,11 @@ class StudyRunner:
     def _live_slots(self) -> list[Placement]:
         return [p for p in self.placements if p.slot not in self._lost]
 
+    def _placement(self, slot: int) -> Placement:
+        """Slot indices need not be 0..N-1: a Ray slot on another node than the one a resumed
+        study's slot measured on, or a replacement, gets a fresh index (and its own baseline)."""
+        return next(p for p in self.placements if p.slot == slot)
+
     def _recover_unfinished(self) -> None:
         """A killed predecessor may have left trials `running` and their servers alive: they run first."""
         assert self._slots is not None
@@ -283,16 +288,17 @@ class StudyRunner:
     def _start_trial(self, role: str, config: Config, params: dict[str, Any], *, slot: int) -> None:
         self._pause_if_no_time()
         trial = self.store.begin_trial(role, config, params, session_id=self._session, slot=slot,
-                                       placement=self.placements[slot].describe())
+                                       placement=self._placement(slot).describe())
         self._dispatch(slot, trial)
 
     def _pop_resume(self, slot: int) -> TrialRow | None:
-        """A trial left by a killed tuner on this slot (or on one this study no longer has), or
-        one whose slot was lost mid-trial (any free slot takes it)."""
+        """A trial left by a killed tuner on this slot, or on one this study does not have now (fewer
+        slots, a slot lost mid-trial, a Ray slot now elsewhere): any free slot takes that one."""
+        live = {p.slot for p in self._live_slots()}
         for i, trial in enumerate(self._resumes):
-            if trial.slot in self._lost or trial.slot % len(self.placements) == slot:
+            if trial.slot == slot or trial.slot not in live:
                 del self._resumes[i]
-                self.store.move_trial(trial.id, slot=slot, placement=self.placements[slot].describe())
+                self.store.move_trial(trial.id, slot=slot, placement=self._placement(slot).describe())
                 return self.store.trial(trial.id)
         return None
 
@@ -335,7 +341,7 @@ class StudyRunner:
             raise finished.error  # a slot's bug or user error ends the study (slots are stopped)
         done = self.store.trial(finished.trial_id)
         label = self._label(done.config)
-        where = f" on {self.placements[done.slot].label()}" if len(self.placements) > 1 else ""
+        where = f" on {self._placement(done.slot).label()}" if len(self.placements) > 1 else ""
         if finished.outcome != str(Outcome.ok):
             self.display.note(f"[yellow]#{done.seq} {done.role} {label}: {finished.outcome}[/]{where} "
                               f"{escape((done.detail or '')[:300])}")
@@ -353,7 +359,7 @@ class StudyRunner:
         assert self._slots is not None
         trial = self.store.trial(finished.trial_id)
         self._lost.add(finished.slot)
-        self.display.note(f"[yellow]{self.placements[finished.slot].label()} lost during #{trial.seq} "
+        self.display.note(f"[yellow]{self._placement(finished.slot).label()} lost during #{trial.seq} "
                           f"{trial.role}: {escape(str(finished.error))}; the trial runs again on another slot[/]")
         self._slots.stop_leftovers(trial, Leftovers.of(self.store, trial))
         self.store.reopen_trial(trial.id, session_id=self._session)
@@ -363,7 +369,7 @@ class StudyRunner:
         except SlotLost as exc:
             self.display.note(f"[yellow]no slot replaces it: {escape(str(exc))}[/]")
         else:
-            self.display.note(f"{replacement.label()} replaces {self.placements[finished.slot].label()}")
+            self.display.note(f"{replacement.label()} replaces {self._placement(finished.slot).label()}")
             self.display.use_slots([p.label() for p in self.placements])
         if not self._live_slots():
             raise ServetuneError("every slot of the study was lost; run the same command again to resume")
