@@ -17,7 +17,7 @@ from servetune.engine.placement import Placement
 from servetune.errors import ServetuneError
 from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
-from servetune.tune.ray_slots import slot_gpus
+from servetune.tune.ray_slots import _share_cpus, slot_gpus
 from servetune.tune.slots import SlotCalls, resolve_call
 
 
@@ -65,3 +65,14 @@ def test_ray_flag_without_ray_installed_is_a_one_line_error(tmp_path: Path, monk
     assert isinstance(result.exception, ServetuneError)
     assert str(result.exception) == "--ray: Ray is not installed here; install servetune[ray] (pip install 'servetune[ray]')"
     assert not (tmp_path / "out" / "study.sqlite").exists()  # nothing was started
+
+
+def test_cpu_slots_on_one_node_split_its_cores_gpu_slots_and_lone_slots_are_not_pinned() -> None:
+    def at(node: str, env: dict[str, str] | None = None) -> Placement:
+        return Placement(-1, env or {}, cpus=(0, 1, 2, 3), where={"node": node})
+
+    a, b, c = _share_cpus([at("n1"), at("n1"), at("n2")], gpus=0)
+    assert (a.cpus, b.cpus, c.cpus) == ((0, 1), (2, 3), None)
+    assert a.env == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"} and c.env == {}
+    gpu = _share_cpus([at("n1", {"CUDA_VISIBLE_DEVICES": "0"}), at("n1", {"CUDA_VISIBLE_DEVICES": "1"})], gpus=1)
+    assert [p.cpus for p in gpu] == [None, None] and gpu[1].env == {"CUDA_VISIBLE_DEVICES": "1"}

@@ -50,7 +50,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..engine.config import Config
 from ..engine.outcome import Outcome
-from ..engine.placement import _GPU_FLAGS, Placement, server_gpus
+from ..engine.placement import _GPU_FLAGS, Placement, plan_placements, server_gpus
 from ..errors import ServetuneError
 from ..store import StudyStore, TrialRow
 from ..study.spec import StudySpec
@@ -58,6 +58,8 @@ from .recovery import Leftovers
 from .slots import Driver, Finished, LiveServers, SlotCalls, SlotLost, SlotStopped, resolve_call
 from .trial import TrialExecutor, TrialPlan
 
+# The CPU build's OpenMP binding, set with a slot's share of a node's CPUs (engine/placement.py).
+_CPU_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 # How often a waiting side looks again (a mailbox take, a slot's wait for an answer); not a timing
 # of the study.
 _POLL_S = 0.2
@@ -173,6 +175,7 @@ class _SlotActor:
         host = socket.gethostname()
         self._placement = Placement(
             -1, {"CUDA_VISIBLE_DEVICES": ",".join(ids)} if ids else {},
+            cpus=tuple(sorted(os.sched_getaffinity(0))),  # what the driver splits between CPU slots of a node
             where={"node": f"{host} ({ray.util.get_node_ip_address()})", "ray_node_id": context.get_node_id(),
                    "worker_pid": str(os.getpid())})
         self._executor = executor
@@ -181,9 +184,11 @@ class _SlotActor:
         """Where Ray put this slot (its index not chosen yet)."""
         return self._placement
 
-    def assign(self, slot: int) -> Placement:
-        """Become slot `slot` (its port is the study port + the index)."""
-        self._placement = dataclasses.replace(self._placement, slot=slot)
+    def assign(self, slot: int, env: dict[str, str], cpus: tuple[int, ...] | None) -> Placement:
+        """Become slot `slot` (its port is the study port + the index) with the driver's share of
+        the node's CPUs (None: no pinning) and what goes with it into the server's environment."""
+        self._placement = dataclasses.replace(self._placement, slot=slot, env={**self._placement.env, **env},
+                                              cpus=cpus)
         self._executor = self._template.on_slot(_RemoteStore(self._call), self._placement,  # type: ignore[arg-type]
                                                 live=self._live)
         return self._placement
@@ -264,8 +269,9 @@ class RaySlots:
         # GPUs takes that index back (its baseline holds), another gets a fresh one (its own baseline).
         self._seen: dict[int, dict[str, Any]] = {t.slot: dict(t.placement or {}) for t in store.trials()}
         actors = [self._start_actor() for _ in range(slots)]
-        for n, actor in enumerate(actors):
-            self._assign(actor, self._ready(n, actor))
+        wheres = _share_cpus([self._ready(n, actor) for n, actor in enumerate(actors)], gpus)
+        for actor, where in zip(actors, wheres):
+            self._assign(actor, where)
         self._pump = threading.Thread(target=self._serve_mailbox, name="servetune-ray-pump", daemon=True)
         self._pump.start()
 
@@ -301,7 +307,7 @@ class RaySlots:
                 if reuse and i not in self._actors and _same_place(seen, where)]
         slot = min(same) if same else next(i for i in range(len(self._seen) + len(self._actors) + 1)
                                            if i not in self._seen and i not in self._actors)
-        placement: Placement = ray.get(actor.assign.remote(slot))
+        placement: Placement = ray.get(actor.assign.remote(slot, where.env, where.cpus))
         self._actors[slot] = actor
         self._seen[slot] = placement.describe()
         self.placements.append(placement)
@@ -317,10 +323,16 @@ class RaySlots:
 
     def replacement(self, lost: int) -> Placement:
         ray.kill(self._actors.pop(lost))  # already dead; makes sure Ray gives back its resources
+        gone = next(p for p in self.placements if p.slot == lost)
         actor = self._start_actor()
         try:
+            where = self._ready(len(self._actors), actor)
+            # On the lost slot's node a CPU slot takes its share of the cores; elsewhere, no pinning.
+            same_node = where.where.get("node") == gone.where.get("node")
+            share = (gone.cpus if same_node else None) if not self._gpus else None
+            env = {k: v for k, v in gone.env.items() if k == _CPU_BIND} if share else {}
             # A fresh index even on the same node: the lost slot's GPUs may be what failed.
-            return self._assign(actor, self._ready(len(self._actors), actor), reuse=False)
+            return self._assign(actor, dataclasses.replace(where, cpus=share, env={**where.env, **env}), reuse=False)
         except (ServetuneError, RayError) as exc:
             ray.kill(actor)
             raise SlotLost(_first_line(exc)) from None
@@ -418,6 +430,25 @@ class RaySlots:
             except RayTaskError as exc:  # the trial's own error (a bug, a user error): the driver decides
                 message = Finished(slot, trial_id, error=exc.as_instanceof_cause())
             self.driver.finished(message)
+
+
+def _share_cpus(wheres: list[Placement], gpus: int) -> list[Placement]:
+    """CPU slots (no GPUs) that share a node split its CPUs as local slots do (plan_placements):
+    each server and its engine stay on their own cores. GPU slots and a node's only slot are not
+    pinned."""
+    by_node: dict[str, list[int]] = {}
+    for i, where in enumerate(wheres):
+        by_node.setdefault(where.where.get("node", ""), []).append(i)
+    out = [dataclasses.replace(w, cpus=None) for w in wheres]
+    if gpus:
+        return out
+    for members in by_node.values():
+        if len(members) < 2:
+            continue
+        shares = plan_placements(len(members), 0, cpus=wheres[members[0]].cpus)
+        for i, share in zip(members, shares):
+            out[i] = dataclasses.replace(out[i], env={**out[i].env, **share.env}, cpus=share.cpus)
+    return out
 
 
 def _same_place(seen: dict[str, Any], where: Placement) -> bool:
