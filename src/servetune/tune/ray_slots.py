@@ -161,7 +161,11 @@ class _RemoteStore:
 class _SlotActor:
     """One slot on a node of the cluster: boots, measures and stops one trial at a time."""
 
-    def __init__(self, executor: TrialExecutor, mailbox: Any):
+    def __init__(self, executor: TrialExecutor, mailbox: Any, cwd: str):
+        # Relative paths of the study (the model, the engine command's files, --out) mean what
+        # they mean to the tuner: its directory, where the node has it (one host, a shared mount).
+        if os.path.isdir(cwd):
+            os.chdir(cwd)
         self._template = executor
         self._mailbox = mailbox
         self._live = LiveServers()
@@ -287,7 +291,7 @@ class RaySlots:
         options: dict[str, Any] = {"num_cpus": self._cpus, "max_concurrency": 2, "max_restarts": 0}
         if self._gpus:
             options["num_gpus"] = self._gpus
-        return self._actor_class.options(**options).remote(self._template, self._mailbox)
+        return self._actor_class.options(**options).remote(self._template, self._mailbox, os.getcwd())
 
     def _ready(self, n: int, actor: Any) -> Placement:
         """Where the n-th slot started runs, once Ray has found it a node; an error naming what was asked."""
