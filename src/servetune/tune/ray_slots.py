@@ -432,7 +432,10 @@ class RaySlots:
             except RayActorError as exc:  # the worker process or its node is gone
                 message = Finished(slot, trial_id, error=SlotLost(_first_line(exc)))
             except RayTaskError as exc:  # the trial's own error (a bug, a user error): the driver decides
-                message = Finished(slot, trial_id, error=exc.as_instanceof_cause())
+                # The original exception, not Ray's wrapper, whose text carries the remote traceback:
+                # a user error must still reach the CLI as its one line.
+                cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+                message = Finished(slot, trial_id, error=cause)
             self.driver.finished(message)
 
 
