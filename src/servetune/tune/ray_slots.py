@@ -27,7 +27,9 @@ token), then runs the trial again. With `--ray auto` and no cluster running, Ray
 this study; its processes share the tuner's fate and stop with it.
 
 Secrets named by variable (`engine.secret_env`) are read from the environment of the node's Ray
-worker, never sent through Ray: set them where `ray start` runs.
+worker, never sent through Ray: set them where `ray start` runs. A secret's value written in the
+study file itself travels inside the engine object the actors are built with (Ray's memory,
+never a log or the store).
 """
 
 from __future__ import annotations
