@@ -64,20 +64,20 @@ def tuner_env(mark: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, MARK: mark, **(extra or {})}
 
 
-def tune_argv(study: Path, out: Path, report: bool) -> list[str]:
+def tune_argv(study: Path, out: Path, report: bool, extra_args: list[str] | None = None) -> list[str]:
     return [sys.executable, "-m", "servetune", "tune", str(study), "--out", str(out),
-            "--report" if report else "--no-report"]
+            "--report" if report else "--no-report", *(extra_args or [])]
 
 
 def start_tuner(study: Path, out: Path, mark: str, *, extra_env: dict[str, str] | None = None,
                 preexec_fn: Callable[[], None] | None = None, log: Path | None = None,
-                report: bool = False) -> subprocess.Popen[bytes]:
+                report: bool = False, extra_args: list[str] | None = None) -> subprocess.Popen[bytes]:
     """`servetune tune STUDY --out OUT [--no-report]` in a session of its own, marked; its output goes
     to `log` (appended) or nowhere (never to a pipe nobody reads: a full pipe would stall it)."""
     sink = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - the child holds it
     try:
         return subprocess.Popen(
-            tune_argv(study, out, report),
+            tune_argv(study, out, report, extra_args),
             cwd=REPO, env=tuner_env(mark, extra_env), stdin=subprocess.DEVNULL, stdout=sink,
             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)
     finally:
@@ -93,10 +93,11 @@ class TunerResult:
 
 
 def run_tuner(study: Path, out: Path, mark: str, *, timeout_s: float, extra_env: dict[str, str] | None = None,
-              preexec_fn: Callable[[], None] | None = None, report: bool = False) -> TunerResult:
+              preexec_fn: Callable[[], None] | None = None, report: bool = False,
+              extra_args: list[str] | None = None) -> TunerResult:
     """Run a tuner to its end; one that outlives `timeout_s` is killed with its group."""
     proc = subprocess.Popen(
-        tune_argv(study, out, report),
+        tune_argv(study, out, report, extra_args),
         cwd=REPO, env=tuner_env(mark, extra_env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=preexec_fn)
     try:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import typer
@@ -36,6 +38,11 @@ def register(app: typer.Typer) -> None:
             None, "--stop-after", metavar="SECONDS",
             help="pause cleanly before a trial that would not finish within SECONDS of this session "
                  "(from measured boot and run times); run the same command again to continue"),
+        ray_address: str | None = typer.Option(
+            None, "--ray", metavar="auto|ADDRESS",
+            help="run the study's slots (parallel.slots) as actors on a Ray cluster: `auto` (RAY_ADDRESS, "
+                 "a cluster started here with `ray start`, else a new local one) or the cluster's address; "
+                 "needs servetune[ray]"),
     ) -> None:
         """Run (or resume) a tuning study: baseline, search, finalists, verdict."""
         from ..study import load_study
@@ -43,7 +50,7 @@ def register(app: typer.Typer) -> None:
         spec = load_study(study_file)
         writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
         with store_errors(out / StudyStore.FILENAME):
-            _tune(spec, out, report, stop_after)
+            _tune(spec, out, report, stop_after, ray_address)
 
     @app.command()
     def status(out: Path = typer.Argument(..., help="study directory")) -> None:
@@ -92,11 +99,29 @@ def register(app: typer.Typer) -> None:
             console.print(f"verdict: {escape(str(verdict.get('reason')))}")
 
 
-def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None) -> None:
+def _ray_slots() -> ModuleType:
+    """tune.ray_slots, which needs Ray: an optional dependency, imported only for --ray."""
+    if importlib.util.find_spec("ray") is None:
+        raise ServetuneError("--ray: Ray is not installed here; install servetune[ray] "
+                             "(pip install 'servetune[ray]')")
+    from ..tune import ray_slots
+
+    return ray_slots
+
+
+def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None, ray_address: str | None) -> None:
     from ..tune.runner import StudyRunner
 
-    runner = StudyRunner(spec, out, display=StudyDisplay(Console(stderr=True)), stop_after_s=stop_after)
-    result = runner.run()
+    display = StudyDisplay(Console(stderr=True))
+    if ray_address is None:
+        runner = StudyRunner(spec, out, display=display, stop_after_s=stop_after)
+        result = runner.run()
+    else:
+        ray_slots = _ray_slots()
+        runner = StudyRunner(spec, out, display=display, stop_after_s=stop_after,
+                             slots=ray_slots.RaySlots.factory(spec))
+        with ray_slots.ray_cluster(ray_address):
+            result = runner.run()
     if runner.paused:
         console.print(f"[yellow]paused[/] before the next trial (--stop-after {stop_after:g} s); "
                       "run the same command again to continue")

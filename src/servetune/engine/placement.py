@@ -11,23 +11,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..errors import ServetuneError
+from .config import Config
+
+# Flags whose product is the GPUs one server uses (each defaults to 1).
+_GPU_FLAGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
 
 
 @dataclass(frozen=True)
 class Placement:
     """Slot `slot`'s share of the host: variables its servers get and the CPUs they may use
-    (None: wherever servetune itself may run)."""
+    (None: wherever servetune itself may run). `where` says which machine that is when it is not
+    the tuner's own (a Ray slot: node name and address, Ray's node id, the worker's pid); it is
+    recorded with the trial so the report shows which node measured what."""
 
     slot: int = 0
     env: dict[str, str] = field(default_factory=dict)
     cpus: tuple[int, ...] | None = None
+    where: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, object]:
         """What the store and the report keep of it."""
-        return {"slot": self.slot, "env": dict(self.env), "cpus": list(self.cpus) if self.cpus else None}
+        out: dict[str, object] = {"slot": self.slot, "env": dict(self.env),
+                                  "cpus": list(self.cpus) if self.cpus else None}
+        return {**out, **self.where}
 
     def label(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.env.items() if k == "CUDA_VISIBLE_DEVICES"]
+        parts = [f"node {self.where['node']}"] if "node" in self.where else []
+        parts += [f"{k}={v}" for k, v in self.env.items() if k == "CUDA_VISIBLE_DEVICES"]
         if self.cpus:
             parts.append(f"cpus {','.join(map(str, self.cpus))}")
         return f"slot {self.slot}" + (f" ({'; '.join(parts)})" if parts else "")
@@ -66,3 +76,13 @@ def _visible_gpus(needed: int) -> list[str]:
         raise ServetuneError(f"parallel: {needed} GPUs needed (slots x gpus_per_trial), "
                              f"CUDA_VISIBLE_DEVICES names {len(ids)}")
     return ids
+
+
+def server_gpus(config: Config) -> int:
+    """GPUs one server of this config takes: tensor x pipeline x data parallel sizes."""
+    out = 1
+    for flag in _GPU_FLAGS:
+        value = config.flags.get(flag)
+        if isinstance(value, (int, str)) and str(value).isdigit():
+            out *= int(value)
+    return out

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..engine.placement import server_gpus
 from ..load.records import SummaryLike
 from ..store.sqlite import RunRow
 from ..study.metrics import CAPACITY
@@ -20,8 +20,6 @@ from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
 from ..tune.capacity_trial import CAPACITY_REPLICATE, LEVEL_KEY, is_level_run
 from . import plots
 
-# Flags whose product is the GPUs one server uses (each defaults to 1).
-_GPU_FLAGS = ("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size")
 _UNIT = {"rate": "req/s", "concurrency": "concurrent requests"}
 
 
@@ -42,16 +40,6 @@ class CapacityView:
     rows: list[CapacityRow] = field(default_factory=list)
     price_per_gpu_hour: float | None = None
     plot: plots.Plot | None = None
-
-
-def gpus(config: Config) -> int:
-    """GPUs one server of this config takes: tensor x pipeline x data parallel sizes."""
-    out = 1
-    for flag in _GPU_FLAGS:
-        value = config.flags.get(flag)
-        if isinstance(value, (int, str)) and str(value).isdigit():
-            out *= int(value)
-    return out
 
 
 def usd_per_million_tokens(price_per_gpu_hour: float, gpu_count: int, output_tokens_per_s: float) -> float:
@@ -86,7 +74,7 @@ def build_capacity(analysis: StudyAnalysis, runs_by_trial: Mapping[int, list[Run
                 continue
             served = [r.summary["output_throughput_at_capacity"] for r in runs
                       if r.summary.get("output_throughput_at_capacity")]
-            cost = (usd_per_million_tokens(price_per_gpu_hour, gpus(c.config), fmean(served))
+            cost = (usd_per_million_tokens(price_per_gpu_hour, server_gpus(c.config), fmean(served))
                     if price_per_gpu_hour and served else None)
             view.rows.append(CapacityRow(
                 label=label, scenario=scenario, unit=_UNIT.get(runs[0].summary.get("load", ""), ""),

@@ -257,7 +257,8 @@ def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> 
 def _slot_label(t: Trial) -> str:
     place = t.placement or {}
     cpus = place.get("cpus")
-    return Placement(t.slot, dict(place.get("env") or {}), tuple(cpus) if cpus else None).label()
+    where = {k: str(v) for k, v in place.items() if k not in ("slot", "env", "cpus") and v is not None}
+    return Placement(t.slot, dict(place.get("env") or {}), tuple(cpus) if cpus else None, where).label()
 
 
 def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..engine import stop_if_ours
 from ..errors import ServetuneError
@@ -16,31 +17,49 @@ from ..store import StudyStore, TrialRow
 from .lock import describe_holder, session_is_live
 
 
-def reclaim_unfinished(store: StudyStore, session_id: int, note: Callable[[str], None]) -> list[TrialRow]:
-    """Stop the leftovers of every unfinished trial and reopen it under `session_id`; returns
-    the reopened trials, to be run again (their stored runs count)."""
+@dataclass(frozen=True)
+class Leftovers:
+    """What finds an abandoned trial's server and its children: the recorded pid, group and
+    create time, the launch token in their environment, and (for stores without a token)
+    processes created before the owner's last heartbeat. Plain data, so the search can run on
+    the node where the trial ran (a Ray slot's node)."""
+
+    pid: int | None
+    pgid: int | None
+    create_time: float | None
+    launch_token: str | None
+    created_before: float | None
+
+    @classmethod
+    def of(cls, store: StudyStore, trial: TrialRow) -> Leftovers:
+        owner = store.session(trial.session_id) if trial.session_id is not None else None
+        return cls(trial.server_pid, trial.server_pgid, trial.server_create_time, trial.launch_token,
+                   owner.last_seen if owner is not None else None)
+
+    def stop(self) -> bool:
+        """Stop them on this host; True when something was."""
+        return stop_if_ours(self.pid, self.pgid, self.create_time, launch_token=self.launch_token,
+                            created_before=self.created_before)
+
+
+StopFn = Callable[[TrialRow, Leftovers], bool]
+
+
+def reclaim_unfinished(store: StudyStore, session_id: int, note: Callable[[str], None],
+                       stop: StopFn = lambda _trial, leftovers: leftovers.stop()) -> list[TrialRow]:
+    """Stop the leftovers of every unfinished trial (with `stop`: on this host, or where the
+    trial ran) and reopen it under `session_id`; returns the reopened trials, to be run again
+    (their stored runs count)."""
     unfinished = store.unfinished_trials()
     for trial in unfinished:
         _refuse_if_owner_lives(store, trial, session_id)
     reopened = []
     for trial in unfinished:
-        if stop_leftovers(store, trial):
+        if stop(trial, Leftovers.of(store, trial)):
             note(f"stopped server pid {trial.server_pid or '?'} left by an interrupted run of trial #{trial.seq}")
         store.reopen_trial(trial.id, session_id=session_id)
         reopened.append(store.trial(trial.id))
     return reopened
-
-
-def stop_leftovers(store: StudyStore, trial: TrialRow) -> bool:
-    """Stop the server (and whatever it started) of an abandoned trial; True when something was.
-
-    Found by the recorded pid/pgid/create time, by the launch token in the processes' environment
-    (which also finds a server whose pid was never recorded), and, for stores without a token, by
-    creation time between the leader's and the owner's last heartbeat."""
-    owner = store.session(trial.session_id) if trial.session_id is not None else None
-    return stop_if_ours(trial.server_pid, trial.server_pgid, trial.server_create_time,
-                        launch_token=trial.launch_token,
-                        created_before=owner.last_seen if owner is not None else None)
 
 
 def _refuse_if_owner_lives(store: StudyStore, trial: TrialRow, session_id: int) -> None:

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -38,8 +38,8 @@ from . import eta as eta_seed
 from .display import StudyDisplay
 from .eta import estimate
 from .lock import StudyLock, TunerProcess
-from .recovery import reclaim_unfinished
-from .slots import Driver, DriverProxy, Finished, LiveServers, SlotBackend, ThreadSlots
+from .recovery import Leftovers, reclaim_unfinished
+from .slots import Driver, Finished, LiveServers, SlotBackend, SlotCalls, SlotLost, ThreadSlots
 from .trial import TrialExecutor, TrialPlan
 
 # A resumed study may get more budget or other slots, nothing else.
@@ -49,13 +49,22 @@ Work = tuple[str, Config, dict[str, Any]]  # (role, config, params) of a trial t
 
 
 
+# Makes the slots of a study once the runner is ready for them: (driver, executor template, store)
+# -> backend. None: threads of this host (ThreadSlots). `--ray` passes tune.ray_slots's.
+SlotFactory = Callable[[Driver, TrialExecutor, StudyStore], SlotBackend]
+
+
 class StudyRunner:
-    def __init__(self, spec: StudySpec, out_dir: Path, *, display: StudyDisplay, stop_after_s: float | None = None):
+    def __init__(self, spec: StudySpec, out_dir: Path, *, display: StudyDisplay, stop_after_s: float | None = None,
+                 slots: SlotFactory | None = None):
         self.spec = spec
         self.out_dir = Path(out_dir)
         self.display = display
+        self._slot_factory = slots
         # Before the lock: too few GPUs or CPUs for the slots is the study file's error, nothing is touched.
-        self.placements: list[Placement] = plan_placements(spec.parallel.slots, spec.parallel.gpus_per_trial)
+        # On Ray the slots' placements are what the cluster assigns (set in _start_slots).
+        self.placements: list[Placement] = (plan_placements(spec.parallel.slots, spec.parallel.gpus_per_trial)
+                                            if slots is None else [Placement(i) for i in range(spec.parallel.slots)])
         # Before anything is read or written: a second tuner on this directory stops here, and the
         # first one's live trial is never mistaken for one a killed tuner left behind.
         self._lock = StudyLock(self.out_dir).acquire()
@@ -80,7 +89,7 @@ class StudyRunner:
         # Set in _start_slots: the driver's inbox, the slots and an executor per slot.
         self._driver = Driver()
         self._slots: SlotBackend | None = None
-        self._slot_executors: dict[int, TrialExecutor] = {}
+        self._lost: set[int] = set()                 # slots whose worker or node went away
         self._busy: dict[int, int] = {}              # slot -> id of the trial running there
         self._resumes: list[TrialRow] = []           # trials a killed tuner left, to run first
         self._queued: dict[int, list[Work]] = {}     # a finalist waits for its baseline on the same slot
@@ -143,18 +152,27 @@ class StudyRunner:
             self.display.note(f"first estimate {predicted / 60:.1f} min ({basis}, boot ~{seed.boot_s:.0f} s)")
 
     def _start_slots(self) -> None:
-        live = LiveServers()
-        store = DriverProxy(self._driver, self.store)  # a slot's store calls run in this thread
-        # A single slot on the host as it is: no placement, today's launch.
-        single = len(self.placements) == 1 and not self.placements[0].env
-        self._slot_executors = {p.slot: self.executor.on_slot(store, None if single else p, live=live)  # type: ignore[arg-type]
-                                for p in self.placements}
-        self._slots = ThreadSlots(self._driver, self.placements, live, stop_server=self.executor.engine.stop)
+        if self._slot_factory is None:
+            self._slots = ThreadSlots(self._driver, self.placements, LiveServers(), self.executor, self.store)
+        else:
+            self._slots = self._slot_factory(self._driver, self.executor, self.store)
+            self.placements = self._slots.placements
+            for placement in self.placements:
+                self.display.note(f"{placement.label()} is ready")
         self.display.use_slots([p.label() for p in self.placements])
+
+    def _live_slots(self) -> list[Placement]:
+        return [p for p in self.placements if p.slot not in self._lost]
+
+    def _placement(self, slot: int) -> Placement:
+        """Slot indices need not be 0..N-1: a Ray slot on another node than the one a resumed
+        study's slot measured on, or a replacement, gets a fresh index (and its own baseline)."""
+        return next(p for p in self.placements if p.slot == slot)
 
     def _recover_unfinished(self) -> None:
         """A killed predecessor may have left trials `running` and their servers alive: they run first."""
-        for trial in reclaim_unfinished(self.store, self._session, self.display.note):
+        assert self._slots is not None
+        for trial in reclaim_unfinished(self.store, self._session, self.display.note, stop=self._slots.stop_leftovers):
             self.display.note(f"resuming trial #{trial.seq} ({trial.role}: {self._label(trial.config)})")
             self._resumes.append(trial)
 
@@ -256,7 +274,7 @@ class StudyRunner:
             self._wait_for_a_slot()
 
     def _fill_free_slots(self, next_work: Any) -> None:
-        for placement in self.placements:
+        for placement in self._live_slots():
             slot = placement.slot
             while slot not in self._busy:
                 work = next_work(slot)
@@ -270,15 +288,17 @@ class StudyRunner:
     def _start_trial(self, role: str, config: Config, params: dict[str, Any], *, slot: int) -> None:
         self._pause_if_no_time()
         trial = self.store.begin_trial(role, config, params, session_id=self._session, slot=slot,
-                                       placement=self.placements[slot].describe())
+                                       placement=self._placement(slot).describe())
         self._dispatch(slot, trial)
 
     def _pop_resume(self, slot: int) -> TrialRow | None:
-        """A trial left by a killed tuner on this slot (or on one this study no longer has)."""
+        """A trial left by a killed tuner on this slot, or on one this study does not have now (fewer
+        slots, a slot lost mid-trial, a Ray slot now elsewhere): any free slot takes that one."""
+        live = {p.slot for p in self._live_slots()}
         for i, trial in enumerate(self._resumes):
-            if trial.slot % len(self.placements) == slot:
+            if trial.slot == slot or trial.slot not in live:
                 del self._resumes[i]
-                self.store.move_trial(trial.id, slot=slot, placement=self.placements[slot].describe())
+                self.store.move_trial(trial.id, slot=slot, placement=self._placement(slot).describe())
                 return self.store.trial(trial.id)
         return None
 
@@ -296,35 +316,32 @@ class StudyRunner:
             return
         eta_now = time.time() + analysis.remaining_s(self.store, self.spec)
         self._log_eta(trial, eta_now)
-        executor, driver = self._slot_executors[slot], self._driver
         plan = TrialPlan(scenarios=list(self.spec.scenarios), min_replicates=self.spec.replicates.min,
                          max_replicates=self.spec.replicates.max, capacity=capacity_trial.plan_for(self.spec))
-
-        def work() -> Outcome:  # on the slot; what needs the store is run by the driver
-            return executor.run(
-                trial, plan,
-                enough=lambda t, reps: driver.call(analysis.enough_replicates, self.store, self.spec, t, reps),
-                progress=lambda t, s, r, d, n: driver.post(self._on_progress, t, label, s, r, d, n),
-                duplicate_of=(lambda t, facts: driver.call(known.after_boot, self.store, t, facts,
-                                                           self.baseline_config, defaults))
-                if is_candidate else None,
-                fits_of=lambda t, estimate: driver.call(known.context_fit, self.store, t, estimate,
-                                                        self.baseline_config),
-            )
-
+        # Run by the driver (this thread) when the trial's slot asks: what needs the store.
+        calls = SlotCalls(
+            enough=lambda t, reps: analysis.enough_replicates(self.store, self.spec, t, reps),
+            progress=lambda t, s, r, d, n: self._on_progress(t, label, s, r, d, n),
+            duplicate_of=(lambda t, facts: known.after_boot(self.store, t, facts, self.baseline_config, defaults))
+            if is_candidate else None,
+            fits_of=lambda t, estimate: known.context_fit(self.store, t, estimate, self.baseline_config),
+        )
         assert self._slots is not None
         self._busy[slot] = trial.id
-        self._slots.submit(slot, trial.id, work)
+        self._slots.submit(slot, trial, plan, calls)
 
     def _wait_for_a_slot(self) -> None:
         """Serve the slots' calls until one finishes its trial; then report that trial."""
         finished: Finished = self._driver.serve()
         self._busy.pop(finished.slot, None)
+        if isinstance(finished.error, SlotLost):
+            self._slot_lost(finished)
+            return
         if finished.error is not None:
             raise finished.error  # a slot's bug or user error ends the study (slots are stopped)
         done = self.store.trial(finished.trial_id)
         label = self._label(done.config)
-        where = f" on {self.placements[done.slot].label()}" if len(self.placements) > 1 else ""
+        where = f" on {self._placement(done.slot).label()}" if len(self.placements) > 1 else ""
         if finished.outcome != str(Outcome.ok):
             self.display.note(f"[yellow]#{done.seq} {done.role} {label}: {finished.outcome}[/]{where} "
                               f"{escape((done.detail or '')[:300])}")
@@ -334,6 +351,28 @@ class StudyRunner:
             self.display.note(f"#{done.seq} {done.role} {label}: ok ({boot}"
                               f"{len(self.store.runs(done.id))} runs{took}){where}")
         self._update_overview()
+
+    def _slot_lost(self, finished: Finished) -> None:
+        """A slot's worker or node went away mid-trial: stop what its server left where it ran,
+        then the trial runs again on the next free slot (a new boot; its recorded runs count,
+        and the run in flight, never recorded, is measured again). A replacement slot joins."""
+        assert self._slots is not None
+        trial = self.store.trial(finished.trial_id)
+        self._lost.add(finished.slot)
+        self.display.note(f"[yellow]{self._placement(finished.slot).label()} lost during #{trial.seq} "
+                          f"{trial.role}: {escape(str(finished.error))}; the trial runs again on another slot[/]")
+        self._slots.stop_leftovers(trial, Leftovers.of(self.store, trial))
+        self.store.reopen_trial(trial.id, session_id=self._session)
+        self._resumes.append(self.store.trial(trial.id))
+        try:
+            replacement = self._slots.replacement(finished.slot)
+        except SlotLost as exc:
+            self.display.note(f"[yellow]no slot replaces it: {escape(str(exc))}[/]")
+        else:
+            self.display.note(f"{replacement.label()} replaces {self._placement(finished.slot).label()}")
+            self.display.use_slots([p.label() for p in self.placements])
+        if not self._live_slots():
+            raise ServetuneError("every slot of the study was lost; run the same command again to resume")
 
     def _on_progress(self, trial: TrialRow, label: str, scenario: str | None, replicate: int,
                      done: int, total: int) -> None:
@@ -371,7 +410,7 @@ class StudyRunner:
         if self.spec.budget.wall_minutes is None:
             return True
         per_trial = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
-        reserve = 2 * self.spec.finalists * per_trial / len(self.placements)  # finalists and their baseline boots
+        reserve = 2 * self.spec.finalists * per_trial / len(self._live_slots())  # finalists and their baseline boots
         return self.store.elapsed_wall_s() + per_trial + reserve <= self.spec.budget.wall_minutes * 60
 
     def _slot_has_baseline(self, slot: int) -> bool:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import server_http
 from ..engine import Engine, Server
@@ -44,6 +45,8 @@ EnoughFn = Callable[[TrialRow, int], bool]
 DuplicateFn = Callable[[TrialRow, BootFacts], str | None]
 # After a context_too_long boot (the trial, vLLM's estimate or None): the length that would fit.
 FitsFn = Callable[[TrialRow, int | None], str | None]
+# A slot's named call to the driver (tune/slots.py SlotCalls): call waits for the answer, post does not.
+CallFn = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,18 @@ class TrialExecutor:
                    tokenizer_dir=model_dir if (model_dir / "tokenizer.json").is_file() else None,
                    port=spec.engine.port,
                    launch_flags={"served-model-name": served_name} if served_name else None)
+
+    def run_calling(self, trial: TrialRow, plan: TrialPlan, *, call: CallFn, post: CallFn,
+                    duplicates: bool) -> Outcome:
+        """`run` on a slot: its decisions are the driver's SlotCalls, reached by name through
+        `call(name, *args)` (waits for the answer) and `post` (progress; does not wait)."""
+        return self.run(
+            trial, plan,
+            enough=lambda t, reps: call("enough", t, reps),
+            progress=lambda t, s, r, d, n: post("progress", t, s, r, d, n),
+            duplicate_of=(lambda t, facts: call("duplicate_of", t, facts)) if duplicates else None,
+            fits_of=lambda t, estimate: call("fits_of", t, estimate),
+        )
 
     def run(self, trial: TrialRow, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn,
             duplicate_of: DuplicateFn | None = None, fits_of: FitsFn | None = None) -> Outcome:
