@@ -146,3 +146,11 @@ def test_the_interpreter_of_a_vllm_console_script_is_its_shebang(tmp_path: Path)
     script.write_text("#!/usr/bin/env python3\n")
     assert engine_interpreter([str(script), "serve"]) == "python3"
     assert engine_interpreter(["docker", "run", "img"]) is None
+
+
+def test_an_interrupted_candidate_is_called_unfinished_not_failed(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, {"max-model-len": 256}, {"enable-prefix-caching": [False]})
+    _engine, store = _tune(tmp_path, spec, lambda url: CountingEngine(url, _prefix_caching_on_by_default))
+    store.begin_trial("candidate", Config(flags={"max-model-len": 128}), {"max-model-len": 128})  # left running
+    headline = build_report_data(analysis.analyze(store, spec), store).headline
+    assert "0 failed to run" in headline and "1 unfinished" in headline, headline

@@ -22,7 +22,7 @@ from ..engine.config import Config
 from ..engine.outcome import Outcome
 from ..engine.placement import Placement
 from ..secrets import Redactor
-from ..store import Run, StudyStore, Trial
+from ..store import Run, StudyStore, Trial, TrialState
 from ..study.metrics import higher_is_better
 from ..study.spec import ObjectiveSpec
 from ..tune import bandwidth
@@ -203,7 +203,8 @@ def _headline(analysis: StudyAnalysis) -> str:
     tried = [c for c in analysis.configs if not c.is_baseline]
     # A duplicate or skipped config was never booted on purpose: it did not fail.
     not_run = [c for c in tried if c.outcome in (Outcome.duplicate, Outcome.skipped)]
-    failed = [c for c in tried if c.outcome != Outcome.ok and c not in not_run]
+    unfinished = [c for c in tried if c.outcome == TrialState.running]   # resumed by `servetune tune`
+    failed = [c for c in tried if c.outcome != Outcome.ok and c not in not_run and c not in unfinished]
     if analysis.winner is not None and analysis.baseline is not None:
         eff = analysis.winner.objective_effect
         label = analysis.winner.config.label(analysis.baseline.config)
@@ -215,8 +216,10 @@ def _headline(analysis: StudyAnalysis) -> str:
                     f"over the baseline.")
         return f"Winner: {label}."
     known = f", {len(not_run)} not booted (already known)" if not_run else ""
+    running = f", {len(unfinished)} unfinished (the study was stopped; run it again to resume)" if unfinished else ""
     return (f"No config beat the baseline: {len(tried) - len(not_run)} candidate config(s) tried, {len(failed)} "
-            f"failed to run{known}, none improved {analysis.objective_metric} significantly while meeting every SLO.")
+            f"failed to run{known}{running}, none improved {analysis.objective_metric} significantly "
+            "while meeting every SLO.")
 
 
 def _config_lines(analysis: StudyAnalysis) -> list[ConfigLine]:
