@@ -35,6 +35,10 @@ from tests.faults.test_standin_faults import STUDY_TIMEOUT_S, _wait_for
 
 pytestmark = pytest.mark.slow
 
+# The cluster declares GPUs it does not have (Ray's resources are logical): slots that ask for one
+# each get distinct ids from Ray, as on a GPU host; the stand-in ignores them.
+LOGICAL_GPUS = 2
+
 
 @dataclass(frozen=True)
 class Cluster:
@@ -58,7 +62,7 @@ def cluster() -> Iterator[Cluster]:
     ray_cli = Path(sys.executable).with_name("ray")
     started = subprocess.run(
         [str(ray_cli), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-         "--num-cpus", "3", "--num-gpus", "0", "--include-dashboard", "false", "--temp-dir", str(temp),
+         "--num-cpus", "3", "--num-gpus", str(LOGICAL_GPUS), "--include-dashboard", "false", "--temp-dir", str(temp),
          "--disable-usage-stats"],
         env=standin.tuner_env(mark, Cluster("", mark, token).env()), capture_output=True, text=True, timeout=180)
     try:
@@ -99,11 +103,11 @@ def _servers(mark: str) -> list[psutil.Process]:
     return out
 
 
-def _study(tmp_path: Path, trials: int = 4) -> tuple[Path, Path]:
+def _study(tmp_path: Path, trials: int = 4, gpus_per_trial: int = 0) -> tuple[Path, Path]:
     """A grid of `trials` candidates on 2 slots, runs slow enough (40 ms a chunk) to catch a slot busy."""
     spec = json.loads(standin.study_text("ray", space=SPACE, replicates=REPLICATES, trials=trials,
                                          args={"fault": "slow-chunks", "fault-delay-ms": 40}))
-    spec["parallel"] = {"slots": 2}
+    spec["parallel"] = {"slots": 2, "gpus_per_trial": gpus_per_trial}
     study_file = tmp_path / "study.yaml"
     study_file.write_text(json.dumps(spec))
     return study_file, tmp_path / "study"
@@ -153,6 +157,18 @@ def test_two_ray_slots_finish_the_study_once_each_with_ray_placements(tmp_path: 
     assert sorted(workers) == [0, 1] and len(set(workers.values())) == 2  # one actor per slot
     baselines = {t["slot"] for t in trials if t["role"] == "baseline"}
     assert baselines == {0, 1}  # each slot measured its own baseline
+    _nothing_left(cluster, out)
+
+
+def test_two_logical_gpu_slots_get_one_gpu_each_from_ray(tmp_path: Path, cluster: Cluster) -> None:
+    study_file, out = _study(tmp_path, trials=2, gpus_per_trial=1)
+    done = standin.run_tuner(study_file, out, cluster.mark, timeout_s=STUDY_TIMEOUT_S, extra_args=cluster.args(),
+                             extra_env=cluster.env())
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = _assert_complete(out / "study.sqlite", configs=2)
+    gpus = {t["slot"]: json.loads(t["placement_json"])["env"].get("CUDA_VISIBLE_DEVICES") for t in trials}
+    # Each slot's servers were launched with the one GPU Ray gave its actor, and no two slots share one.
+    assert sorted(gpus.values()) == [str(i) for i in range(LOGICAL_GPUS)], gpus
     _nothing_left(cluster, out)
 
 
