@@ -3,18 +3,27 @@ written through StudyStore's own API, with a known best config and known recorde
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from benchmarks.replay_strategies import main as replay_main
+from servetune.engine.bootfacts import BootFacts
 from servetune.engine.outcome import Outcome
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
 from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
+from servetune.tune import known
+from servetune.tune.display import StudyDisplay
 from servetune.tune.replay import GridTable, benchmark, quantile, replay, trial_seconds
+from servetune.tune.runner import StudyRunner
+from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine
+from tests.fakes.launch import fake_server
 
 SPEC = StudySpec.model_validate({
     "name": "synthetic-grid",
@@ -202,3 +211,32 @@ def test_the_script_turns_bad_input_into_one_line(tmp_path: Path, capsys) -> Non
     write_grid(tmp_path / "g")
     assert replay_main([str(tmp_path / "g"), "--strategies", "ofat,anneal"]) == 2
     assert "unknown strategy 'anneal'" in capsys.readouterr().err
+
+
+def test_a_grid_study_run_by_the_tuner_on_fake_servers_replays(tmp_path: Path) -> None:
+    """The store as the runner writes it (a baseline re-measurement, per-slot references, real
+    timestamps): the fast server's config is the best, and every booted trial is in the grid row."""
+    spec = StudySpec.model_validate({
+        "name": "fake-grid",
+        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(tmp_path / "m"),
+                   "args": {"max-num-seqs": 4, "max-num-batched-tokens": 256}},
+        "space": {"max-num-seqs": [4, 16], "max-num-batched-tokens": [256, 1024]},
+        "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 2, "warmups": 0}],
+        "strategy": "grid", "replicates": 2, "finalists": 0, "baseline_every": 2,
+    })
+    fast = spec.config_for({"max-num-seqs": 16, "max-num-batched-tokens": 1024})
+    with fake_server(ttft_ms=1, itl_ms=1) as fast_url, fake_server(ttft_ms=1, itl_ms=12) as slow_url:
+        runner = StudyRunner(spec, tmp_path / "study", display=StudyDisplay(Console(file=io.StringIO()), enabled=False))
+        runner.store.set_meta_json(known.DEFAULTS_META, CPU_DEFAULTS.model_dump(mode="json"))  # no vLLM here
+        engine = CountingEngine(slow_url, lambda c: BootFacts(),
+                                url_for=lambda c: fast_url if c.key() == fast.key() else slow_url)
+        runner.engine = runner.executor.engine = engine
+        runner.run()
+    store = StudyStore.open_existing(tmp_path / "study", read_only=True)
+    assert [t.role for t in store.trials()] == ["baseline", "candidate", "candidate", "baseline_check", "candidate"]
+    table = GridTable.from_store(store, StudySpec.from_store(store.get_meta_json("spec")))
+    assert table.best.key == fast.key() and table.targets(2.0) == {fast.key()}
+    assert table.grid_boots == len(engine.started) == 5
+    assert table.grid_s == pytest.approx(sum(trial_seconds(t) for t in store.trials())) and table.grid_s > 0
+    results = benchmark(table, ["grid", "optuna"], seeds=10)
+    assert all(summary.reached_share == 1.0 for summary, _ in results.values())
