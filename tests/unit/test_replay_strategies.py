@@ -16,9 +16,12 @@ from servetune.engine.bootfacts import BootFacts
 from servetune.engine.outcome import Outcome
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
+from servetune.search import Grid
 from servetune.store import StudyStore
+from servetune.study.loader import load_study
 from servetune.study.spec import StudySpec
 from servetune.tune import known
+from servetune.tune.analysis import search_size
 from servetune.tune.display import StudyDisplay
 from servetune.tune.replay import GridTable, benchmark, quantile, replay, trial_seconds
 from servetune.tune.runner import StudyRunner
@@ -240,3 +243,13 @@ def test_a_grid_study_run_by_the_tuner_on_fake_servers_replays(tmp_path: Path) -
     assert table.grid_s == pytest.approx(sum(trial_seconds(t) for t in store.trials())) and table.grid_s > 0
     results = benchmark(table, ["grid", "optuna"], seeds=10)
     assert all(summary.reached_share == 1.0 for summary, _ in results.values())
+
+
+def test_the_h200_grid_study_file_measures_its_whole_space() -> None:
+    """examples/h200/qwen3-8b-grid.yaml: a replay refuses a grid with a config missing, so its
+    trial budget must cover every candidate, and no boot goes to finalists."""
+    spec = load_study(Path(__file__).resolve().parents[2] / "examples" / "h200" / "qwen3-8b-grid.yaml")
+    assert spec.strategy == "grid" and spec.finalists == 0 and spec.replicates.min == 2
+    assert search_size(spec) == 8 and spec.budget.trials == 8
+    grid = Grid(spec)
+    assert spec.baseline_config().key() in {grid.config(p).key() for p in grid.combinations()}
