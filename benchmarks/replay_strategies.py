@@ -58,7 +58,7 @@ def render(table: GridTable, results: dict[str, tuple[Summary, list[SeedResult]]
     out = Table(title=f"Boots and recorded minutes to a config within {within_pct:g} % of the grid's best "
                       f"({seeds} seeds, at most {budget} candidates; the baseline's boots counted)")
     for column in ("strategy", "reached", "boots median", "boots p90", "minutes median", "minutes p90",
-                   "spent in all (median min)", "× cheaper than the grid"):
+                   "spent in all (min)", "× cheaper than grid"):
         out.add_column(column, justify="left" if column == "strategy" else "right", no_wrap=column == "strategy")
     for summary, _ in results.values():
         out.add_row(summary.strategy, f"{summary.reached_share:.0%}", _num(summary.boots_median, ".0f"),

@@ -19,7 +19,9 @@ recorded mean times (1 + a residual) drawn with replacement from the study's poo
 residuals (every boot's samples relative to that boot's mean, scaled by sqrt(n / (n - 1)) for
 the mean they were taken around). Resampling a config's own two or three replicates instead
 would hand a strategy two identical values half the time, a spread of zero that makes every
-Welch test certain. A strategy has reached the target once it has measured
+Welch test certain. Boot-to-boot variation is not redrawn: a replayed trial's mean is its config's
+recorded mean, so a study whose boots differ more than its replicates replays as less noisy than
+it was. A strategy has reached the target once it has measured
 a config whose true objective (the mean of all its recorded samples) is within `within_pct` % of
 the grid's best feasible config; what it cost to get there is counted in boots (the baseline and
 its re-measurements included) and in recorded trial time. OFAT's answer depends on the parameter
