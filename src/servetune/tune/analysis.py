@@ -196,6 +196,17 @@ def history_of(trials: Sequence[Trial], spec: StudySpec) -> list[TrialView]:
     return views + running
 
 
+def scored_trials(trials: Sequence[Trial], spec: StudySpec) -> dict[int, tuple[list[float], bool]]:
+    """Every done trial's objective samples and whether it met the SLOs, whatever its role (the
+    baseline's re-measurements too): for reading a finished study as a table, as the replay
+    benchmark does. The same samples `history_of` gives the strategies."""
+    measured = [_measured(t) for t in trials]
+    reference = _reference(measured, spec)
+    return {m.trial.id: (objective_samples(m, spec, reference) if m.trial.ok else [],
+                         m.trial.ok and not _violations(m, spec))
+            for m in measured if m.trial.done}
+
+
 def enough_replicates(store: StudyStore, spec: StudySpec, trial: Trial, replicates_done: int) -> bool:
     if replicates_done >= spec.replicates.max:
         return True
