@@ -222,3 +222,21 @@ def test_each_slot_is_compared_with_the_baseline_measured_on_it(tmp_path):
     result = analysis.analyze(store, spec)
     cand = next(c for c in result.configs if not c.is_baseline)
     assert cand.objective_effect.verdict == "no_difference"
+
+
+def test_status_shows_which_slot_measured_each_trial_once_there_are_several(tmp_path):
+    from cli_run import servetune
+    spec = parse_study(STUDY)
+    store = StudyStore.in_dir(tmp_path)
+    store.set_meta_json("spec", spec.model_dump(mode="json"))
+    rng = np.random.default_rng(3)
+    first = _trial(store, spec, rng, "baseline", {}, 100, noise=0.01)
+    assert "slot" not in servetune("status", tmp_path).stdout   # one place: no column
+    second = _trial(store, spec, rng, "baseline", {}, 100, noise=0.01)
+    _on_slot(store, second, 1, 10.0)
+    store.move_trial(second.id, slot=1, placement={"slot": 1, "env": {}, "node": "gpu-b (10.0.0.2)"})
+    out = servetune("status", tmp_path)
+    assert out.code == 0, out.stderr
+    rows = {line.split("│")[1].strip(): line for line in out.stdout.splitlines() if line.count("│") > 3}
+    assert "slot" in out.stdout and "gpu-b (10.0.0.2)" in rows[str(second.seq)], out.stdout
+    assert rows[str(first.seq)].split("│")[4].strip() == "0"   # #, role, config, then the slot

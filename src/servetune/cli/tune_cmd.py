@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ServetuneError
-from ..store import StudyStore, TrialRole
+from ..store import StudyStore, Trial, TrialRole
 from ..tune.display import StudyDisplay, format_duration
 from ..tune.eta import estimate, first_estimate_summary
 from .boundary import EXIT_NO_RESULT, store_errors, validation_text
@@ -63,7 +63,9 @@ def register(app: typer.Typer) -> None:
         running = [t for t in trials if not t.done]
         eta = estimate(trials, runs)
         table = Table(title=escape(f"study {spec.get('name', out)}"))
-        for col in ("#", "role", "config", "outcome", "boot s", "runs"):
+        # Which slot (and node, on Ray) measured a trial matters once there is more than one place.
+        by_slot = len({t.slot for t in trials}) > 1 or any((t.placement or {}).get("node") for t in trials)
+        for col in ("#", "role", "config", *(("slot",) if by_slot else ()), "outcome", "boot s", "runs"):
             table.add_column(col)
         base_cfg = next((t.config for t in trials if t.role is TrialRole.baseline), None)
         sessions = store.sessions()
@@ -72,8 +74,9 @@ def register(app: typer.Typer) -> None:
         unfinished = "[green]running[/]" if live else "[yellow]interrupted (resume with the same command)[/]"
         for t in trials:
             n_runs = len([r for r in runs if r.trial_id == t.id])
+            where = (_slot_cell(t),) if by_slot else ()
             table.add_row(str(t.seq), t.role, escape(t.config.label(base_cfg) if base_cfg else t.config.label()),
-                          escape(t.outcome) if t.outcome else unfinished,
+                          *where, escape(t.outcome) if t.outcome else unfinished,
                           f"{t.boot_s:.0f}" if t.boot_s else "-", str(n_runs))
         console.print(table)
         line = f"trials done: {len(done)}"
@@ -144,3 +147,8 @@ def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None, ra
             console.print(f"report: {escape(str(paths[name]))}")
     if not result.baseline_measured:
         raise typer.Exit(EXIT_NO_RESULT)
+
+
+def _slot_cell(trial: Trial) -> str:
+    node = (trial.placement or {}).get("node")
+    return escape(f"{trial.slot} ({node})" if node else str(trial.slot))
