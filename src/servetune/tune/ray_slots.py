@@ -78,6 +78,9 @@ def ray_cluster(address: str) -> Iterator[None]:
     """Connected to the Ray cluster at `address` for the block. `auto`: RAY_ADDRESS or a cluster
     started on this machine with `ray start`, else a new local one for this study (stopped at
     the end, with the tuner)."""
+    # A cluster this study starts reports no usage statistics (Ray's default would try to, over
+    # the network); a cluster started with `ray start` keeps its own setting.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         ray.init(address=None if address == "auto" else address, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
