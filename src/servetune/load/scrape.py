@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -26,12 +26,22 @@ GAUGES = dict(VLLM_METRIC_NAMES.gauges)
 SAMPLE_INTERVAL_S = 0.5
 
 
-def parse_values(text: str, wanted: dict[str, str], per_label: Mapping[str, str] | None = None) -> dict[str, float]:
+def parse_values(text: str, wanted: dict[str, str], per_label: Mapping[str, str] | None = None,
+                 histograms: Mapping[str, str] | None = None) -> dict[str, float]:
     """Per wanted family, its samples summed over label sets (engines), except the KV cache
     usage fraction, which takes the fullest engine, and the `per_label` families, summed per value
-    of their label (`spec_decode_accepted_tokens_pos0`, ...); `_created` samples are skipped."""
+    of their label (`spec_decode_accepted_tokens_pos0`, ...); `_created` samples are skipped.
+    A `histograms` family gives `KEY_sum` and `KEY_count` (its buckets are not kept)."""
     out: dict[str, float] = {}
+    histograms = histograms or {}
     for fam in text_string_to_metric_families(text):
+        if fam.name in histograms:
+            for s in fam.samples:
+                part = s.name[len(fam.name):]
+                if part in ("_sum", "_count"):
+                    key = histograms[fam.name] + part
+                    out[key] = out.get(key, 0.0) + float(s.value)
+            continue
         family_key = wanted.get(fam.name)
         if family_key is None:
             continue
@@ -42,6 +52,17 @@ def parse_values(text: str, wanted: dict[str, str], per_label: Mapping[str, str]
             key = family_key + s.labels[label] if label is not None else family_key
             v = float(s.value)
             out[key] = max(out.get(key, v), v) if key == "kv_cache_usage" else out.get(key, 0.0) + v
+    return out
+
+
+def histogram_means(deltas: Mapping[str, float], keys: Iterable[str]) -> dict[str, float]:
+    """`KEY_mean_ms` of each histogram that counted something in the run (seconds -> ms):
+    e.g. `server_ttft_mean_ms`, the engine's own mean TTFT over the run's requests."""
+    out: dict[str, float] = {}
+    for key in keys:
+        count = deltas.get(f"{key}_count", 0.0)
+        if count > 0:
+            out[f"{key}_mean_ms"] = deltas.get(f"{key}_sum", 0.0) / count * 1000.0
     return out
 
 
@@ -79,7 +100,7 @@ class Scraper:
             return None
         text = raw.decode(errors="replace")
         self._keep_gauges(raw)
-        return parse_values(text, dict(self.names.counters), self.names.per_label)
+        return parse_values(text, dict(self.names.counters), self.names.per_label, self.names.histograms)
 
     def _keep_gauges(self, raw: bytes) -> None:
         self._scrapes.append(b"\n".join(line for line in raw.splitlines() if line.startswith(self._gauge_prefixes)))
@@ -113,6 +134,7 @@ class Scraper:
             for key, value in self._after.items():
                 out[key] = value - self._before.get(key, 0.0)
             out.update(speculative_metrics.derived(out))
+            out.update(histogram_means(out, self.names.histograms.values()))
         peaks: dict[str, float] = {}
         for chunk in self._scrapes:
             for key, value in parse_values(chunk.decode(errors="replace") + "\n", dict(self.names.gauges)).items():
