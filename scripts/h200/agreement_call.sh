@@ -2,7 +2,10 @@
 # bash scripts/h200/agreement_call.sh PRESET  -- on the H200 after device_env.sh.
 # 1. HBM bandwidth (benchmarks/hbm_bandwidth.py) -> $OUT/hbm-PRESET.json
 # 2. one server with vLLM's defaults (servetune serve), then servetune's client and vLLM's own
-#    `vllm bench serve` alternately on it (benchmarks/client_agreement.py) -> $OUT/agreement-PRESET.*
+#    `vllm bench serve` alternately on it (benchmarks/client_agreement.py) -> $OUT/agreement-PRESET.*,
+#    each round with the server's own TTFT and prefix-cache hits; last, a 16k-token prompt at
+#    concurrency 1 with vLLM's prompts fresh each round and then as users run it (seed 0, ready
+#    check): the long-prompt TTFT question of docs/results/client-crosscheck.md
 # The default-flag boot also warms the compile cache that the study's baseline boot reuses.
 set -uo pipefail
 PRESET="${1:-qwen3-8b}"
@@ -25,5 +28,10 @@ python3 benchmarks/client_agreement.py --url http://127.0.0.1:8000 --model-dir "
 python3 benchmarks/client_agreement.py --url http://127.0.0.1:8000 --model-dir "$MODEL" \
   --scenario single-decode --num-prompts 6 --rounds 1 --json "$DEST/agreement-$PRESET-sd.json" \
   | tee -a "$DEST/agreement-$PRESET.txt"
+for mode in per-round fixed; do
+  python3 benchmarks/client_agreement.py --url http://127.0.0.1:8000 --model-dir "$MODEL" \
+    --scenario prefill-heavy --input-len 16384 --output-len 64 --concurrency 1 --num-prompts 6 --rounds 3 \
+    --vllm-seed "$mode" --json "$DEST/agreement-$PRESET-16k-$mode.json" | tee -a "$DEST/agreement-$PRESET.txt"
+done
 kill -TERM "$serve_pid"; wait "$serve_pid"
 echo "agreement: done after ${SECONDS} s"
