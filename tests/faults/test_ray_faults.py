@@ -199,21 +199,28 @@ def test_ray_worker_killed_mid_trial_reruns_it_on_another_slot(tmp_path: Path, c
     _nothing_left(cluster, out)
 
 
-def test_driver_sigkilled_on_ray_resumes_with_nothing_lost_or_twice(tmp_path: Path, cluster: Cluster) -> None:
+def _signal_when_both_measure(tmp_path: Path, cluster: Cluster, sig: int, wait_s: float) -> tuple[Path, Path, list[Any]]:
+    """A study on the cluster whose tuner gets `sig` once both slots measure; its file, its
+    directory, and the running trials' rows as they were just before the signal."""
     study_file, out = _study(tmp_path)
     db = out / "study.sqlite"
-    tuner = standin.start_tuner(study_file, out, cluster.mark, extra_args=cluster.args(),
-                           extra_env=cluster.env())
+    tuner = standin.start_tuner(study_file, out, cluster.mark, extra_args=cluster.args(), extra_env=cluster.env())
     try:
         _wait_for(lambda: _both_slots_measuring(db), STUDY_TIMEOUT_S, "two slots measuring at once", tuner)
-        workers = [int(json.loads(r["placement_json"])["worker_pid"])
-                   for r in _rows(db, "SELECT placement_json FROM trials WHERE status = 'running'")]
-        tuner.send_signal(signal.SIGKILL)
-        tuner.wait(60)
+        running = _rows(db, "SELECT placement_json FROM trials WHERE status = 'running'")
+        tuner.send_signal(sig)
+        tuner.wait(wait_s)
     finally:
         if tuner.poll() is None:
             tuner.kill()
             tuner.wait()
+    return study_file, out, running
+
+
+def test_driver_sigkilled_on_ray_resumes_with_nothing_lost_or_twice(tmp_path: Path, cluster: Cluster) -> None:
+    study_file, out, running = _signal_when_both_measure(tmp_path, cluster, signal.SIGKILL, 60)
+    db = out / "study.sqlite"
+    workers = [int(json.loads(r["placement_json"])["worker_pid"]) for r in running]
     seen: dict[standin.RunKey, tuple[Any, ...]] = {}
     assert standin.store_problems(db, seen) == []
     # The driver's job is gone, so Ray ends its actors: nothing of the dead tuner can measure on.
@@ -233,18 +240,8 @@ def test_driver_sigkilled_on_ray_resumes_with_nothing_lost_or_twice(tmp_path: Pa
 
 
 def test_ctrl_c_on_ray_stops_every_slots_server(tmp_path: Path, cluster: Cluster) -> None:
-    study_file, out = _study(tmp_path)
+    _, out, _ = _signal_when_both_measure(tmp_path, cluster, signal.SIGINT, 90)
     db = out / "study.sqlite"
-    tuner = standin.start_tuner(study_file, out, cluster.mark, extra_args=cluster.args(),
-                           extra_env=cluster.env())
-    try:
-        _wait_for(lambda: _both_slots_measuring(db), STUDY_TIMEOUT_S, "two slots measuring at once", tuner)
-        tuner.send_signal(signal.SIGINT)
-        tuner.wait(90)
-    finally:
-        if tuner.poll() is None:
-            tuner.kill()
-            tuner.wait()
     _nothing_left(cluster, out)
     # Both interrupted trials stay `running`, to be resumed: nothing was recorded as a failure.
     assert len(_rows(db, "SELECT id FROM trials WHERE status = 'running'")) == 2
