@@ -50,7 +50,7 @@ from .analysis_types import (
     StudyAnalysis,
 )
 from .capacity_trial import is_level_run
-from .eta import estimate, stored_seed
+from .eta import for_study, next_trial_s, stored_seed
 
 REPORTED_METRICS = (
     "output_throughput", "request_throughput", "total_token_throughput",
@@ -249,10 +249,10 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
 def remaining_s(store: StudyStore, spec: StudySpec) -> float:
     """Seconds the planned trials not yet done should take, from measured boot and run times."""
     trials = store.trials()
-    eta = estimate(trials, store.runs(), stored_seed(store))
+    eta = for_study(spec, trials, store.runs(), stored_seed(store))
     done = sum(t.done for t in trials)
     left = max(planned_trial_count(store, spec) - done, 0)
-    return left * eta.trial_s(spec.scenario_names, spec.replicates.min) / spec.parallel.slots
+    return left * next_trial_s(spec, eta) / spec.parallel.slots
 
 
 def search_size(spec: StudySpec) -> int:

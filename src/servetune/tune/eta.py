@@ -1,6 +1,11 @@
 """Time estimates: seeded before the first boot from what the study file says, then from what
 this study has measured (boot and run durations).
 
+A capacity study's trial is a search of load levels per scenario, not a fixed number of
+replicates: once trials have finished, a scenario's cost on one boot is the median of what their
+searches took (`trial_run_s`); before that, the seed counts `CAPACITY_RUNS_PER_MAX_LEVEL` runs
+per allowed level.
+
 The seed: a boot takes a fixed part plus a part per GiB of weights (the model directory's
 weight files, else a parameter count from its config.json, as `servetune model make` writes
 it); a run takes its requests in waves of `concurrency`, each a prefill and a decode at a rough
@@ -21,6 +26,8 @@ from typing import Any
 
 from ..load.scenario import Scenario
 from ..store import RunRow, StudyStore, TrialRow
+from ..study.objective import Objective
+from ..study.spec import StudySpec
 
 # Before anything is measured and without a seed: a guess only.
 DEFAULT_BOOT_S = 90.0
@@ -34,6 +41,9 @@ PREFILL_TOKENS_PER_S = 40_000.0
 RUN_OVERHEAD_S = 1.0     # prefix-cache reset, /metrics scrapes, the client self-check
 DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2, "float8": 1, "int8": 1}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+# Runs a capacity search takes per level it may measure: 16.4 runs at 12 levels at most on the
+# simulated server of benchmarks/capacity_search.py (undecided levels are measured again).
+CAPACITY_RUNS_PER_MAX_LEVEL = 1.4
 FIRST_ETA_META = "first_eta"
 SEED_META = "eta_seed"
 
@@ -44,23 +54,54 @@ class Eta:
     run_s: dict[str, float]  # median measured run time per scenario (or the seed's)
     measured: bool          # False while it is still a guess or a seed
     seed_run_s: dict[str, float] = field(default_factory=dict)  # for scenarios not measured yet
+    trial_run_s: dict[str, float] = field(default_factory=dict)  # capacity: a scenario's whole search on a boot
 
-    def trial_s(self, scenarios: list[str], replicates: int) -> float:
-        return self.boot_s + replicates * sum(self.run_s.get(s, self.seed_run_s.get(s, DEFAULT_RUN_S))
-                                              for s in scenarios)
+    def trial_s(self, scenarios: list[str], runs_per_scenario: float) -> float:
+        return self.boot_s + sum(
+            self.trial_run_s[s] if s in self.trial_run_s
+            else runs_per_scenario * self.run_s.get(s, self.seed_run_s.get(s, DEFAULT_RUN_S))
+            for s in scenarios)
 
 
-def estimate(trials: list[TrialRow], runs: list[RunRow], seed: Eta | None = None) -> Eta:
+def estimate(trials: list[TrialRow], runs: list[RunRow], seed: Eta | None = None,
+             whole_trials: bool = False) -> Eta:
+    """Medians of what was measured; `whole_trials` (capacity studies): also each scenario's
+    measuring time per finished trial."""
     boots = [t.boot_s for t in trials if t.boot_s is not None]
     per_scenario: dict[str, list[float]] = {}
     for run in runs:
         per_scenario.setdefault(run.scenario, []).append(run.wall_s)
+    per_trial: dict[str, dict[int, float]] = {}
+    if whole_trials:
+        done = {t.id for t in trials if t.done}
+        for run in runs:
+            if run.trial_id in done:
+                of_scenario = per_trial.setdefault(run.scenario, {})
+                of_scenario[run.trial_id] = of_scenario.get(run.trial_id, 0.0) + run.wall_s
     return Eta(
         boot_s=median(boots) if boots else (seed.boot_s if seed else DEFAULT_BOOT_S),
         run_s={s: median(v) for s, v in per_scenario.items()},
         measured=bool(boots) or bool(runs),
         seed_run_s=dict(seed.run_s) if seed else {},
+        trial_run_s={s: median(v.values()) for s, v in per_trial.items()},
     )
+
+
+def for_study(spec: StudySpec, trials: list[TrialRow], runs: list[RunRow], seed: Eta | None) -> Eta:
+    return estimate(trials, runs, seed, whole_trials=Objective(spec).is_capacity)
+
+
+def runs_per_scenario(spec: StudySpec) -> float:
+    """Runs one trial makes of each scenario, before any trial has shown it: the replicates, or a
+    capacity search's expected runs."""
+    if Objective(spec).is_capacity:
+        return CAPACITY_RUNS_PER_MAX_LEVEL * spec.capacity.max_levels
+    return float(spec.replicates.min)
+
+
+def next_trial_s(spec: StudySpec, eta: Eta) -> float:
+    """Seconds one more trial of this study should take."""
+    return eta.trial_s(spec.scenario_names, runs_per_scenario(spec))
 
 
 # --- the seed ---------------------------------------------------------------------------

@@ -36,7 +36,6 @@ from ..study.spec import StudySpec
 from . import analysis, bandwidth, capacity_trial, known
 from . import eta as eta_seed
 from .display import StudyDisplay
-from .eta import estimate
 from .lock import StudyLock, TunerProcess
 from .recovery import Leftovers, reclaim_unfinished
 from .slots import Driver, Finished, LiveServers, SlotBackend, SlotCalls, SlotLost, ThreadSlots
@@ -146,8 +145,8 @@ class StudyRunner:
         self.seed = seed
         eta_seed.store_seed(self.store, seed)
         if not self.store.trials():
-            predicted = analysis.planned_trial_count(self.store, self.spec) * seed.trial_s(
-                self.spec.scenario_names, self.spec.replicates.min) / len(self.placements)
+            predicted = (analysis.planned_trial_count(self.store, self.spec)
+                         * eta_seed.next_trial_s(self.spec, seed) / len(self.placements))
             eta_seed.record_first_estimate(self.store, predicted, basis, at=time.time())
             self.display.note(f"first estimate {predicted / 60:.1f} min ({basis}, boot ~{seed.boot_s:.0f} s)")
 
@@ -393,23 +392,25 @@ class StudyRunner:
         self.display.trials(done, analysis.planned_trial_count(self.store, self.spec),
                             analysis.remaining_s(self.store, self.spec))
 
+    def _eta(self) -> eta_seed.Eta:
+        return eta_seed.for_study(self.spec, self.store.trials(), self.store.runs(), self.seed)
+
     def _pause_if_no_time(self) -> None:
         """With --stop-after, do not start a boot that cannot finish: a cut trial costs a second boot."""
         if self._deadline is None:
             return
-        eta = estimate(self.store.trials(), self.store.runs(), self.seed)
+        eta = self._eta()
         if not eta.measured:
             return  # nothing measured yet: no basis for a decision, so try
-        needed = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
+        needed = eta_seed.next_trial_s(self.spec, eta)
         if time.monotonic() + needed > self._deadline:
             self.display.note(f"pausing: the next trial needs ~{needed:.0f} s, fewer are left")
             raise _Pause
 
     def _time_left_for_another(self) -> bool:
-        eta = estimate(self.store.trials(), self.store.runs(), self.seed)
         if self.spec.budget.wall_minutes is None:
             return True
-        per_trial = eta.trial_s(self.spec.scenario_names, self.spec.replicates.min)
+        per_trial = eta_seed.next_trial_s(self.spec, self._eta())
         reserve = 2 * self.spec.finalists * per_trial / len(self._live_slots())  # finalists and their baseline boots
         return self.store.elapsed_wall_s() + per_trial + reserve <= self.spec.budget.wall_minutes * 60
 
