@@ -93,9 +93,11 @@ def measure_with(python: str, env: dict[str, str] | None = None,
                  timeout_s: float = MEASURE_TIMEOUT_S) -> dict[str, Any] | str:
     """Measure in a subprocess of `python` (with `env`, e.g. a slot's CUDA_VISIBLE_DEVICES):
     the numbers, or one line saying why there are none."""
+    # Imported here: as a script this file needs only the standard library, numpy and torch.
+    from servetune.engine.helper_process import run_helper
+
     try:
-        done = subprocess.run([python, __file__], capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL, env=env, check=False)
+        done = run_helper(python, [__file__], timeout_s=timeout_s, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"measuring with {python} failed ({exc})"
     lines = done.stdout.strip().splitlines()

@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .helper_process import run_helper
+
 READ_TIMEOUT_S = 180.0
 
 # Runs in the engine's interpreter. Prints one JSON object: the version and {dest: default}
@@ -103,8 +105,7 @@ def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_
     if python is None:
         return EngineDefaults(source=f"unknown: no Python interpreter found for {command[0] if command else '?'!r}")
     try:
-        done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL, check=False)
+        done = run_helper(python, ["-c", _PROBE], timeout_s=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return EngineDefaults(source=f"unknown: reading vLLM's defaults with {python} failed ({exc})")
     lines = done.stdout.strip().splitlines()
