@@ -6,8 +6,9 @@ After each kill, before the resume: the store passes `PRAGMA integrity_check`; e
 earlier is still there with the same content; no (trial, scenario, replicate, attempt) twice; no
 two boots measuring one trial at once (overlapping runs); no orphan process of the stand-in (found
 by an environment marker the tuners carry and their servers inherit; after a SIGKILL the one
-server the store records as running is left for the resume's recovery, anything else is an
-orphan); no held port (a port some server was launched on, other than that recorded server's).
+server the store records as running is left for the resume's recovery, after a SIGTERM that came
+before the tuner's recovery ran so is a recorded server its SIGKILLed predecessor left, anything
+else is an orphan: helper processes of the tuner included); no held port (a port some server was launched on, other than that recorded server's).
 At the end every study must finish with a verdict, with nothing left. Prints a Markdown table.
 
     scripts/kill_campaign.py [--kills 50] [--studies 2] [--seed 1] [--secrets] [--out DIR]
@@ -46,12 +47,17 @@ _LAUNCH_PORT = re.compile(r"'--port', '(\d+)'")
 SLOW = {"fault": "slow-chunks", "fault-delay-ms": 25}
 DECODE = {"name": "decode", "input_len": 32, "output_len": 16, "concurrency": 2, "num_prompts": 8, "warmups": 1}
 CHAT = {**DECODE, "name": "chat", "endpoint": "chat", "num_prompts": 6}
+# The study that measures the host's memory bandwidth at its start (3-9 s here, and again after
+# every kill until it has finished once) gets kill moments that reach past it: else every kill
+# would land in the measurement. The others skip it, so their kills land in trials.
+BANDWIDTH_EXTRA_DELAY_S = 10.0
 STUDIES = [
-    {"name": "campaign-grid", "space": {"max-num-seqs": [2, 4, 8]}, "scenarios": [DECODE], "replicates": 2},
+    {"name": "campaign-grid", "space": {"max-num-seqs": [2, 4, 8]}, "scenarios": [DECODE], "replicates": 2,
+     "measure_bandwidth": False},
     {"name": "campaign-two-scenarios", "space": {"enable-prefix-caching": [True, False]},
-     "scenarios": [DECODE, CHAT], "replicates": 2},
+     "scenarios": [DECODE, CHAT], "replicates": 2, "measure_bandwidth": True},
     {"name": "campaign-crashy", "space": {"fault": ["slow-chunks", "crash-after", "oom"]},
-     "scenarios": [DECODE], "replicates": 2},
+     "scenarios": [DECODE], "replicates": 2, "measure_bandwidth": False},
 ]
 
 
@@ -64,6 +70,7 @@ class Figures:
     failures: list[str] = field(default_factory=list)
     orphans: int = 0
     held_ports: int = 0
+    left_for_recovery: int = 0  # after SIGTERMs that came before the tuner's recovery ran
     sigterm_too_slow: int = 0
     finished_on_their_own: int = 0
     verdicts: dict[str, str] = field(default_factory=dict)
@@ -113,19 +120,28 @@ def recorded_ports(db: Path, out: Path) -> set[int]:
     return ports
 
 
-def after_kill(fig: Figures, label: str, sig: str, out: Path, mark: str, seen: dict[Any, Any]) -> None:
+def after_kill(fig: Figures, label: str, sig: str, out: Path, mark: str, seen: dict[Any, Any],
+               inherited: set[int]) -> None:
+    """`inherited`: stand-in pids alive before this tuner started, servers a SIGKILLed predecessor
+    left recorded in the store. A SIGKILLed tuner may leave its own recorded server for the next
+    recovery; a SIGTERMed one must leave none of its own, but one that was stopped before its
+    recovery ran leaves the inherited ones as they were (still recorded, stopped by the next
+    recovery; counted apart)."""
     db = out / "study.sqlite"
     fig.check(f"{label} store", standin.store_problems(db, seen))
     alive = standin.standin_processes(mark)
-    recorded = standin.recorded_servers(db) if (db.exists() and sig == "SIGKILL") else set()
+    recorded = standin.recorded_servers(db) if db.exists() else set()
     orphans = []
     for proc in alive:
         try:
-            if os.getpgid(proc.pid) not in recorded:
-                orphans.append(proc)
+            pgid = os.getpgid(proc.pid)
         except ProcessLookupError:
             continue
-    allowed = recorded_ports(db, out) if recorded else set()
+        if pgid in recorded and (sig == "SIGKILL" or proc.pid in inherited):
+            fig.left_for_recovery += sig == "SIGTERM"
+            continue
+        orphans.append(proc)
+    allowed = recorded_ports(db, out) if len(orphans) < len(alive) else set()
     held = [p for p in standin.held_ports(out) if p not in allowed]
     fig.orphans += len(orphans)
     fig.held_ports += len(held)
@@ -157,12 +173,15 @@ def killed_instance(fig: Figures, spec: dict[str, Any], name: str, kills: int, r
     out = root / name
     trials = len(next(iter(spec["space"].values())))
     study.write_text(standin.study_text(spec["name"], args=SLOW, space=spec["space"], scenarios=spec["scenarios"],
-                                        replicates=spec["replicates"], finalists=1, trials=trials))
+                                        replicates=spec["replicates"], finalists=1, trials=trials,
+                                        measure_bandwidth=spec["measure_bandwidth"]))
+    latest_kill_s = max_delay_s + (BANDWIDTH_EXTRA_DELAY_S if spec["measure_bandwidth"] else 0.0)
     seen: dict[Any, Any] = {}
     done = 0
     while done < kills:
+        inherited = {proc.pid for proc in standin.standin_processes(mark)}
         tuner = standin.start_tuner(study, out, mark, log=root / f"{name}.tuner.log")
-        deadline = time.monotonic() + rng.uniform(0.5, max_delay_s)
+        deadline = time.monotonic() + rng.uniform(0.5, latest_kill_s)
         while time.monotonic() < deadline and tuner.poll() is None:
             time.sleep(0.02)
         if tuner.poll() is not None:  # the study ended before this kill
@@ -180,7 +199,7 @@ def killed_instance(fig: Figures, spec: dict[str, Any], name: str, kills: int, r
             fig.failures.append(f"{name} kill {done}: the tuner outlived SIGTERM by {SIGTERM_WAIT_S} s")
             os.killpg(tuner.pid, signal.SIGKILL)  # the session start_tuner created
             tuner.wait()
-        after_kill(fig, f"{name} kill {done} ({sig})", sig, out, mark, seen)
+        after_kill(fig, f"{name} kill {done} ({sig})", sig, out, mark, seen, inherited)
     result = standin.run_tuner(study, out, mark, timeout_s=FINISH_TIMEOUT_S)
     _record_verdict(fig, out, name, result.returncode, result.stderr)
     fig.check(f"{name} final store", standin.store_problems(out / "study.sqlite", seen))
@@ -236,6 +255,8 @@ def table(fig: Figures, wall_s: float, secrets: dict[str, Any] | None, argv: lis
         ("studies that finished between kills (started over in a new dir)", str(fig.finished_on_their_own)),
         ("orphan processes found after kills", str(fig.orphans)),
         ("held ports found after kills", str(fig.held_ports)),
+        ("predecessors' recorded servers a SIGTERMed tuner left for the next recovery (it was stopped "
+         "before its recovery ran)", str(fig.left_for_recovery)),
         ("tuners still running 60 s after SIGTERM", str(fig.sigterm_too_slow)),
         ("processes left at the end", str(fig.final_leftovers)),
         ("studies finished with a verdict", f"{sum(not v.startswith('none') for v in fig.verdicts.values())}"

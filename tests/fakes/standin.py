@@ -37,7 +37,8 @@ _LAUNCH_PORT = re.compile(r"^# servetune launch: .*'--port', '(\d+)'", re.M)
 
 def study_text(name: str, *, args: dict[str, Any] | None = None, space: dict[str, Any] | None = None,
                env: dict[str, str] | None = None, scenarios: list[dict[str, Any]] | None = None,
-               replicates: int = 1, trials: int = 4, startup_timeout_s: float = 5, finalists: int = 0) -> str:
+               replicates: int = 1, trials: int = 4, startup_timeout_s: float = 5, finalists: int = 0,
+               measure_bandwidth: bool = True) -> str:
     """A study file of the stand-in (JSON, which YAML reads as it is): a grid over `space`."""
     spec = {
         "name": name,
@@ -50,6 +51,7 @@ def study_text(name: str, *, args: dict[str, Any] | None = None, space: dict[str
         "replicates": replicates,
         "finalists": finalists,
         "budget": {"trials": trials},
+        "measure_bandwidth": measure_bandwidth,
     }
     return json.dumps(spec, indent=1) + "\n"
 
