@@ -184,3 +184,15 @@ def test_cli_refuses_an_unknown_metric_in_one_line(tmp_path: Path) -> None:
     assert done.error_lines == ["error: --metric mean_ttf_ms: unknown metric 'mean_ttf_ms' (did you mean "
                                 "'mean_ttft_ms'?)"]
     assert not (tmp_path / "out").exists()
+
+
+def test_one_file_error_in_a_side_names_that_sides_line(tmp_path: Path) -> None:
+    doc = _study(["python", str(STANDIN)])
+    doc["ab"] = {"A": {}, "B": {"startup_timeout_s": -5}}
+    path = _write(tmp_path / "ab.yaml", doc)
+    lines = path.read_text().splitlines()
+    b_line = next(i for i, text in enumerate(lines, 1) if '"startup_timeout_s": -5' in text)
+    shared_line = next(i for i, text in enumerate(lines, 1) if '"startup_timeout_s": 20' in text)
+    assert b_line != shared_line
+    with pytest.raises(ServetuneError, match=rf"^{path}:{b_line}: engine.startup_timeout_s"):
+        load_ab([path])

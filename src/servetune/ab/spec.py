@@ -60,8 +60,20 @@ def _from_one_file(path: Path) -> AbSpec:
             raise ServetuneError(f"{doc.where((AB_KEY, side))}: {AB_KEY}.{side}: expected a mapping of engine keys")
         engine: dict[str, Any] = {**(data.get("engine") or {}), **part}
         rest = {k: v for k, v in data.items() if k != AB_KEY}
-        sides.append(study_from_document(LocatedYaml(doc.source, {**rest, "engine": engine}, doc.lines)))
+        lines = _engine_lines_from_side(doc, side)
+        sides.append(study_from_document(LocatedYaml(doc.source, {**rest, "engine": engine}, lines)))
     return AbSpec(sides[0], sides[1], (f"{path} ({AB_KEY}.A)", f"{path} ({AB_KEY}.B)"))
+
+
+def _engine_lines_from_side(doc: LocatedYaml, side: str) -> dict[tuple[Any, ...], int]:
+    """The document's key lines, with each `engine` key that `ab.SIDE` overrides located at its
+    line there: an error in B's command names B's line, not the shared engine's."""
+    lines = dict(doc.lines)
+    prefix = (AB_KEY, side)
+    for path, line in doc.lines.items():
+        if path[:2] == prefix and len(path) > 2:
+            lines[("engine", *path[2:])] = line
+    return lines
 
 
 def _check_same_workload(a: StudySpec, b: StudySpec, a_source: str, b_doc: LocatedYaml) -> None:
