@@ -37,7 +37,7 @@ _LAUNCH_PORT = re.compile(r"^# servetune launch: .*'--port', '(\d+)'", re.M)
 
 def study_text(name: str, *, args: dict[str, Any] | None = None, space: dict[str, Any] | None = None,
                env: dict[str, str] | None = None, scenarios: list[dict[str, Any]] | None = None,
-               replicates: int = 1, trials: int = 4, startup_timeout_s: float = 5, finalists: int = 0,
+               replicates: int = 1, trials: int = 4, startup_timeout_s: float = 20, finalists: int = 0,
                measure_bandwidth: bool = True) -> str:
     """A study file of the stand-in (JSON, which YAML reads as it is): a grid over `space`."""
     spec = {

@@ -61,7 +61,7 @@ class Study:
 
 def run_study(tmp_path: Path, marks: list[str], fault: str, *, args: dict[str, Any] | None = None,
               timeout_s: float = STUDY_TIMEOUT_S, extra_env: dict[str, str] | None = None,
-              startup_timeout_s: float = 5, scenario: dict[str, Any] | None = None) -> Study:
+              startup_timeout_s: float = 20, scenario: dict[str, Any] | None = None) -> Study:
     """baseline -> candidate `fault` -> candidate `fault: none` (only the first when `fault` is none)."""
     out = tmp_path / "study"
     study = tmp_path / "study.yaml"
