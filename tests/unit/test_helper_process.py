@@ -53,3 +53,14 @@ def test_a_helper_dies_when_its_parent_is_sigkilled(tmp_path: Path) -> None:
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_a_bare_interpreter_name_is_found_on_path(tmp_path: Path) -> None:
+    """`python3.12` from an engine command or a shebang: looked up on PATH, as subprocess does."""
+    (tmp_path / "mypython").symlink_to(sys.executable)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run([sys.executable, "-c", "import os, sys; from servetune.engine.helper_process import "
+                           "run_helper; d = run_helper('mypython', ['-c', 'print(42)'], timeout_s=30); "
+                           "print(d.returncode, d.stdout.strip(), d.stderr.strip()[-200:])"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.strip() == "0 42", done.stdout + done.stderr

@@ -6,7 +6,8 @@ store knows them); a helper is not recorded anywhere, so it must not outlive the
 waits for its answer. A SIGKILL gives the tuner no chance to stop it, hence Linux's parent-death
 signal: the helper is started through a stdlib-only guard that asks the kernel for SIGKILL when
 its parent goes, checks that the parent is still the one that started it, and then `exec`s the
-real command (the setting survives `exec`). Elsewhere the guard only execs.
+real command (the setting survives `exec`; a bare interpreter name is looked up on PATH).
+Elsewhere the guard only execs.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ except (AttributeError, OSError):
     pass  # not Linux: the parent's own cleanup is all there is
 if os.getppid() != int(sys.argv[1]):
     sys.exit(70)  # the parent died before the guard was in place
-os.execv(sys.argv[2], sys.argv[2:])
+os.execvp(sys.argv[2], sys.argv[2:])  # PATH lookup, as subprocess does for a bare name
 """
 
 
