@@ -35,7 +35,8 @@ from statistics import fmean
 from servetune.engine.server_metrics import VLLM_METRIC_NAMES
 from servetune.load.bench import run_scenario
 from servetune.load.scenario import preset
-from servetune.load.scrape import histogram_means, parse_values
+from servetune.load.scrape import histogram_means, read_counters
+from servetune.report.advice import Evidence
 
 _VLLM_BENCH = (
     "import sys; from vllm.benchmarks.serve import add_cli_args, main; "
@@ -46,22 +47,11 @@ METRICS = ("mean_ttft_ms", "mean_tpot_ms", "output_throughput", "total_input_tok
            "server_ttft_mean_ms", "prefix_cache_hit_rate")
 
 
-def server_counters(url: str) -> dict[str, float]:
-    import urllib.request
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
-    with opener.open(f"{url}/metrics", timeout=30) as resp:
-        text = resp.read().decode()
-    return parse_values(text, dict(VLLM_METRIC_NAMES.counters), VLLM_METRIC_NAMES.per_label,
-                        VLLM_METRIC_NAMES.histograms)
-
-
 def server_evidence(stats: dict) -> dict[str, float]:
     """The server's mean TTFT and prefix-cache hit rate from a run's counter deltas."""
-    out = dict(histogram_means(stats, VLLM_METRIC_NAMES.histograms.values()))
-    queries = stats.get("prefix_cache_queries", 0.0)
-    out["prefix_cache_hit_rate"] = stats.get("prefix_cache_hits", 0.0) / queries if queries else float("nan")
-    return out
+    hit_rate = Evidence.of(stats).prefix_hit_rate
+    return {**histogram_means(stats, VLLM_METRIC_NAMES.histograms.values()),
+            "prefix_cache_hit_rate": float("nan") if hit_rate is None else hit_rate}
 
 
 def vllm_bench(url: str, model: str, model_dir: Path, scenario, out_dir: Path, tag: str, seed: int | None) -> dict:
@@ -74,11 +64,11 @@ def vllm_bench(url: str, model: str, model_dir: Path, scenario, out_dir: Path, t
             "--result-dir", str(out_dir), "--result-filename", f"{tag}.json", "--disable-tqdm"]
     if seed is not None:
         argv += ["--ready-check-timeout-sec", "0"]
-    before = server_counters(url)
+    before = read_counters(url)
     done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0:
         raise SystemExit(f"vllm bench serve failed (exit {done.returncode}): {done.stderr[-2000:]}")
-    after = server_counters(url)
+    after = read_counters(url)
     result = json.loads((out_dir / f"{tag}.json").read_text())
     return {**result, **server_evidence({k: v - before.get(k, 0.0) for k, v in after.items()})}
 

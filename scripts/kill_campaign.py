@@ -8,7 +8,8 @@ two boots measuring one trial at once (overlapping runs); no orphan process of t
 by an environment marker the tuners carry and their servers inherit; after a SIGKILL the one
 server the store records as running is left for the resume's recovery, after a SIGTERM that came
 before the tuner's recovery ran so is a recorded server its SIGKILLed predecessor left, anything
-else is an orphan: helper processes of the tuner included); no held port (a port some server was launched on, other than that recorded server's).
+else is an orphan: helper processes of the tuner included); no held port (a port some server
+was launched on, other than that recorded server's).
 At the end every study must finish with a verdict, with nothing left. Prints a Markdown table.
 
     scripts/kill_campaign.py [--kills 50] [--studies 2] [--seed 1] [--secrets] [--out DIR]

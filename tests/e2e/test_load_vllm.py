@@ -101,12 +101,12 @@ def test_nonces_defeat_the_prefix_cache_except_the_shared_prefix(vllm_server: An
 # are a first call (the warmup prompts at the same concurrency), so that the server's own
 # latency histograms can be read around the measured call alone, as servetune reads them.
 _VLLM_BENCH = """
-import asyncio, json, sys, urllib.request
+import asyncio, json, sys
 from vllm.benchmarks.datasets import SampleRequest
 from vllm.benchmarks.serve import TaskType, benchmark
 from vllm.tokenizers import get_tokenizer
 from servetune.engine.server_metrics import VLLM_METRIC_NAMES
-from servetune.load.scrape import histogram_means, parse_values
+from servetune.load.scrape import histogram_means, read_counters
 url, model, tok_dir, prompts_path, out_len, conc, warm, out = sys.argv[1:]
 prompts = json.load(open(prompts_path))
 reqs = [SampleRequest(prompt=p["text"], prompt_len=p["tokens"], expected_output_len=int(out_len)) for p in prompts]
@@ -119,13 +119,10 @@ def bench(requests):
         selected_percentile_metrics=["ttft", "tpot", "itl", "e2el"], selected_percentiles=[50.0, 99.0],
         ignore_eos=True, goodput_config_dict={}, max_concurrency=int(conc), lora_modules=None,
         extra_headers=None, extra_body=None, ready_check_timeout_sec=0))
-def server_histograms():
-    text = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url + "/metrics", timeout=30).read()
-    return parse_values(text.decode(), {}, None, VLLM_METRIC_NAMES.histograms)
 bench(reqs[:int(warm)])
-before = server_histograms()
+before = read_counters(url)
 result = bench(reqs[int(warm):])
-deltas = {k: v - before.get(k, 0.0) for k, v in server_histograms().items()}
+deltas = {k: v - before.get(k, 0.0) for k, v in read_counters(url).items()}
 doc = {k: v for k, v in result.items() if not isinstance(v, list)}
 doc.update(histogram_means(deltas, VLLM_METRIC_NAMES.histograms.values()))
 doc["server_ttft_count"] = deltas.get("server_ttft_count", 0.0)

@@ -55,6 +55,22 @@ def parse_values(text: str, wanted: dict[str, str], per_label: Mapping[str, str]
     return out
 
 
+def counter_values(text: str, names: MetricNames = VLLM_METRIC_NAMES) -> dict[str, float]:
+    """A /metrics page's counters and histogram sums and counts, under the engine's names: what a
+    run's deltas are taken of."""
+    return parse_values(text, dict(names.counters), names.per_label, names.histograms)
+
+
+def read_counters(base_url: str, names: MetricNames = VLLM_METRIC_NAMES, timeout_s: float = 30.0) -> dict[str, float]:
+    """`counter_values` of the server's /metrics now, read synchronously (scripts, tests); a
+    loopback server is never reached through a proxy."""
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(base_url.rstrip("/") + "/metrics", timeout=timeout_s) as resp:
+        return counter_values(resp.read().decode(errors="replace"), names)
+
+
 def histogram_means(deltas: Mapping[str, float], keys: Iterable[str]) -> dict[str, float]:
     """`KEY_mean_ms` of each histogram that counted something in the run (seconds -> ms):
     e.g. `server_ttft_mean_ms`, the engine's own mean TTFT over the run's requests."""
@@ -100,7 +116,7 @@ class Scraper:
             return None
         text = raw.decode(errors="replace")
         self._keep_gauges(raw)
-        return parse_values(text, dict(self.names.counters), self.names.per_label, self.names.histograms)
+        return counter_values(text, self.names)
 
     def _keep_gauges(self, raw: bytes) -> None:
         self._scrapes.append(b"\n".join(line for line in raw.splitlines() if line.startswith(self._gauge_prefixes)))
