@@ -5,7 +5,7 @@ Run: PYTHONPATH=src python benchmarks/replay_strategies.py STORE_DIR [--seeds 50
      [--strategies ofat,grid,optuna] [--budget N] [--json OUT]
 
 STORE_DIR is a grid study's directory (its study.sqlite), e.g. the H200 grid of
-examples/h200/qwen3-8b-grid.yaml unpacked from docs/results/h200/qwen3-8b-grid.tar.gz. The last
+examples/h200/qwen3-8b-grid.yaml unpacked from docs/results/h200/qwen3-8b-grid.tar.xz. The last
 row is the grid itself as it ran: every config once, its recorded time in all.
 """
 

@@ -67,16 +67,17 @@ class QueueModel:
 
 
 def simulated_measure(model: QueueModel, slos: list[Slo], n: int, alpha: float, seed: int,
-                      early_stop: bool = True) -> Measure:
-    """`measure(rate)` over the simulated queue: `n` requests a run, fed to the same LevelMonitor
-    the HTTP measurement uses (in the order they end), so a run ends where a real one would."""
+                      early_stop: bool = True, burstiness: float = 1.0) -> Measure:
+    """`measure(rate)` over the simulated queue: `n` requests a run (gamma gaps of shape
+    `burstiness`), fed to the same LevelMonitor the HTTP measurement uses (in the order they
+    end), so a run ends where a real one would."""
     rng = np.random.default_rng(seed)
     itl_gaps = np.full(model.output_len - 1, model.itl_ms)
 
     def measure(rate: float) -> LevelSample:
-        arrival, first, end = model.run(rate, n, rng)
+        arrival, first, end = model.run(rate, n, rng, burstiness)
         ttft, e2el = (first - arrival) * 1000.0, (end - arrival) * 1000.0
-        monitor = LevelMonitor(slos, n, alpha, offered_rate=rate)
+        monitor = LevelMonitor(slos, n, alpha, offered_rate=rate, burstiness=burstiness)
         done: list[int] = []
         stopped = None
         for i in np.argsort(end, kind="stable"):

@@ -61,12 +61,39 @@ def test_bad_options_end_as_one_line_and_exit_2(tmp_path: Path, args: list[str],
     assert not out.exists()
 
 
-def test_a_closed_loop_level_sends_at_least_two_waves_of_its_users() -> None:
+def test_a_closed_loop_level_sends_its_first_wave_and_then_at_least_two_waves_of_its_users() -> None:
     from servetune.capacity.http import MIN_WAVES, at_level
     from servetune.load.scenario import Scenario
 
     scenario = Scenario(name="users", input_len=8, output_len=4, concurrency=4, num_prompts=10)
-    assert at_level(scenario, "concurrency", 64, 100, run=0).num_prompts == MIN_WAVES * 64
-    assert at_level(scenario, "concurrency", 16, 100, run=0).num_prompts == 100
+    assert at_level(scenario, "concurrency", 64, 100, run=0).num_prompts == MIN_WAVES * 64 + 64
+    assert at_level(scenario, "concurrency", 16, 100, run=0).num_prompts == 100 + 16
     # An open loop's count is what was asked: its load does not depend on how many are sent.
     assert at_level(scenario, "rate", 64, 100, run=0).num_prompts == 100
+
+
+def _record(index: int, ttft_ms: float) -> str:
+    from servetune.load.records import RequestRecord
+
+    t0 = index * 10**9
+    first = t0 + int(ttft_ms * 1e6)
+    chunks = [first + k * 20_000_000 for k in range(4)]
+    return RequestRecord(index=index, warmup=False, input_len=8, output_len=4, scheduled_ns=t0, dispatch_ns=t0,
+                         first_token_ns=first, chunk_ns=chunks, chunk_tokens=[1] * 4, end_ns=chunks[-1],
+                         prompt_tokens=8, output_tokens=4).model_dump_json()
+
+
+def test_a_closed_loop_is_judged_after_its_first_wave(tmp_path: Path) -> None:
+    """All N users' first requests go out at once: on the H200 their p95 TTFT was ten times the
+    steady state's. The level's SLOs are judged on the requests after that wave."""
+    from servetune.capacity.http import ramp_of, sample_from_records
+
+    users = 16
+    path = tmp_path / "level.requests.jsonl"
+    path.write_text("\n".join(_record(i, 3000.0 if i < users else 300.0) for i in range(3 * users)) + "\n")
+    assert ramp_of("concurrency", users) == users and ramp_of("rate", 12.5) == 0
+    steady = sample_from_records(users, path, ramp=ramp_of("concurrency", users))
+    assert steady.sent == steady.completed == 2 * users
+    assert max(float(v[0]) for v in steady.values["ttft"]) == pytest.approx(300.0)
+    everything = sample_from_records(users, path)
+    assert everything.sent == 3 * users and max(float(v[0]) for v in everything.values["ttft"]) == pytest.approx(3000.0)

@@ -81,6 +81,17 @@ def test_an_overloaded_open_loop_is_called_saturated_long_before_its_end() -> No
         assert measure(rate).stopped is None
 
 
+def test_bursty_arrivals_a_stable_queue_absorbs_are_not_called_saturated() -> None:
+    """Gamma gaps of shape 0.5 (the chat-bursty preset) at 90 % of what the slots serve: bursts
+    pile requests up for a while, the queue drains again; only a rate past saturation is called."""
+    slos = [parse_slo("ttft:mean=100000")]
+    calls = [simulated_measure(MODEL, slos, 200, 0.05, seed=s, burstiness=0.5)(0.9 * MODEL.saturation_rate).stopped
+             for s in range(200)]
+    assert sum(c is not None for c in calls) <= 2, [c for c in calls if c]
+    over = simulated_measure(MODEL, slos, N, 0.05, seed=1, burstiness=0.5)(2 * MODEL.saturation_rate)
+    assert over.stopped is not None and over.stopped.startswith("saturated") and over.sent < 0.8 * N
+
+
 def test_a_closed_loop_is_never_called_saturated() -> None:
     monitor = LevelMonitor([parse_slo("ttft:mean=1e9")], 1000, 0.05, offered_rate=None)
     # in-system count climbing, completions slow: would be a runaway queue in an open loop

@@ -20,6 +20,7 @@ from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.errors import ServetuneError
 from servetune.load import arrivals
+from servetune.load.records import RunResult, RunSummary
 from servetune.report.context import build as build_report_data
 from servetune.report.write import write_report
 from servetune.store import StudyStore
@@ -149,6 +150,33 @@ def test_a_killed_capacity_search_resumes_from_its_stored_levels(tmp_path: Path,
     assert measured[2] not in before
     assert cap.summary["levels_measured"] == len(levels) == len(measured)
     assert [r.replicate for r in levels] == list(range(1, len(levels) + 1))
+
+
+def test_a_capacity_made_by_older_judgement_rules_is_estimated_again_from_its_levels(tmp_path: Path) -> None:
+    spec = _spec(tmp_path)
+    plan = TrialPlan(list(spec.scenarios), 1, 1, capacity=capacity_trial.plan_for(spec))
+    store = StudyStore.in_dir(tmp_path)
+    trial = store.begin_trial("baseline", spec.baseline_config(), {})
+    with _servers() as urls:
+        assert TrialExecutor(SlotsEngine(urls), store, tmp_path, None).run(
+            trial, plan, enough=lambda t, r: True, progress=lambda *a: None) == "ok"
+    (searched,) = capacity_trial.current_capacity_runs(store.runs(trial.id), "chat")
+    assert searched.summary["judgement"] == capacity_trial.JUDGEMENT
+    assert capacity_trial.refresh_estimates(store, spec, tmp_path) == []   # made by today's rules
+    # A store written before the judgement was versioned: its interval had no lower end.
+    old = {k: v for k, v in searched.summary.to_dict().items() if k != "judgement"} | {"capacity_low": 0.0}
+    store.record_run(trial.id, capacity_trial.CAPACITY_REPLICATE,
+                     RunResult(scenario="chat", summary=RunSummary.model_validate(old)),
+                     started_at=searched.started_at, ended_at=searched.ended_at, attempt=2)
+    (lines,) = [capacity_trial.refresh_estimates(store, spec, tmp_path)]
+    assert len(lines) == 1 and lines[0].startswith("trial #1 chat: ") and " [0, " in lines[0]
+    (current,) = capacity_trial.current_capacity_runs(store.runs(trial.id), "chat")
+    assert current.attempt == 3 and current.summary["judgement"] == capacity_trial.JUDGEMENT
+    # the same levels judged by the same rules give what the search itself stored
+    for key in ("capacity", "capacity_low", "capacity_high", "capacity_binding", "levels_measured", "requests"):
+        assert current.summary.get(key) == searched.summary.get(key), key
+    assert capacity_trial.refresh_estimates(store, spec, tmp_path) == []
+    assert len([r for r in store.runs(trial.id) if r.replicate == capacity_trial.CAPACITY_REPLICATE]) == 3
 
 
 @pytest.mark.parametrize("objective, says", [

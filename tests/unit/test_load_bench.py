@@ -44,6 +44,15 @@ def test_open_loop_run_writes_vllm_fields_and_records(fake_url: str, tmp_path: P
     assert all(x.dispatch_ns >= x.scheduled_ns for x in measured)
 
 
+def test_a_run_without_details_leaves_the_per_request_arrays_to_the_jsonl(fake_url: str, tmp_path: Path) -> None:
+    sc = Scenario(name="fake", input_len=40, output_len=9, concurrency=4, num_prompts=12, warmups=0)
+    r = run_scenario(fake_url, None, sc, tokenizer_dir=None, out_dir=tmp_path, run_id="lean", detailed=False)
+    doc = json.loads((tmp_path / "lean.json").read_text())
+    assert doc["completed"] == 12 and doc["mean_itl_ms"] > 0 and doc["records_path"] == r.records_path
+    assert not {"ttfts", "itls", "input_lens", "output_lens", "latencies", "start_times"} & doc.keys()
+    assert len(Path(r.records_path or "").read_text().splitlines()) == 12
+
+
 def test_duration_only_closed_loop_stops_sending_at_the_deadline(fake_url: str) -> None:
     sc = Scenario(name="dur", input_len=10, output_len=4, concurrency=4, num_prompts=None, duration_s=1.0)
     r = run_scenario(fake_url, None, sc, tokenizer_dir=None)

@@ -77,3 +77,14 @@ def test_no_winner_says_so_and_lists_what_was_tried(tmp_path: Path) -> None:
     assert "Recommended config (the baseline: nothing beat it)" in md
     assert "max-num-batched-tokens=999999 | oom" in md
     assert "baseline:command" in paths and "winner:command" not in paths
+
+
+def test_an_interrupted_study_has_no_eta_error_yet(tmp_path: Path) -> None:
+    """The first ETA was for the whole study: set against the time so far of a study whose last
+    session was interrupted (a device call's time limit), it would read as a wrong estimate."""
+    store, analysis = build_study(tmp_path)
+    session = store.begin_session()
+    store.end_session(session, "interrupted")
+    md = write_report(analysis, store, tmp_path / "report")["markdown"].read_text()
+    assert "ETA accuracy: study not finished (its last session was interrupted)." in md
+    assert "the first estimate was off by" not in md

@@ -125,7 +125,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_rows(tmp_path):
 
 
 def test_the_published_h200_study_still_opens(tmp_path):
-    archive = Path(__file__).resolve().parents[2] / "docs/results/h200/qwen3-8b-ofat.tar.gz"
+    archive = Path(__file__).resolve().parents[2] / "docs/results/h200/qwen3-8b-ofat.tar.xz"
     with tarfile.open(archive) as tar:
         member = tar.getmember("qwen3-8b-ofat/study.sqlite")
         tar.extractall(tmp_path, members=[member], filter="data")

@@ -31,6 +31,15 @@ _MEASURED = (Outcome.ok, Outcome.client_bound)
 MIN_WAVES = 2
 
 
+def ramp_of(load: LoadKind, level: float) -> int:
+    """Requests at the start of a level that its SLOs are not judged on: a closed loop's first
+    wave, its N users' requests all sent at once. On the H200 (Qwen3-8B, 64 users, 2048-token
+    prompts) that wave's p95 TTFT was 3.3 s and the rest's 0.33 s: judged with it, a level's
+    verdict measures how fast N simultaneous prompts are prefilled, not N users served steadily.
+    The run's `vllm bench serve` fields still count every request."""
+    return int(level) if load == "concurrency" else 0
+
+
 def at_level(scenario: Scenario, load: LoadKind, level: float, num_prompts: int, run: int) -> Scenario:
     """The scenario at one load level: an open loop at `level` req/s (uncapped, its burstiness
     kept) or a closed loop of `level` users with at least MIN_WAVES requests each; a seed of its
@@ -41,7 +50,7 @@ def at_level(scenario: Scenario, load: LoadKind, level: float, num_prompts: int,
     else:
         users = int(level)
         fields.update(concurrency=users, rate=None)
-        num_prompts = max(num_prompts, MIN_WAVES * users)
+        num_prompts = max(num_prompts, MIN_WAVES * users) + ramp_of(load, level)
     fields.update(num_prompts=num_prompts, duration_s=None, seed=scenario.seed + run)
     return Scenario.model_validate(fields)
 
@@ -58,9 +67,9 @@ def request_values(records: list[RequestRecord]) -> dict[str, list[np.ndarray]]:
     }
 
 
-def _finished_values(event: Finished) -> dict[str, float]:
+def _finished_values(event: Finished, ramp: int) -> dict[str, float]:
     rec = event.record
-    if not metrics.succeeded(rec):
+    if rec.index < ramp or not metrics.succeeded(rec):
         return {}
     values = {"ttft": metrics.ttft_s(rec) * 1000.0, "e2el": metrics.latency_s(rec) * 1000.0}
     if metrics.output_len(rec) > 1:
@@ -68,11 +77,13 @@ def _finished_values(event: Finished) -> dict[str, float]:
     return values
 
 
-def sample_from_records(level: float, records_path: Path, stopped: str | None = None) -> LevelSample:
-    """A level's LevelSample from its run's request records (JSONL), as measured or as stored."""
+def sample_from_records(level: float, records_path: Path, stopped: str | None = None,
+                        ramp: int = 0) -> LevelSample:
+    """A level's LevelSample from its run's request records (JSONL), as measured or as stored;
+    the first `ramp` requests are not judged (ramp_of)."""
     records = [RequestRecord.model_validate_json(line)
                for line in Path(records_path).read_text().splitlines() if line.strip()]
-    measured = [r for r in records if not r.warmup]
+    measured = [r for r in records if not r.warmup and r.index >= ramp]
     values = request_values(measured)
     return LevelSample(level, values, len(measured), len(values["ttft"]), stopped)
 
@@ -84,16 +95,19 @@ def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKi
     """One Run of `scenario` at `level`, ended early by a LevelMonitor; the RunResult as
     `run_scenario` gave it and the level's sample (with `error` when it could not measure)."""
     sc = at_level(scenario, load, level, num_prompts, run)
-    monitor = LevelMonitor(slos, num_prompts, alpha, offered_rate=level if load == "rate" else None)
+    ramp = ramp_of(load, level)
+    monitor = LevelMonitor(slos, (sc.num_prompts or num_prompts) - ramp, alpha,
+                           offered_rate=level if load == "rate" else None, burstiness=scenario.burstiness)
 
     def should_stop(event: Finished) -> bool:
-        return monitor.observe(event.now_ns / 1e9, _finished_values(event), event.started) is not None
+        return monitor.observe(event.now_ns / 1e9, _finished_values(event, ramp), event.started) is not None
 
+    # Like a study's runs, a level's JSON leaves out the per-request arrays its JSONL holds.
     result = run_scenario(url, model, sc, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id,
-                          api_key=api_key, should_stop=should_stop, progress=progress)
+                          api_key=api_key, should_stop=should_stop, progress=progress, detailed=False)
     if result.outcome not in _MEASURED or result.records_path is None:
         return result, LevelSample(level, {}, 0, 0, error=f"{result.outcome.value}: {result.error}")
-    return result, sample_from_records(level, Path(result.records_path), monitor.reason)
+    return result, sample_from_records(level, Path(result.records_path), monitor.reason, ramp)
 
 
 def http_measure(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKind, num_prompts: int,

@@ -21,11 +21,16 @@ _CHECK_EVERY = 8          # requests between saturation checks (each looks at th
 
 class LevelMonitor:
     """`planned`: requests the level sends; `offered_rate`: req/s of an open loop (None: a
-    closed loop, whose queue is bounded by its concurrency and cannot run away)."""
+    closed loop, whose queue is bounded by its concurrency and cannot run away); `burstiness`:
+    the shape of its gamma gaps (1: Poisson)."""
 
-    def __init__(self, slos: list[Slo], planned: int, alpha: float, offered_rate: float | None = None) -> None:
+    def __init__(self, slos: list[Slo], planned: int, alpha: float, offered_rate: float | None = None,
+                 burstiness: float = 1.0) -> None:
         self.lost_at = {s: n for s in slos if (n := lost_after(s, planned, alpha)) is not None}
         self.planned, self.offered_rate = planned, offered_rate
+        # Counts of a gamma renewal process vary 1 / shape times as much as Poisson ones: bursts
+        # of shape 0.5 that a stable server absorbs must not look like a runaway queue.
+        self.count_dispersion = max(1.0 / burstiness, 1.0)
         self.above = {s: 0 for s in self.lost_at}
         self.times: list[float] = []      # seconds from the first end, one per finished request
         self.started: list[int] = []      # requests released by then
@@ -64,8 +69,8 @@ class LevelMonitor:
         done = n - i
         arrived = self.started[-1] - self.started[i]
         expected = self.offered_rate * window
-        slow = expected - done > _Z * math.sqrt(expected)
-        growing = arrived - done > _Z * math.sqrt(max(arrived + done, 1))
+        slow = expected - done > _Z * math.sqrt(expected * self.count_dispersion)
+        growing = arrived - done > _Z * math.sqrt(max(arrived + done, 1) * self.count_dispersion)
         if slow and growing:
             return (f"saturated: {done / window:.3g} req/s completed < {self.offered_rate:.3g} offered, "
                     f"{self.started[-1] - n} requests in the system and growing")

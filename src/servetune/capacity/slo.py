@@ -7,8 +7,10 @@ p99 is under anything. Latencies of one run are not independent, though: near ca
 requests come together, in the same queue excursion. So the values are taken in the order they
 were sent, cut into consecutive batches, and the variance of the count above the estimate
 across batches, over its binomial variance, shrinks n to an effective size (never grows it)
-before the ranks are taken. ITL has many gaps per request, correlated within one, so its
-interval is a bootstrap over requests instead. A mean gets a t-interval.
+before the ranks are taken (quantile_ci; where that size is too small for a rank, the side is
+stretched from the iid bound instead of left infinite). ITL has many gaps per request,
+correlated within one, so its interval is a bootstrap over requests instead. A mean gets a
+t-interval.
 """
 
 from __future__ import annotations
@@ -112,12 +114,31 @@ class Judgement:
 def quantile_ci(values: np.ndarray, q: float, alpha: float, n_eff: float | None = None) -> tuple[float, float]:
     """Distribution-free (1 - alpha) interval of the q-quantile; -inf / inf where the sample is
     too small to bound that side. `n_eff` (default: all values, i.e. iid): the effective sample
-    size; the ranks are taken at that size and mapped to the same fractions of the sample."""
+    size; the ranks are taken at that size and mapped to the same fractions of the sample. Where
+    that size is too small for a rank but the sample is not, the side is the iid bound's distance
+    from the estimate stretched by n / n_eff: values far under a limit then stay far under it
+    instead of leaving the bound infinite (TPOT of 10 ms in bursts against 50 ms). The variance's
+    design effect alone would stretch by its square root; near capacity, where a tail is heavier
+    than the sample shows, that covered the queue simulation's capacity in 86 % of searches."""
     x = np.sort(np.asarray(values, dtype=np.float64))
     n = len(x)
     if n == 0:
         return -math.inf, math.inf
-    m = n if n_eff is None else max(int(n_eff), 1)
+    m = n if n_eff is None else min(max(int(n_eff), 1), n)
+    low, high = _rank_bounds(x, q, alpha, m)
+    if m < n and not (math.isfinite(low) and math.isfinite(high)):
+        iid_low, iid_high = _rank_bounds(x, q, alpha, n)
+        estimate, stretch = float(np.percentile(x, 100 * q)), n / m
+        if not math.isfinite(low) and math.isfinite(iid_low):
+            low = estimate - (estimate - iid_low) * stretch
+        if not math.isfinite(high) and math.isfinite(iid_high):
+            high = estimate + (iid_high - estimate) * stretch
+    return low, high
+
+
+def _rank_bounds(x: np.ndarray, q: float, alpha: float, m: int) -> tuple[float, float]:
+    """The order-statistic bounds of the q-quantile of the sorted `x` at sample size m."""
+    n = len(x)
     lo_rank = int(stats.binom.ppf(alpha / 2, m, q))          # P(#below <= lo_rank-1) <= alpha/2
     hi_rank = int(stats.binom.ppf(1 - alpha / 2, m, q)) + 1  # 1-based rank of the upper bound
     low = x[max(math.floor(lo_rank * n / m), 1) - 1] if lo_rank >= 1 else -math.inf

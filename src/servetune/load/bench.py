@@ -181,6 +181,7 @@ async def arun_scenario(
     api_key: str | None = None,
     should_stop: client.ShouldStop | None = None,
     metric_names: MetricNames = VLLM_METRIC_NAMES,
+    detailed: bool = True,
 ) -> RunResult:
     """The async core of `run_scenario`."""
     base_url = base_url.rstrip("/")
@@ -195,7 +196,7 @@ async def arun_scenario(
     try:
         return await asyncio.wait_for(
             _run(base_url, model, scenario, tokenizer_dir, out_dir, run_id, slo, percentiles, progress, workers,
-                 limits, should_stop),
+                 limits, should_stop, detailed),
             run_timeout_s + _BACKSTOP_GRACE_S)
     except TimeoutError:
         return RunResult(scenario=scenario.name, outcome=Outcome.run_timeout,
@@ -206,7 +207,7 @@ async def arun_scenario(
 async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_dir: Path | None,
                out_dir: Path | None, run_id: str, slo: dict[str, float] | None,
                percentiles: tuple[float, ...] | list[float], progress: Progress | None, workers: int,
-               limits: _Limits, should_stop: client.ShouldStop | None) -> RunResult:
+               limits: _Limits, should_stop: client.ShouldStop | None, detailed: bool) -> RunResult:
     result = RunResult(scenario=scenario.name)
     async with server_http.session(limits.api_key, _API_TIMEOUT) as session:
         models_url = base_url + "/v1/models"
@@ -294,7 +295,8 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
             result.outcome = Outcome.bad_response
             result.error = f"all {len(records)} requests failed: {summary['errors'][:1]}"
     if out_dir is not None:
-        _write(out_dir, run_id, result, scenario, model, records, (warm.records if warm else []), run_plan)
+        _write(out_dir, run_id, result, scenario, model, records, (warm.records if warm else []), run_plan,
+               detailed)
     return result
 
 
@@ -338,7 +340,8 @@ def _duration_pool(scenario: Scenario, warm: client.DriveResult | None) -> int:
 
 
 def _write(out_dir: Path, run_id: str, result: RunResult, scenario: Scenario, model: str,
-           records: list[RequestRecord], warm: list[RequestRecord], run_plan: arrivals.Plan) -> None:
+           records: list[RequestRecord], warm: list[RequestRecord], run_plan: arrivals.Plan,
+           detailed: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     jsonl = out_dir / f"{run_id}.requests.jsonl"
     with jsonl.open("w") as f:
@@ -355,7 +358,7 @@ def _write(out_dir: Path, run_id: str, result: RunResult, scenario: Scenario, mo
         "burstiness": scenario.burstiness,
         "max_concurrency": run_plan.concurrency,
         **result.summary.to_dict(),
-        **metrics.per_request_arrays(records),
+        **(metrics.per_request_arrays(records) if detailed else {}),
         "scenario": json.loads(scenario.model_dump_json()),
         "outcome": result.outcome.value,
         "error": result.error,
@@ -381,6 +384,7 @@ def run_scenario(
     api_key: str | None = None,
     should_stop: client.ShouldStop | None = None,
     metric_names: MetricNames = VLLM_METRIC_NAMES,
+    detailed: bool = True,
 ) -> RunResult:
     """Measure `scenario` once against the server at `base_url` (sync wrapper).
 
@@ -394,8 +398,10 @@ def run_scenario(
     `should_stop`: see `client.drive`; a run it ends keeps what it measured (`summary
     ["stopped_early"]` is True, the requests it cancelled count as failed). Needs workers=1.
     `metric_names`: the server's /metrics families (its engine's; vLLM's by default).
+    `detailed`: the JSON also holds vLLM's per-request arrays (`--save-detailed`: ttfts, itls, ...);
+    the JSONL has every request either way, so many stored runs leave them out.
     """
     return client.run(arun_scenario(
         base_url, model, scenario, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id, slo=slo,
         percentiles=percentiles, progress=progress, workers=workers, api_key=api_key, should_stop=should_stop,
-        metric_names=metric_names))
+        metric_names=metric_names, detailed=detailed))

@@ -17,7 +17,7 @@ from ..store.sqlite import RunRow
 from ..study.metrics import CAPACITY
 from ..study.spec import ObjectiveSpec
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
-from ..tune.capacity_trial import CAPACITY_REPLICATE, LEVEL_KEY, is_level_run
+from ..tune.capacity_trial import LEVEL_KEY, current_capacity_runs, is_level_run
 from . import plots
 
 _UNIT = {"rate": "req/s", "concurrency": "concurrent requests"}
@@ -48,9 +48,7 @@ def usd_per_million_tokens(price_per_gpu_hour: float, gpu_count: int, output_tok
 
 
 def _capacity_runs(c: ConfigResult, runs_by_trial: Mapping[int, list[RunRow]], scenario: str) -> list[RunRow]:
-    return [r for t in c.trial_ids for r in runs_by_trial.get(t, [])
-            if r.scenario == scenario and r.replicate == CAPACITY_REPLICATE and r.outcome == str(Outcome.ok)
-            and not is_level_run(r.summary) and CAPACITY in r.summary]
+    return current_capacity_runs([r for t in c.trial_ids for r in runs_by_trial.get(t, [])], scenario)
 
 
 def _interval(summary: SummaryLike) -> str:

@@ -396,6 +396,9 @@ def _cost(analysis: StudyAnalysis, store: StudyStore, trials: list[Trial], runs:
     return CostView(wall, boot, measure, other, sum(t.boot_s is not None for t in trials), len(runs), eta_err, note)
 
 
+_UNFINISHED = ("interrupted", "paused")   # a session's end reasons that leave the study to resume
+
+
 def _eta_accuracy(eta_log: Any, store: StudyStore) -> tuple[float | None, str]:
     """Error of the first ETA, in % of the time that really remained then (positive: too late).
 
@@ -406,6 +409,9 @@ def _eta_accuracy(eta_log: Any, store: StudyStore) -> tuple[float | None, str]:
     sessions = store.sessions()
     if not sessions or sessions[-1].ended_at is None:
         return None, "study not finished"
+    if sessions[-1].end_reason in _UNFINISHED:
+        # its first ETA was for the whole study; the time so far is not what it predicted
+        return None, f"study not finished (its last session was {sessions[-1].end_reason})"
     end = sessions[-1].ended_at
     try:
         preds = sorted((float(e["at"]), float(e["predicted_end"])) for e in eta_log)

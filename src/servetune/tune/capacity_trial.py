@@ -13,14 +13,14 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
 from ..capacity.estimate import CapacityEstimate, estimate
-from ..capacity.http import LoadKind, measure_level, sample_from_records
-from ..capacity.search import LevelSample, SearchSettings, search, settings_for
+from ..capacity.http import LoadKind, measure_level, ramp_of, sample_from_records
+from ..capacity.search import LevelResult, LevelSample, SearchSettings, judge_level, search, settings_for
 from ..capacity.slo import Slo
 from ..engine.outcome import Outcome
 from ..load.records import RunResult, RunSummary, SummaryLike
@@ -32,6 +32,11 @@ from ..study.spec import StudySpec
 
 CAPACITY_REPLICATE = 0      # the Run that holds a scenario's capacity on one boot
 LEVEL_KEY = "load_level"    # in a level Run's summary: the offered rate or concurrency it ran at
+# In a capacity Run's summary: the rules its levels were judged by. A capacity made by older
+# rules is estimated again from its stored levels when the study resumes (refresh_estimates).
+# 2: a percentile's bound stretched instead of infinite where clustering leaves too few values;
+# 3: a closed loop's first wave (all users at once) is not judged (capacity.http.ramp_of).
+JUDGEMENT = 3
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,55 @@ def load_kind(scenario: Scenario) -> LoadKind:
 
 def is_level_run(summary: SummaryLike) -> bool:
     return LEVEL_KEY in summary
+
+
+def current_capacity_runs(runs: Sequence[RunRow], scenario: str) -> list[RunRow]:
+    """The scenario's capacity Runs, one per trial: its latest attempt (a re-estimate supersedes)."""
+    latest: dict[int, RunRow] = {}
+    for r in runs:
+        if (r.scenario == scenario and r.replicate == CAPACITY_REPLICATE and r.outcome == str(Outcome.ok)
+                and not is_level_run(r.summary) and CAPACITY in r.summary
+                and (r.trial_id not in latest or r.attempt > latest[r.trial_id].attempt)):
+            latest[r.trial_id] = r
+    return list(latest.values())
+
+
+def refresh_estimates(store: StudyStore, spec: StudySpec, study_dir: Path) -> list[str]:
+    """Capacities estimated by older judgement rules, estimated again from the trial's stored
+    levels and recorded as the capacity Run's next attempt (the old one stays in the store), so
+    a resumed study compares every config by the same rules. What was refreshed, one line each."""
+    plan = plan_for(spec)
+    if plan is None:
+        return []
+    kinds = {s.name: load_kind(s) for s in spec.scenarios}
+    refreshed = []
+    for trial in store.trials():
+        for name, slos in plan.slos.items():
+            for old in current_capacity_runs(trial.runs, name):
+                if old.summary.get("judgement", 1) >= JUDGEMENT:
+                    continue
+                level_runs = [r for r in trial.runs if r.scenario == name and is_level_run(r.summary)]
+                levels = _judged_levels(_stored_samples(level_runs, study_dir), slos, plan.settings[name].alpha)
+                est = estimate(levels, integer=kinds[name] == "concurrency")
+                summary = capacity_summary(est, kinds[name], slos, len(levels), sum(lv.requests for lv in levels),
+                                           level_runs)
+                store.record_run(trial.id, CAPACITY_REPLICATE, RunResult(scenario=name, summary=summary),
+                                 started_at=old.started_at, ended_at=old.ended_at, attempt=old.attempt + 1)
+                refreshed.append(f"trial #{trial.seq} {name}: {_interval(old.summary)} -> {_interval(summary)}")
+    return refreshed
+
+
+def _judged_levels(samples: list[LevelSample], slos: list[Slo], alpha: float) -> list[LevelResult]:
+    """The stored samples pooled per level, as the search pooled them, judged by today's rules."""
+    by_level: dict[float, list[LevelSample]] = {}
+    for sample in samples:
+        by_level.setdefault(sample.level, []).append(sample)
+    return [judge_level(level, pooled, slos, alpha) for level, pooled in by_level.items()]
+
+
+def _interval(summary: SummaryLike) -> str:
+    high = summary.get("capacity_high")
+    return f"{summary[CAPACITY]:.3g} [{summary.get('capacity_low', 0):.3g}, {'inf' if high is None else f'{high:.3g}'}]"
 
 
 @dataclass(frozen=True)
@@ -176,6 +230,7 @@ def capacity_summary(est: CapacityEstimate, kind: LoadKind, slos: list[Slo], lev
         "levels_measured": levels_measured,
         "requests": requests,
         "output_throughput_at_capacity": _output_throughput_at(est.capacity, kind, level_runs),
+        "judgement": JUDGEMENT,
     })
 
 
@@ -204,5 +259,7 @@ def _stored_samples(runs: list[RunRow], study_dir: Path) -> list[LevelSample]:
             continue
         path = path if path.is_absolute() else study_dir / path
         if path.is_file():
-            out.append(sample_from_records(float(run.summary[LEVEL_KEY]), path, run.summary.get("stopped_early")))
+            level = float(run.summary[LEVEL_KEY])
+            out.append(sample_from_records(level, path, run.summary.get("stopped_early"),
+                                           ramp_of(run.summary.get("load", "rate"), level)))
     return out

@@ -105,6 +105,8 @@ class StudyRunner:
             with self.display, _sigterm_as_interrupt():
                 try:
                     self._read_engine_defaults()
+                    for line in capacity_trial.refresh_estimates(self.store, self.spec, self.out_dir):
+                        self.display.note(f"capacity re-estimated by today's judgement, {line}")
                     bandwidth.ensure_measured(self.store, list(self.spec.engine.command), self.placements[0].env,
                                               enabled=self.spec.measure_bandwidth, note=self.display.note)
                     self._seed_eta()

@@ -223,6 +223,7 @@ class TrialExecutor:
             progress=lambda d, t: progress(trial, scenario.name, replicate, d, t),
             api_key=api_key,
             metric_names=self.engine.metric_names,
+            detailed=False,   # a study keeps every request in the run's JSONL; the JSON stays small
         )
         return result, started_at
 
