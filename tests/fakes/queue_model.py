@@ -49,17 +49,19 @@ class QueueModel:
             heapq.heappush(free, first[i] + decode)
         return arrival, first, first + decode
 
-    def pooled_ttft_ms(self, rate: float, n: int, runs: int, seed: int) -> np.ndarray:
+    def pooled_ttft_ms(self, rate: float, n: int, runs: int, seed: int, burstiness: float = 1.0) -> np.ndarray:
         rng = np.random.default_rng(seed)
-        return np.concatenate([(lambda a, f, _e: (f - a) * 1000.0)(*self.run(rate, n, rng)) for _ in range(runs)])
+        return np.concatenate([(lambda a, f, _e: (f - a) * 1000.0)(*self.run(rate, n, rng, burstiness))
+                               for _ in range(runs)])
 
-    def true_crossing(self, q: float, limit_ms: float, n: int, runs: int = 200, seed: int = 12345) -> float:
+    def true_crossing(self, q: float, limit_ms: float, n: int, runs: int = 200, seed: int = 12345,
+                      burstiness: float = 1.0) -> float:
         """The rate at which the q-quantile of TTFT over runs of `n` requests equals `limit_ms`
         (bisection on a long simulation with common random numbers)."""
         lo, hi = 0.2 * self.saturation_rate, self.saturation_rate
         for _ in range(16):
             mid = (lo + hi) / 2
-            if np.quantile(self.pooled_ttft_ms(mid, n, runs, seed), q) > limit_ms:
+            if np.quantile(self.pooled_ttft_ms(mid, n, runs, seed, burstiness), q) > limit_ms:
                 hi = mid
             else:
                 lo = mid
