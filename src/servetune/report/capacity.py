@@ -12,12 +12,11 @@ from statistics import fmean
 
 from ..engine.outcome import Outcome
 from ..engine.placement import server_gpus
-from ..load.records import SummaryLike
 from ..store.sqlite import RunRow
 from ..study.metrics import CAPACITY
 from ..study.spec import ObjectiveSpec
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
-from ..tune.capacity_trial import LEVEL_KEY, current_capacity_runs, is_level_run
+from ..tune.capacity_trial import LEVEL_KEY, current_capacity_runs, interval_text, is_level_run
 from . import plots
 
 _UNIT = {"rate": "req/s", "concurrency": "concurrent requests"}
@@ -51,12 +50,6 @@ def _capacity_runs(c: ConfigResult, runs_by_trial: Mapping[int, list[RunRow]], s
     return current_capacity_runs([r for t in c.trial_ids for r in runs_by_trial.get(t, [])], scenario)
 
 
-def _interval(summary: SummaryLike) -> str:
-    high = summary.get("capacity_high")
-    return (f"{summary[CAPACITY]:.3g} [{summary.get('capacity_low', 0):.3g}, "
-            f"{'∞' if high is None else format(high, '.3g')}]")
-
-
 def build_capacity(analysis: StudyAnalysis, runs_by_trial: Mapping[int, list[RunRow]], objective: ObjectiveSpec,
                    price_per_gpu_hour: float | None) -> CapacityView | None:
     """None unless the study maximised capacity."""
@@ -76,7 +69,7 @@ def build_capacity(analysis: StudyAnalysis, runs_by_trial: Mapping[int, list[Run
                     if price_per_gpu_hour and served else None)
             view.rows.append(CapacityRow(
                 label=label, scenario=scenario, unit=_UNIT.get(runs[0].summary.get("load", ""), ""),
-                capacity=result.metrics.get(CAPACITY), per_boot=[_interval(r.summary) for r in runs],
+                capacity=result.metrics.get(CAPACITY), per_boot=[interval_text(r.summary) for r in runs],
                 effect=result.effects.get(CAPACITY), usd_per_million_tokens=cost,
                 binding=runs[-1].summary.get("capacity_binding")))
     view.plot = _curves(analysis, runs_by_trial, objective)

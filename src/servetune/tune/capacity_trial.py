@@ -113,7 +113,7 @@ def refresh_estimates(store: StudyStore, spec: StudySpec, study_dir: Path) -> li
                                            level_runs)
                 store.record_run(trial.id, CAPACITY_REPLICATE, RunResult(scenario=name, summary=summary),
                                  started_at=old.started_at, ended_at=old.ended_at, attempt=old.attempt + 1)
-                refreshed.append(f"trial #{trial.seq} {name}: {_interval(old.summary)} -> {_interval(summary)}")
+                refreshed.append(f"trial #{trial.seq} {name}: {interval_text(old.summary)} -> {interval_text(summary)}")
     return refreshed
 
 
@@ -125,9 +125,11 @@ def _judged_levels(samples: list[LevelSample], slos: list[Slo], alpha: float) ->
     return [judge_level(level, pooled, slos, alpha) for level, pooled in by_level.items()]
 
 
-def _interval(summary: SummaryLike) -> str:
+def interval_text(summary: SummaryLike) -> str:
+    """A capacity Run's capacity and its search's interval: `12.9 [11.3, 13.5]` (∞: no level violated)."""
     high = summary.get("capacity_high")
-    return f"{summary[CAPACITY]:.3g} [{summary.get('capacity_low', 0):.3g}, {'inf' if high is None else f'{high:.3g}'}]"
+    return (f"{summary[CAPACITY]:.3g} [{summary.get('capacity_low', 0):.3g}, "
+            f"{'∞' if high is None else format(high, '.3g')}]")
 
 
 @dataclass(frozen=True)
