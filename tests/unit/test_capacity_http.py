@@ -92,7 +92,7 @@ def test_a_closed_loop_is_judged_after_its_first_wave(tmp_path: Path) -> None:
     path = tmp_path / "level.requests.jsonl"
     path.write_text("\n".join(_record(i, 3000.0 if i < users else 300.0) for i in range(3 * users)) + "\n")
     assert ramp_of("concurrency", users) == users and ramp_of("rate", 12.5) == 0
-    steady = sample_from_records(users, path, ramp=ramp_of("concurrency", users))
+    steady = sample_from_records(users, path, load="concurrency")
     assert steady.sent == steady.completed == 2 * users
     assert max(float(v[0]) for v in steady.values["ttft"]) == pytest.approx(300.0)
     everything = sample_from_records(users, path)

@@ -78,11 +78,12 @@ def _finished_values(event: Finished, ramp: int) -> dict[str, float]:
 
 
 def sample_from_records(level: float, records_path: Path, stopped: str | None = None,
-                        ramp: int = 0) -> LevelSample:
+                        load: LoadKind = "rate") -> LevelSample:
     """A level's LevelSample from its run's request records (JSONL), as measured or as stored;
-    the first `ramp` requests are not judged (ramp_of)."""
+    a closed loop's first wave is not judged (ramp_of)."""
     records = [RequestRecord.model_validate_json(line)
                for line in Path(records_path).read_text().splitlines() if line.strip()]
+    ramp = ramp_of(load, level)
     measured = [r for r in records if not r.warmup and r.index >= ramp]
     values = request_values(measured)
     return LevelSample(level, values, len(measured), len(values["ttft"]), stopped)
@@ -107,7 +108,7 @@ def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKi
                           api_key=api_key, should_stop=should_stop, progress=progress, detailed=False)
     if result.outcome not in _MEASURED or result.records_path is None:
         return result, LevelSample(level, {}, 0, 0, error=f"{result.outcome.value}: {result.error}")
-    return result, sample_from_records(level, Path(result.records_path), monitor.reason, ramp)
+    return result, sample_from_records(level, Path(result.records_path), monitor.reason, load)
 
 
 def http_measure(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKind, num_prompts: int,

@@ -19,7 +19,7 @@ from pathlib import Path
 from statistics import fmean
 
 from ..capacity.estimate import CapacityEstimate, estimate
-from ..capacity.http import LoadKind, measure_level, ramp_of, sample_from_records
+from ..capacity.http import LoadKind, measure_level, sample_from_records
 from ..capacity.search import LevelResult, LevelSample, SearchSettings, judge_level, search, settings_for
 from ..capacity.slo import Slo
 from ..engine.outcome import Outcome
@@ -261,7 +261,6 @@ def _stored_samples(runs: list[RunRow], study_dir: Path) -> list[LevelSample]:
             continue
         path = path if path.is_absolute() else study_dir / path
         if path.is_file():
-            level = float(run.summary[LEVEL_KEY])
-            out.append(sample_from_records(level, path, run.summary.get("stopped_early"),
-                                           ramp_of(run.summary.get("load", "rate"), level)))
+            out.append(sample_from_records(float(run.summary[LEVEL_KEY]), path, run.summary.get("stopped_early"),
+                                           run.summary.get("load", "rate")))
     return out
