@@ -114,8 +114,22 @@ def test_a_capacity_study_names_the_config_that_serves_more_with_an_interval(tmp
         assert len(row.per_boot) == len(served) == 2 and row.unit == "req/s"
         # 2 $ an hour for one GPU, at the output tokens per second the capacity serves
         assert row.usd_per_million_tokens == pytest.approx(2.0 / (sum(served) / 2 * 3600) * 1e6)
+    # Every boot's levels, judged again from their stored records, with the verdicts its capacity came from.
+    (table,) = data.capacity.levels
+    assert table.scenario == "chat" and table.slos == [str(s) for s in capacity_trial.plan_for(spec).slos["chat"]]
+    for trial in store.trials():
+        runs = store.runs(trial.id)
+        (cap,) = [r for r in runs if r.replicate == capacity_trial.CAPACITY_REPLICATE]
+        rows = [r for r in table.rows if r.trial_seq == trial.seq]
+        stored = {r.summary["load_level"] for r in runs if capacity_trial.is_level_run(r.summary)}
+        assert {r.level for r in rows} == stored and len(rows) == cap.summary["levels_measured"]
+        assert all(len(r.slos) == len(table.slos) for r in rows)
+        met = [r.level for r in rows if r.verdict == "meets"]
+        violated = [r.level for r in rows if r.verdict == "violates"]
+        assert met and violated and max(met) <= cap.summary["capacity"] < min(violated)
     markdown = paths["markdown"].read_text()
     assert "Capacity under the SLOs" in markdown and "GPU-hour, the server run at its capacity.\n\n| config |" in markdown
+    assert "## Capacity: every load level" in markdown and "Capacity: every load level" in paths["html"].read_text()
     assert "| max-num-seqs=8 | chat |" in markdown and "per million output tokens" in paths["html"].read_text()
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -89,6 +90,11 @@ def slo_from_key(key: str, limit_ms: float) -> Slo | None:
     if m is None or (m.group(1) != "mean" and not 0 < float(m.group(1)[1:]) < 100):
         return None
     return Slo(m.group(2), m.group(1), float(limit_ms))
+
+
+def slos_from_limits(limits: Mapping[str, float]) -> list[Slo]:
+    """The entries of a scenario's limits a capacity search judges per request, in their order."""
+    return [slo for k, v in limits.items() if (slo := slo_from_key(k, v)) is not None]
 
 
 def parse_slos(items: list[str]) -> list[Slo]:

@@ -1,22 +1,26 @@
 """What a report shows of a `maximize: capacity` study: each config's capacity per scenario with
 its interval (across boots, and each boot's own search interval), the effect against the
-baseline, the cost per million output tokens at capacity when the study gives a GPU price, and
-the latency-against-load curves of the default and the best config."""
+baseline, the cost per million output tokens at capacity when the study gives a GPU price, the
+latency-against-load curves of the default and the best config, and every load level each boot
+measured, judged by the current rules (the evidence behind each capacity)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from statistics import fmean
 
+from ..capacity.search import LevelResult
+from ..capacity.slo import Judgement, slos_from_limits
 from ..engine.outcome import Outcome
 from ..engine.placement import server_gpus
-from ..store.sqlite import RunRow
+from ..store.sqlite import RunRow, TrialRow
 from ..study.metrics import CAPACITY
 from ..study.spec import ObjectiveSpec
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
-from ..tune.capacity_trial import LEVEL_KEY, current_capacity_runs, interval_text, is_level_run
+from ..tune.capacity_trial import LEVEL_KEY, current_capacity_runs, interval_text, is_level_run, judged_levels
 from . import plots
 
 _UNIT = {"rate": "req/s", "concurrency": "concurrent requests"}
@@ -35,10 +39,31 @@ class CapacityRow:
 
 
 @dataclass
+class LevelRow:
+    label: str
+    trial_seq: int
+    level: float
+    runs: int
+    judged: int                          # requests whose latencies were judged (a closed loop's first wave is not)
+    slos: list[str]                      # per SLO of the table: "estimate [low, high]" in ms
+    verdict: str
+    stopped: str | None                  # why the monitor ended a run early
+
+
+@dataclass
+class LevelTable:
+    scenario: str
+    unit: str
+    slos: list[str]                      # the column heads, e.g. ttft:p95<=1000ms
+    rows: list[LevelRow] = field(default_factory=list)
+
+
+@dataclass
 class CapacityView:
     rows: list[CapacityRow] = field(default_factory=list)
     price_per_gpu_hour: float | None = None
     plot: plots.Plot | None = None
+    levels: list[LevelTable] = field(default_factory=list)   # per scenario
 
 
 def usd_per_million_tokens(price_per_gpu_hour: float, gpu_count: int, output_tokens_per_s: float) -> float:
@@ -50,11 +75,12 @@ def _capacity_runs(c: ConfigResult, runs_by_trial: Mapping[int, list[RunRow]], s
     return current_capacity_runs([r for t in c.trial_ids for r in runs_by_trial.get(t, [])], scenario)
 
 
-def build_capacity(analysis: StudyAnalysis, runs_by_trial: Mapping[int, list[RunRow]], objective: ObjectiveSpec,
-                   price_per_gpu_hour: float | None) -> CapacityView | None:
+def build_capacity(analysis: StudyAnalysis, trials: Sequence[TrialRow], objective: ObjectiveSpec,
+                   price_per_gpu_hour: float | None, study_dir: Path) -> CapacityView | None:
     """None unless the study maximised capacity."""
     if analysis.objective_metric != CAPACITY:
         return None
+    runs_by_trial = {t.id: list(t.runs) for t in trials}
     view = CapacityView(price_per_gpu_hour=price_per_gpu_hour)
     base_cfg = analysis.baseline.config if analysis.baseline else None
     for c in analysis.configs:
@@ -73,7 +99,49 @@ def build_capacity(analysis: StudyAnalysis, runs_by_trial: Mapping[int, list[Run
                 effect=result.effects.get(CAPACITY), usd_per_million_tokens=cost,
                 binding=runs[-1].summary.get("capacity_binding")))
     view.plot = _curves(analysis, runs_by_trial, objective)
+    view.levels = _level_tables(analysis, trials, objective, study_dir)
     return view
+
+
+def _level_tables(analysis: StudyAnalysis, trials: Sequence[TrialRow], objective: ObjectiveSpec,
+                  study_dir: Path) -> list[LevelTable]:
+    """Per scenario, each boot's levels as today's judgement pools and judges them: the same
+    verdicts the capacity Runs were (re-)estimated from, so a reader can follow every bound."""
+    seq = {t.id: t.seq for t in trials}
+    runs_by_trial = {t.id: list(t.runs) for t in trials}
+    base_cfg = analysis.baseline.config if analysis.baseline else None
+    alpha = 1.0 - analysis.confidence
+    tables: dict[str, LevelTable] = {}
+    for c in analysis.configs:
+        label = c.label if c.is_baseline or base_cfg is None else c.config.label(base_cfg)
+        for trial_id in c.trial_ids:
+            by_scenario: dict[str, list[RunRow]] = {}
+            for r in runs_by_trial.get(trial_id, []):
+                if is_level_run(r.summary):
+                    by_scenario.setdefault(r.scenario, []).append(r)
+            for scenario, level_runs in by_scenario.items():
+                slos = slos_from_limits(objective.slo_for(scenario))
+                table = tables.setdefault(scenario, LevelTable(
+                    scenario, _UNIT.get(level_runs[0].summary.get("load", ""), "load"), [str(s) for s in slos]))
+                table.rows += [_level_row(label, seq.get(trial_id, trial_id), lv)
+                               for lv in judged_levels(level_runs, slos, alpha, study_dir)]
+    return [tables[s] for s in sorted(tables)]
+
+
+def _level_row(label: str, trial_seq: int, lv: LevelResult) -> LevelRow:
+    return LevelRow(label=label, trial_seq=trial_seq, level=lv.level, runs=len(lv.samples), judged=lv.completed,
+                    slos=[_judged_text(j) for j in lv.judgements], verdict=lv.verdict.value, stopped=lv.stopped)
+
+
+def _ms(x: float) -> str:
+    if not math.isfinite(x):
+        return "∞" if x > 0 else "-∞"
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _judged_text(j: Judgement) -> str:
+    """`278 [227, 376]`: the statistic and its interval, in ms."""
+    return f"{_ms(j.estimate)} [{_ms(j.low)}, {_ms(j.high)}]"
 
 
 def _best(analysis: StudyAnalysis) -> ConfigResult | None:

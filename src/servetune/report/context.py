@@ -466,8 +466,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
     except (ValueError, RuntimeError) as exc:  # fANOVA needs enough distinct points
         importances, notes = {}, [f"parameter importance not computed: {exc}"]
 
-    capacity = build_capacity(analysis, {t.id: list(t.runs) for t in trials}, objective,
-                              spec.get("price_per_gpu_hour"))
+    capacity = build_capacity(analysis, trials, objective, spec.get("price_per_gpu_hour"), store.path.parent)
     figures = _plots(analysis, store, trial_by_id, slo_metrics)
     if capacity is not None and capacity.plot is not None:
         figures.insert(0, capacity.plot)

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any, TypeGuard
 
-from ..capacity.slo import Slo, slo_from_key
+from ..capacity.slo import Slo, slos_from_limits
 from ..errors import ServetuneError
 from ..load.records import SummaryLike
 from .metrics import CAPACITY, higher_is_better
@@ -44,7 +44,7 @@ class Objective:
 
     def capacity_slos(self, scenario: str) -> list[Slo]:
         """The SLOs a capacity search of `scenario` judges each load level by."""
-        return [slo for k, v in self.slo.get(scenario, {}).items() if (slo := slo_from_key(k, v)) is not None]
+        return slos_from_limits(self.slo.get(scenario, {}))
 
     @property
     def scored_scenarios(self) -> list[str]:

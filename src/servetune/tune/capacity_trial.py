@@ -107,7 +107,7 @@ def refresh_estimates(store: StudyStore, spec: StudySpec, study_dir: Path) -> li
                 if old.summary.get("judgement", 1) >= JUDGEMENT:
                     continue
                 level_runs = [r for r in trial.runs if r.scenario == name and is_level_run(r.summary)]
-                levels = _judged_levels(_stored_samples(level_runs, study_dir), slos, plan.settings[name].alpha)
+                levels = judged_levels(level_runs, slos, plan.settings[name].alpha, study_dir)
                 est = estimate(levels, integer=kinds[name] == "concurrency")
                 summary = capacity_summary(est, kinds[name], slos, len(levels), sum(lv.requests for lv in levels),
                                            level_runs)
@@ -117,10 +117,11 @@ def refresh_estimates(store: StudyStore, spec: StudySpec, study_dir: Path) -> li
     return refreshed
 
 
-def _judged_levels(samples: list[LevelSample], slos: list[Slo], alpha: float) -> list[LevelResult]:
-    """The stored samples pooled per level, as the search pooled them, judged by today's rules."""
+def judged_levels(level_runs: list[RunRow], slos: list[Slo], alpha: float, study_dir: Path) -> list[LevelResult]:
+    """One boot's stored level runs of one scenario pooled per level, as the search pooled them,
+    judged by today's rules; in the order the levels were first measured."""
     by_level: dict[float, list[LevelSample]] = {}
-    for sample in samples:
+    for sample in _stored_samples(level_runs, study_dir):
         by_level.setdefault(sample.level, []).append(sample)
     return [judge_level(level, pooled, slos, alpha) for level, pooled in by_level.items()]
 
