@@ -65,6 +65,19 @@ def test_interrupted_trial_is_found_and_reopened(tmp_path):
     assert len(resumed.runs(unfinished.id)) == 1  # measured runs survive the kill
 
 
+def test_a_reopened_trial_keeps_its_earlier_boots_in_the_cost(tmp_path):
+    store = StudyStore.in_dir(tmp_path)
+    trial = store.begin_trial("candidate", Config.of({"a": 1}), {"a": 1})
+    store.record_boot(trial.id, healthy_at=trial.started_at + 60, boot_facts=None, mismatches=[], log_path=None)
+    store.reopen_trial(trial.id)          # killed after its boot: booted again
+    store.reopen_trial(trial.id)          # killed while booting: that boot never became healthy
+    again = store.trial(trial.id)
+    assert (again.boots, again.boot_s, again.total_boot_s) == (1, None, pytest.approx(60))
+    store.record_boot(trial.id, healthy_at=again.started_at + 75, boot_facts=None, mismatches=[], log_path=None)
+    last = StudyStore.open_existing(tmp_path).trial(trial.id)
+    assert (last.boots, last.boot_s, last.total_boot_s) == (2, pytest.approx(75), pytest.approx(135))
+
+
 def test_wall_time_counts_killed_sessions_to_last_heartbeat(tmp_path, monkeypatch):
     clock = iter([100.0, 160.0, 1000.0, 1030.0])
     monkeypatch.setattr("servetune.store.sqlite.time.time", lambda: next(clock))

@@ -381,7 +381,7 @@ def _plots(analysis: StudyAnalysis, store: StudyStore, trial_by_id: dict[int, Tr
 
 
 def _cost(analysis: StudyAnalysis, store: StudyStore, trials: list[Trial], runs: list[Run]) -> CostView:
-    boot = sum(t.boot_s for t in trials if t.boot_s is not None)
+    boot = sum(t.total_boot_s for t in trials)
     measure = sum(r.wall_s for r in runs)
     wall = store.elapsed_wall_s()
     if wall <= 0 and trials:
@@ -393,7 +393,7 @@ def _cost(analysis: StudyAnalysis, store: StudyStore, trials: list[Trial], runs:
     eta_err, note = c.get("eta_error_pct"), ""
     if eta_err is None:
         eta_err, note = _eta_accuracy(store.get_meta_json("eta_log"), store)
-    return CostView(wall, boot, measure, other, sum(t.boot_s is not None for t in trials), len(runs), eta_err, note)
+    return CostView(wall, boot, measure, other, sum(t.boots for t in trials), len(runs), eta_err, note)
 
 
 _UNFINISHED = ("interrupted", "paused")   # a session's end reasons that leave the study to resume

@@ -101,6 +101,8 @@ class Trial:
     runs: tuple[Run, ...] = ()       # in the order they were measured
     slot: int = 0                    # the slot that runs it (a store from before slots: 0)
     placement: dict[str, Any] | None = None  # that slot's GPUs/CPUs, as engine.placement describes them
+    earlier_boots: int = 0           # healthy boots before the current one (reopened after a kill)
+    earlier_boot_s: float = 0.0      # their launch-to-healthy seconds (a store from before: 0, unknown)
 
     @property
     def status(self) -> str:
@@ -117,7 +119,18 @@ class Trial:
 
     @property
     def boot_s(self) -> float | None:
+        """The current boot's launch-to-healthy seconds."""
         return None if self.healthy_at is None else self.healthy_at - self.started_at
+
+    @property
+    def boots(self) -> int:
+        """Healthy boots of this trial, the current one included."""
+        return self.earlier_boots + (self.healthy_at is not None)
+
+    @property
+    def total_boot_s(self) -> float:
+        """Seconds all its healthy boots took: what booting cost the study for this trial."""
+        return self.earlier_boot_s + (self.boot_s or 0.0)
 
     def ok_runs(self) -> list[Run]:
         return [r for r in self.runs if r.ok]

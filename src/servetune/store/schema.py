@@ -1,6 +1,6 @@
 """The SQLite schema of a study store. One file per study; every write is one transaction."""
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -30,6 +30,8 @@ CREATE TABLE IF NOT EXISTS trials (
     launch_token       TEXT,                   -- written before the spawn; in the server's env as SERVETUNE_TRIAL_TOKEN
     slot               INTEGER,                -- the slot that ran it (NULL: a store from before slots = slot 0)
     placement_json     TEXT,                   -- that slot's GPUs/CPUs (engine.placement); not part of the config key
+    earlier_boots      INTEGER,                -- healthy boots before the current one (a trial reopened after a kill)
+    earlier_boot_s     REAL,                   -- and their launch-to-healthy seconds, for the study's cost
     started_at         REAL NOT NULL,
     healthy_at         REAL,
     ended_at           REAL
@@ -77,6 +79,8 @@ ADDED_COLUMNS = (
     (2, "sessions", "pid_create_time REAL"),
     (3, "trials", "slot INTEGER"),
     (3, "trials", "placement_json TEXT"),
+    (4, "trials", "earlier_boots INTEGER"),
+    (4, "trials", "earlier_boot_s REAL"),
 )
 
 

@@ -193,10 +193,13 @@ class StudyStore:
 
     def reopen_trial(self, trial_id: int, *, session_id: int | None = None) -> None:
         """A trial interrupted by a kill: keep its runs, clear the dead server, boot it again
-        (owned by `session_id` from now on)."""
+        (owned by `session_id` from now on). A boot that became healthy is kept in the counts the
+        study's cost reads (SET reads the row as it was)."""
         self._write("UPDATE trials SET status = 'running', server_pid = NULL, server_pgid = NULL,"
-                    " server_create_time = NULL, launch_token = NULL, started_at = ?, healthy_at = NULL,"
-                    " session_id = ? WHERE id = ?",
+                    " server_create_time = NULL, launch_token = NULL,"
+                    " earlier_boots = COALESCE(earlier_boots, 0) + (healthy_at IS NOT NULL),"
+                    " earlier_boot_s = COALESCE(earlier_boot_s, 0) + COALESCE(healthy_at - started_at, 0),"
+                    " started_at = ?, healthy_at = NULL, session_id = ? WHERE id = ?",
                     (time.time(), session_id, trial_id))
 
     def move_trial(self, trial_id: int, *, slot: int, placement: dict[str, Any] | None) -> None:
@@ -324,6 +327,7 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
         healthy_at=row["healthy_at"], ended_at=row["ended_at"],
         session_id=_optional(row, "session_id"), launch_token=_optional(row, "launch_token"),
         runs=runs, slot=_optional(row, "slot") or 0, placement=_loads(_optional(row, "placement_json")),
+        earlier_boots=_optional(row, "earlier_boots") or 0, earlier_boot_s=_optional(row, "earlier_boot_s") or 0.0,
     )
 
 

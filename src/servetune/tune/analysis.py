@@ -519,7 +519,7 @@ def _violations(m: _Measured, spec: StudySpec) -> list[str]:
 def _cost(store: StudyStore) -> dict[str, float]:
     trials = store.trials()
     runs = [r for t in trials for r in t.runs]
-    boot = sum(t.boot_s or 0.0 for t in trials)
+    boot = sum(t.total_boot_s for t in trials)
     failed_boot = sum(((t.ended_at or t.started_at) - t.started_at) for t in trials if t.healthy_at is None)
     measure = sum(r.wall_s for r in runs)
     wall = store.elapsed_wall_s()
