@@ -240,3 +240,32 @@ def test_status_shows_which_slot_measured_each_trial_once_there_are_several(tmp_
     rows = {line.split("│")[1].strip(): line for line in out.stdout.splitlines() if line.count("│") > 3}
     assert "slot" in out.stdout and "gpu-b (10.0.0.2)" in rows[str(second.seq)], out.stdout
     assert rows[str(first.seq)].split("│")[4].strip() == "0"   # #, role, config, then the slot
+
+
+def test_per_gpu_compares_what_each_gpu_serves(tmp_path):
+    """Tensor parallel 2 at 1.5 times the throughput: better as a server, worse per GPU."""
+    text = (STUDY.replace("space: {max-num-seqs: [4, 8, 16]}", "space: {tensor-parallel-size: [null, 2]}")
+            .replace("objective: {maximize: output_throughput,", "objective: {maximize: output_throughput, per_gpu: true,"))
+    verdicts = {}
+    for per_gpu in (False, True):
+        spec = parse_study(text if per_gpu else text.replace(" per_gpu: true,", ""))
+        store = StudyStore.in_dir(tmp_path / str(per_gpu))
+        rng = np.random.default_rng(3)
+        _trial(store, spec, rng, "baseline", {}, 100)
+        _trial(store, spec, rng, "candidate", {"tensor-parallel-size": 2}, 150)
+        _trial(store, spec, rng, "baseline_final", {}, 100)
+        _trial(store, spec, rng, "finalist", {"tensor-parallel-size": 2}, 150)
+        result = analysis.analyze(store, spec)
+        tp2 = next(c for c in result.configs if not c.is_baseline)
+        verdicts[per_gpu] = (tp2.objective.estimate, tp2.objective_effect.verdict)
+        # the raw metric's effect is the server's either way
+        assert 45 < tp2.scenarios["a"].effects["output_throughput"].effect_pct < 55
+        assert result.objective_name == ("output_throughput per GPU" if per_gpu else "output_throughput")
+    assert verdicts[False][0] == pytest.approx(1.5, rel=0.03) and verdicts[False][1] == "better"
+    assert verdicts[True][0] == pytest.approx(0.75, rel=0.03) and verdicts[True][1] == "worse"
+
+
+def test_per_gpu_is_refused_for_a_latency():
+    with pytest.raises(Exception, match="per_gpu divides a throughput or a capacity"):
+        parse_study(STUDY.replace("objective: {maximize: output_throughput,",
+                                  "objective: {minimize: p99_ttft_ms, per_gpu: true,"))

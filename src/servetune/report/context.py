@@ -117,6 +117,7 @@ class CostView:
 class ReportData:
     study_name: str
     objective_metric: str
+    objective_per_gpu: bool
     objective_direction: str
     generated_at: float
     has_winner: bool
@@ -210,7 +211,7 @@ def _headline(analysis: StudyAnalysis) -> str:
         label = analysis.winner.config.label(analysis.baseline.config)
         if eff is not None:
             p = eff.p_adjusted if eff.p_adjusted is not None else eff.p_value
-            return (f"Winner: {label} improves {analysis.objective_metric} by {eff.effect_pct:+.1f} % "
+            return (f"Winner: {label} improves {analysis.objective_name} by {eff.effect_pct:+.1f} % "
                     f"({_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, "
                     f"Holm-adjusted p = {p:.3g}) "
                     f"over the baseline.")
@@ -218,7 +219,7 @@ def _headline(analysis: StudyAnalysis) -> str:
     known = f", {len(not_run)} not booted (already known)" if not_run else ""
     running = f", {len(unfinished)} unfinished (the study was stopped; run it again to resume)" if unfinished else ""
     return (f"No config beat the baseline: {len(tried) - len(not_run)} candidate config(s) tried, {len(failed)} "
-            f"failed to run{known}{running}, none improved {analysis.objective_metric} significantly "
+            f"failed to run{known}{running}, none improved {analysis.objective_name} significantly "
             "while meeting every SLO.")
 
 
@@ -472,6 +473,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         figures.insert(0, capacity.plot)
     return ReportData(
         study_name=analysis.study_name, objective_metric=analysis.objective_metric,
+        objective_per_gpu=analysis.objective_per_gpu,
         objective_direction=analysis.objective_direction, generated_at=time.time(),
         has_winner=analysis.winner is not None, headline=_headline(analysis), winner_reason=analysis.winner_reason,
         emitted_for=emitted_for, metric_rows=_metric_rows(analysis, analysis.winner, objective),

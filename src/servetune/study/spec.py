@@ -30,7 +30,7 @@ from ..load.scenario import PRESETS, Scenario
 from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
 from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
-from .metrics import CAPACITY, check_metric, metric_problem
+from .metrics import CAPACITY, check_metric, higher_is_better, metric_problem
 from .space import ENV_PREFIX, Parameter, env_var, is_number, json_field, normalize_param_name
 
 # Validation context key: the spec is read back from a store (StudySpec.from_store).
@@ -241,6 +241,9 @@ class ObjectiveSpec(_Strict):
     weights: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
     # {metric: limit} for every scenario, {scenario: {metric: limit}} for one.
     slo: dict[str, float | dict[str, float]] = Field(default_factory=dict)
+    # Each config's objective divided by the GPUs one server of it takes (tensor x pipeline x
+    # data parallel sizes): what a second GPU buys, e.g. tensor parallel 2 against 1 per GPU.
+    per_gpu: bool = False
 
     @model_validator(mode="before")
     @classmethod
@@ -253,6 +256,9 @@ class ObjectiveSpec(_Strict):
     def _check(self) -> ObjectiveSpec:
         if self.maximize is not None and self.minimize is not None:
             raise ValueError("give maximize or minimize, not both")
+        if self.per_gpu and not (self.maximizing and higher_is_better(self.metric)):
+            raise ValueError(f"per_gpu divides a throughput or a capacity by the GPUs that serve it; "
+                             f"{'minimize' if self.minimize else 'maximize'}: {self.metric} has no share per GPU")
         return self
 
     @property

@@ -34,7 +34,9 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from .. import stats
+from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..engine.placement import server_gpus
 from ..load.records import RunSummary
 from ..search.base import SearchBase, TrialView
 from ..store import BASELINE_ROLES, StudyStore, Trial, TrialRole, TrialState
@@ -159,7 +161,16 @@ def objective_samples(m: _Measured, spec: StudySpec, references: SlotReferences)
         return []
     # The reference enters as a one-run baseline whose value is the (drift-aware) baseline mean.
     baseline = {n: [{spec.objective.metric: refs[n]}] for n in names}
-    return [x for x in objective.samples(candidate, baseline) if _finite(x)]
+    share = per_gpu_share(m.trial.config, spec)
+    return [x * share for x in objective.samples(candidate, baseline) if _finite(x)]
+
+
+def per_gpu_share(config: Config, spec: StudySpec) -> float:
+    """1 unless `objective.per_gpu`: then the baseline's GPUs per server over this config's, so
+    that a config's objective (a ratio to the baseline) compares what each GPU serves."""
+    if not spec.objective.per_gpu:
+        return 1.0
+    return server_gpus(spec.baseline_config()) / server_gpus(config)
 
 
 # --- what the runner asks during a study --------------------------------------------------
@@ -303,7 +314,7 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
         winner, reason = None, _unmeasured_baseline_reason(store, configs, baseline_key)
     return StudyAnalysis(
         study_name=spec.name,
-        objective_metric=spec.objective.metric,
+        objective_metric=spec.objective.metric, objective_per_gpu=spec.objective.per_gpu,
         objective_direction="maximize" if spec.objective.maximizing else "minimize",
         baseline=baseline,
         configs=configs,

@@ -98,6 +98,12 @@ class StudyAnalysis:
     cost: dict[str, float] = field(default_factory=dict)   # boot_s, measure_s, other_s, wall_s, eta_error_pct
     confidence: float = 0.95                       # level of every interval: 1 - the study's alpha
     components: VarianceComponents | None = None   # boot and replicate variance of the objective (log scale)
+    objective_per_gpu: bool = False                # the objective divided by each config's GPUs per server
+
+    @property
+    def objective_name(self) -> str:
+        """The objective as a reader should read it: `output_throughput per GPU` under per_gpu."""
+        return f"{self.objective_metric} per GPU" if self.objective_per_gpu else self.objective_metric
 
     @property
     def baseline_measured(self) -> bool:
