@@ -25,6 +25,19 @@ def _line_of(text: str, needle: str) -> int:
     return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
 
 
+@pytest.mark.parametrize("path", sorted((EXAMPLE.parent / "h200").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_h200_study_file_loads(path: Path) -> None:
+    """A GPU session is short: a study file that fails to load there costs a whole call."""
+    spec = load_study(path)
+    assert spec.name == path.stem and spec.scenarios
+
+
+def test_the_tensor_parallel_study_compares_per_gpu() -> None:
+    spec = load_study(EXAMPLE.parent / "h200" / "qwen3-30b-a3b-tp.yaml")
+    assert spec.objective.per_gpu and spec.space["tensor-parallel-size"].values == (None, 2)
+    assert spec.baseline_config().env["NCCL_NVLS_ENABLE"] == "0"
+
+
 def test_example_loads_unchanged() -> None:
     spec = load_study(EXAMPLE)
     assert spec.name == "tiny-cpu"
