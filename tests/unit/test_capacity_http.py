@@ -10,6 +10,7 @@ import pytest
 
 from tests.fakes.launch import fake_server
 from tests.fakes.queue_model import QueueModel
+from tests.fakes.records import closed_loop_records
 from tests.unit.cli_run import servetune
 
 # Slow enough that the HTTP round trip on a busy 2-core machine (a few ms) is small next to the
@@ -72,25 +73,13 @@ def test_a_closed_loop_level_sends_its_first_wave_and_then_at_least_two_waves_of
     assert at_level(scenario, "rate", 64, 100, run=0).num_prompts == 100
 
 
-def _record(index: int, ttft_ms: float) -> str:
-    from servetune.load.records import RequestRecord
-
-    t0 = index * 10**9
-    first = t0 + int(ttft_ms * 1e6)
-    chunks = [first + k * 20_000_000 for k in range(4)]
-    return RequestRecord(index=index, warmup=False, input_len=8, output_len=4, scheduled_ns=t0, dispatch_ns=t0,
-                         first_token_ns=first, chunk_ns=chunks, chunk_tokens=[1] * 4, end_ns=chunks[-1],
-                         prompt_tokens=8, output_tokens=4).model_dump_json()
-
-
 def test_a_closed_loop_is_judged_after_its_first_wave(tmp_path: Path) -> None:
     """All N users' first requests go out at once: on the H200 their p95 TTFT was ten times the
     steady state's. The level's SLOs are judged on the requests after that wave."""
     from servetune.capacity.http import ramp_of, sample_from_records
 
     users = 16
-    path = tmp_path / "level.requests.jsonl"
-    path.write_text("\n".join(_record(i, 3000.0 if i < users else 300.0) for i in range(3 * users)) + "\n")
+    path = closed_loop_records(tmp_path / "level.requests.jsonl", users, 3000.0, 300.0)
     assert ramp_of("concurrency", users) == users and ramp_of("rate", 12.5) == 0
     steady = sample_from_records(users, path, load="concurrency")
     assert steady.sent == steady.completed == 2 * users

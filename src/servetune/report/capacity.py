@@ -12,15 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
 
+import numpy as np
+
 from ..capacity.search import LevelResult
-from ..capacity.slo import Judgement, slos_from_limits
-from ..engine.outcome import Outcome
+from ..capacity.slo import Judgement, Slo, slo_from_key, slos_from_limits
 from ..engine.placement import server_gpus
 from ..store.sqlite import RunRow, TrialRow
 from ..study.metrics import CAPACITY
 from ..study.spec import ObjectiveSpec
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
-from ..tune.capacity_trial import LEVEL_KEY, current_capacity_runs, interval_text, is_level_run, judged_levels
+from ..tune.capacity_trial import current_capacity_runs, interval_text, is_level_run, judged_levels
 from . import plots
 
 _UNIT = {"rate": "req/s", "concurrency": "concurrent requests"}
@@ -98,39 +99,85 @@ def build_capacity(analysis: StudyAnalysis, trials: Sequence[TrialRow], objectiv
                 capacity=result.metrics.get(CAPACITY), per_boot=[interval_text(r.summary) for r in runs],
                 effect=result.effects.get(CAPACITY), usd_per_million_tokens=cost,
                 binding=runs[-1].summary.get("capacity_binding")))
-    view.plot = _curves(analysis, runs_by_trial, objective)
-    view.levels = _level_tables(analysis, trials, objective, study_dir)
+    judged = _judge_boots(analysis, trials, objective, study_dir)
+    view.plot = _curves(analysis, judged, objective)
+    view.levels = _level_tables(analysis, trials, judged)
     return view
 
 
-def _level_tables(analysis: StudyAnalysis, trials: Sequence[TrialRow], objective: ObjectiveSpec,
-                  study_dir: Path) -> list[LevelTable]:
+_CURVE_METRICS = ("ttft", "itl")
+
+
+@dataclass
+class _BootLevels:
+    """One boot's levels of one scenario, pooled and judged by the scenario's SLOs as the search
+    judges them (the table's columns)."""
+
+    load: str
+    slos: list[Slo]
+    levels: list[LevelResult]
+
+
+def _plotted_metric(limits: Mapping[str, float], metric: str) -> str:
+    """The statistic of `metric` the SLO bounds (so its line is drawn), else its p99."""
+    return next((k for k in limits if k.endswith(f"_{metric}_ms")), f"p99_{metric}_ms")
+
+
+def _judge_boots(analysis: StudyAnalysis, trials: Sequence[TrialRow], objective: ObjectiveSpec,
+                 study_dir: Path) -> dict[tuple[int, str], _BootLevels]:
+    """Every boot's levels judged again from their stored records, once for the table and the
+    curves alike: a closed loop's first wave is left out of both, as it is of the verdicts (a run
+    summary's percentiles count it)."""
+    alpha = 1.0 - analysis.confidence
+    out: dict[tuple[int, str], _BootLevels] = {}
+    for trial in trials:
+        by_scenario: dict[str, list[RunRow]] = {}
+        for r in trial.runs:
+            if is_level_run(r.summary):
+                by_scenario.setdefault(r.scenario, []).append(r)
+        for scenario, level_runs in by_scenario.items():
+            slos = slos_from_limits(objective.slo_for(scenario))
+            out[(trial.id, scenario)] = _BootLevels(str(level_runs[0].summary.get("load", "")), slos,
+                                                    judged_levels(level_runs, slos, alpha, study_dir))
+    return out
+
+
+def _label(c: ConfigResult, analysis: StudyAnalysis) -> str:
+    base_cfg = analysis.baseline.config if analysis.baseline else None
+    return c.label if c.is_baseline or base_cfg is None else c.config.label(base_cfg)
+
+
+def _level_tables(analysis: StudyAnalysis, trials: Sequence[TrialRow],
+                  judged: Mapping[tuple[int, str], _BootLevels]) -> list[LevelTable]:
     """Per scenario, each boot's levels as today's judgement pools and judges them: the same
     verdicts the capacity Runs were (re-)estimated from, so a reader can follow every bound."""
     seq = {t.id: t.seq for t in trials}
-    runs_by_trial = {t.id: list(t.runs) for t in trials}
-    base_cfg = analysis.baseline.config if analysis.baseline else None
-    alpha = 1.0 - analysis.confidence
     tables: dict[str, LevelTable] = {}
     for c in analysis.configs:
-        label = c.label if c.is_baseline or base_cfg is None else c.config.label(base_cfg)
         for trial_id in c.trial_ids:
-            by_scenario: dict[str, list[RunRow]] = {}
-            for r in runs_by_trial.get(trial_id, []):
-                if is_level_run(r.summary):
-                    by_scenario.setdefault(r.scenario, []).append(r)
-            for scenario, level_runs in by_scenario.items():
-                slos = slos_from_limits(objective.slo_for(scenario))
-                table = tables.setdefault(scenario, LevelTable(
-                    scenario, _UNIT.get(level_runs[0].summary.get("load", ""), "load"), [str(s) for s in slos]))
-                table.rows += [_level_row(label, seq.get(trial_id, trial_id), lv)
-                               for lv in judged_levels(level_runs, slos, alpha, study_dir)]
+            for (tid, scenario), boot in judged.items():
+                if tid != trial_id:
+                    continue
+                table = tables.setdefault(scenario, LevelTable(scenario, _UNIT.get(boot.load, "load"),
+                                                               [str(s) for s in boot.slos]))
+                table.rows += [_level_row(_label(c, analysis), seq[trial_id], lv)
+                               for lv in boot.levels]
     return [tables[s] for s in sorted(tables)]
 
 
 def _level_row(label: str, trial_seq: int, lv: LevelResult) -> LevelRow:
     return LevelRow(label=label, trial_seq=trial_seq, level=lv.level, runs=len(lv.samples), judged=lv.completed,
                     slos=[_judged_text(j) for j in lv.judgements], verdict=lv.verdict.value, stopped=lv.stopped)
+
+
+def _statistic(lv: LevelResult, key: str) -> float:
+    """A statistic no SLO judges (`p99_itl_ms`), over the level's pooled judged values."""
+    slo = slo_from_key(key, math.inf)
+    values = [v for smp in lv.samples for v in smp.values.get(slo.metric, [])] if slo else []
+    flat = np.concatenate(values) if values else np.zeros(0)
+    if slo is None or not len(flat):
+        return math.nan
+    return float(np.mean(flat)) if slo.quantile is None else float(np.percentile(flat, 100 * slo.quantile))
 
 
 def _ms(x: float) -> str:
@@ -154,36 +201,35 @@ def _best(analysis: StudyAnalysis) -> ConfigResult | None:
     return best[0] if best is not None else None
 
 
-def _plotted_metric(limits: Mapping[str, float], metric: str) -> str:
-    """The statistic of `metric` the SLO bounds (so its line is drawn), else its p99."""
-    return next((k for k in limits if k.endswith(f"_{metric}_ms")), f"p99_{metric}_ms")
-
-
-def _curves(analysis: StudyAnalysis, runs_by_trial: Mapping[int, list[RunRow]],
+def _curves(analysis: StudyAnalysis, judged: Mapping[tuple[int, str], _BootLevels],
             objective: ObjectiveSpec) -> plots.Plot | None:
+    """The judged statistic at each level (one point a level, its runs pooled), one line per boot."""
     shown = [c for c in (analysis.baseline, _best(analysis)) if c is not None]
-    base_cfg = analysis.baseline.config if analysis.baseline else None
+    limits = {s: objective.slo_for(s) for _, s in judged}
+    metrics = {s: [_plotted_metric(limits[s], m) for m in _CURVE_METRICS] for s in limits}
     curves: dict[str, list[plots.CapacityCurve]] = {}
     loads: dict[str, str] = {}
     for c in shown:
-        label = "default" if c.is_baseline else (c.config.label(base_cfg) if base_cfg else c.label)
         boots: dict[str, list[list[plots.CurvePoint]]] = {}
-        for t in c.trial_ids:
-            levels: dict[str, list[plots.CurvePoint]] = {}
-            for r in runs_by_trial.get(t, []):
-                if is_level_run(r.summary) and r.outcome in (str(Outcome.ok), str(Outcome.client_bound)):
-                    levels.setdefault(r.scenario, []).append(plots.CurvePoint(float(r.summary[LEVEL_KEY]), r.summary))
-                    loads[r.scenario] = _UNIT.get(r.summary.get("load", ""), "load")
-            for scenario, points in levels.items():
-                boots.setdefault(scenario, []).append(points)
+        for trial_id in c.trial_ids:
+            for (tid, scenario), boot in judged.items():
+                if tid == trial_id:
+                    boots.setdefault(scenario, []).append([plots.CurvePoint(lv.level, _point(lv, metrics[scenario]))
+                                                           for lv in boot.levels])
+                    loads[scenario] = _UNIT.get(boot.load, "load")
         for scenario, per_boot in boots.items():
             cap = c.scenarios.get(scenario)
             est = cap.metrics.get(CAPACITY) if cap else None
+            label = "default" if c.is_baseline else _label(c, analysis)
             curves.setdefault(scenario, []).append(plots.CapacityCurve(label, per_boot, est.estimate if est else None))
-    limits = {s: objective.slo_for(s) for s in curves}
-    metrics = {s: [_plotted_metric(limits[s], m) for m in ("ttft", "itl")] for s in curves}
     png = plots.latency_vs_load(curves, metrics, limits, {s: f"offered load ({u})" for s, u in loads.items()})
     if png is None:
         return None
     return plots.Plot("latency_vs_load", "Latency against offered load: default and best config, SLOs and capacity",
                       png)
+
+
+def _point(lv: LevelResult, keys: Sequence[str]) -> dict[str, float]:
+    """The plotted statistics at one level: the judged estimate where an SLO names it."""
+    judged = {j.slo.key: j.estimate for j in lv.judgements}
+    return {k: judged[k] if k in judged else _statistic(lv, k) for k in keys}

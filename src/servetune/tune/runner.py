@@ -441,10 +441,11 @@ class StudyRunner:
 
     def _check_same_study(self) -> None:
         new = self.spec.model_dump(mode="json")
-        old = self.store.get_meta_json("spec")
-        if old is None:
+        stored = self.store.get_meta_json("spec")
+        if stored is None:
             self.store.set_meta_json("spec", new)
             return
+        old = _as_read_today(stored)
         # A key the stored spec lacks was added by a newer servetune: its default is not a change.
         changed = [k for k in sorted(set(old) | set(new))
                    if k not in SPEC_KEYS_THAT_MAY_CHANGE and k in old and old.get(k) != new.get(k)]
@@ -478,3 +479,12 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def raise_interrupt(signum: int, frame: object) -> None:
     """SIGTERM as Ctrl-C: the run ends through the same cleanup (session ended, servers stopped)."""
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _as_read_today(stored: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec as this servetune reads it: a field added since (`objective.per_gpu`) takes
+    its default, so it does not look changed; one it cannot read is compared as stored."""
+    try:
+        return StudySpec.from_store(stored).model_dump(mode="json")
+    except (ValueError, ServetuneError):   # pydantic's ValidationError is a ValueError
+        return stored
