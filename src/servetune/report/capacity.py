@@ -83,9 +83,8 @@ def build_capacity(analysis: StudyAnalysis, trials: Sequence[TrialRow], objectiv
         return None
     runs_by_trial = {t.id: list(t.runs) for t in trials}
     view = CapacityView(price_per_gpu_hour=price_per_gpu_hour)
-    base_cfg = analysis.baseline.config if analysis.baseline else None
     for c in analysis.configs:
-        label = c.label if c.is_baseline or base_cfg is None else c.config.label(base_cfg)
+        label = _label(c, analysis)
         for scenario, result in c.scenarios.items():
             runs = _capacity_runs(c, runs_by_trial, scenario)
             if not runs:
