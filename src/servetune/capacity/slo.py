@@ -209,7 +209,7 @@ def judge(slo: Slo, per_request: list[np.ndarray], alpha: float, seed: int = 0) 
     if n == 0:
         return Judgement(slo, 0, math.nan, -math.inf, math.inf, Verdict.undecided)
     q = slo.quantile
-    estimate = float(np.mean(flat)) if q is None else float(np.percentile(flat, 100 * q))
+    estimate = statistic(slo, flat)
     if slo.metric == "itl":
         low, high = _clustered_ci(per_request, q, alpha, seed)
     elif q is None:
@@ -222,6 +222,13 @@ def judge(slo: Slo, per_request: list[np.ndarray], alpha: float, seed: int = 0) 
         n_eff = min(effective_size(flat, estimate), effective_size(flat, common))
         low, high = quantile_ci(flat, q, alpha, n_eff)
     return Judgement(slo, n, estimate, low, high, verdict_of(low, high, slo.limit_ms))
+
+
+def statistic(slo: Slo, values: np.ndarray) -> float:
+    """The SLO's statistic of these values (ms): their mean or its percentile; NaN for none."""
+    if not len(values):
+        return math.nan
+    return float(np.mean(values)) if slo.quantile is None else float(np.percentile(values, 100 * slo.quantile))
 
 
 def requests_to_meet(slo: Slo, alpha: float) -> int | None:

@@ -15,7 +15,7 @@ from statistics import fmean
 import numpy as np
 
 from ..capacity.search import LevelResult
-from ..capacity.slo import Judgement, Slo, slo_from_key, slos_from_limits
+from ..capacity.slo import Judgement, Slo, slo_from_key, slos_from_limits, statistic
 from ..engine.placement import server_gpus
 from ..store.sqlite import RunRow, TrialRow
 from ..study.metrics import CAPACITY
@@ -123,12 +123,12 @@ def _plotted_metric(limits: Mapping[str, float], metric: str) -> str:
 
 
 def _judge_boots(analysis: StudyAnalysis, trials: Sequence[TrialRow], objective: ObjectiveSpec,
-                 study_dir: Path) -> dict[tuple[int, str], _BootLevels]:
+                 study_dir: Path) -> dict[int, dict[str, _BootLevels]]:
     """Every boot's levels judged again from their stored records, once for the table and the
     curves alike: a closed loop's first wave is left out of both, as it is of the verdicts (a run
     summary's percentiles count it)."""
     alpha = 1.0 - analysis.confidence
-    out: dict[tuple[int, str], _BootLevels] = {}
+    out: dict[int, dict[str, _BootLevels]] = {}
     for trial in trials:
         by_scenario: dict[str, list[RunRow]] = {}
         for r in trial.runs:
@@ -136,8 +136,8 @@ def _judge_boots(analysis: StudyAnalysis, trials: Sequence[TrialRow], objective:
                 by_scenario.setdefault(r.scenario, []).append(r)
         for scenario, level_runs in by_scenario.items():
             slos = slos_from_limits(objective.slo_for(scenario))
-            out[(trial.id, scenario)] = _BootLevels(str(level_runs[0].summary.get("load", "")), slos,
-                                                    judged_levels(level_runs, slos, alpha, study_dir))
+            out.setdefault(trial.id, {})[scenario] = _BootLevels(
+                str(level_runs[0].summary.get("load", "")), slos, judged_levels(level_runs, slos, alpha, study_dir))
     return out
 
 
@@ -147,16 +147,14 @@ def _label(c: ConfigResult, analysis: StudyAnalysis) -> str:
 
 
 def _level_tables(analysis: StudyAnalysis, trials: Sequence[TrialRow],
-                  judged: Mapping[tuple[int, str], _BootLevels]) -> list[LevelTable]:
+                  judged: Mapping[int, Mapping[str, _BootLevels]]) -> list[LevelTable]:
     """Per scenario, each boot's levels as today's judgement pools and judges them: the same
     verdicts the capacity Runs were (re-)estimated from, so a reader can follow every bound."""
     seq = {t.id: t.seq for t in trials}
     tables: dict[str, LevelTable] = {}
     for c in analysis.configs:
         for trial_id in c.trial_ids:
-            for (tid, scenario), boot in judged.items():
-                if tid != trial_id:
-                    continue
+            for scenario, boot in judged.get(trial_id, {}).items():
                 table = tables.setdefault(scenario, LevelTable(scenario, _UNIT.get(boot.load, "load"),
                                                                [str(s) for s in boot.slos]))
                 table.rows += [_level_row(_label(c, analysis), seq[trial_id], lv)
@@ -172,11 +170,10 @@ def _level_row(label: str, trial_seq: int, lv: LevelResult) -> LevelRow:
 def _statistic(lv: LevelResult, key: str) -> float:
     """A statistic no SLO judges (`p99_itl_ms`), over the level's pooled judged values."""
     slo = slo_from_key(key, math.inf)
-    values = [v for smp in lv.samples for v in smp.values.get(slo.metric, [])] if slo else []
-    flat = np.concatenate(values) if values else np.zeros(0)
-    if slo is None or not len(flat):
+    if slo is None:
         return math.nan
-    return float(np.mean(flat)) if slo.quantile is None else float(np.percentile(flat, 100 * slo.quantile))
+    values = [v for smp in lv.samples for v in smp.values.get(slo.metric, [])]
+    return statistic(slo, np.concatenate(values) if values else np.zeros(0))
 
 
 def _ms(x: float) -> str:
@@ -200,22 +197,21 @@ def _best(analysis: StudyAnalysis) -> ConfigResult | None:
     return best[0] if best is not None else None
 
 
-def _curves(analysis: StudyAnalysis, judged: Mapping[tuple[int, str], _BootLevels],
+def _curves(analysis: StudyAnalysis, judged: Mapping[int, Mapping[str, _BootLevels]],
             objective: ObjectiveSpec) -> plots.Plot | None:
     """The judged statistic at each level (one point a level, its runs pooled), one line per boot."""
     shown = [c for c in (analysis.baseline, _best(analysis)) if c is not None]
-    limits = {s: objective.slo_for(s) for _, s in judged}
+    limits = {s: objective.slo_for(s) for boots in judged.values() for s in boots}
     metrics = {s: [_plotted_metric(limits[s], m) for m in _CURVE_METRICS] for s in limits}
     curves: dict[str, list[plots.CapacityCurve]] = {}
     loads: dict[str, str] = {}
     for c in shown:
         boots: dict[str, list[list[plots.CurvePoint]]] = {}
         for trial_id in c.trial_ids:
-            for (tid, scenario), boot in judged.items():
-                if tid == trial_id:
-                    boots.setdefault(scenario, []).append([plots.CurvePoint(lv.level, _point(lv, metrics[scenario]))
-                                                           for lv in boot.levels])
-                    loads[scenario] = _UNIT.get(boot.load, "load")
+            for scenario, boot in judged.get(trial_id, {}).items():
+                boots.setdefault(scenario, []).append([plots.CurvePoint(lv.level, _point(lv, metrics[scenario]))
+                                                       for lv in boot.levels])
+                loads[scenario] = _UNIT.get(boot.load, "load")
         for scenario, per_boot in boots.items():
             cap = c.scenarios.get(scenario)
             est = cap.metrics.get(CAPACITY) if cap else None
