@@ -9,7 +9,8 @@
 # Nothing in the repo changes unless the returned store unpacks to NAME/.
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: take_back.sh FILES_AT NAME HEADER" >&2; exit 2; }
-FILES_AT="$1"; NAME="$2"; HEADER="$3"
+FILES_AT="$(cd "$1" && pwd)" || { echo "take_back: no directory $1" >&2; exit 2; }
+NAME="$2"; HEADER="$3"
 cd "$(dirname "$0")/../.."
 RESULTS=docs/results/h200
 [ -f "$FILES_AT/$NAME.tar.xz" ] || { echo "take_back: no $FILES_AT/$NAME.tar.xz" >&2; exit 2; }
