@@ -4,7 +4,7 @@
 # into the repo.
 #   - repacks FILES_AT/NAME.tar.xz at xz 6 into docs/results/h200/NAME.tar.xz
 #   - appends FILES_AT/tune-NAME.log to docs/results/h200/tune-NAME.log under "=== HEADER"
-#   - unpacks the store into runs/h200/ and writes its report to
+#   - moves the unpacked store to runs/h200/ and writes its report to
 #     docs/results/h200/NAME-report/ (report.md and plots/)
 # Nothing in the repo changes unless the returned store unpacks to NAME/.
 set -euo pipefail
@@ -27,7 +27,7 @@ fi
 
 mkdir -p runs/h200
 rm -rf "runs/h200/$NAME"
-tar xf "$RESULTS/$NAME.tar.xz" -C runs/h200
+mv "$scratch/$NAME" runs/h200/
 .venv/bin/servetune report "runs/h200/$NAME" >/dev/null
 mkdir -p "$RESULTS/$NAME-report/plots"
 cp "runs/h200/$NAME/report.md" "$RESULTS/$NAME-report/"
