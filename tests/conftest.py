@@ -27,14 +27,18 @@ from servetune.models.presets import make_model
 # A study measures the device's memory bandwidth at its start (tune/bandwidth.py): off in tests,
 # which run many small studies; the tests of the measurement turn it on themselves.
 os.environ.setdefault("SERVETUNE_NO_BANDWIDTH", "1")
+# pytest-xdist's workers start with COLUMNS=80, which rich's module-level consoles would keep as a
+# fixed width from import on: tests that ask CliRunner for a wider terminal would get 80 columns.
+os.environ.pop("COLUMNS", None)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_DIR = REPO / "models" / "tiny"
 SERVED_NAME = "models/tiny"  # the name the shared development server uses as well
 
 # The flags every test server of the tiny model needs on the CPU build. vLLM reads sizes with
-# its own suffixes: "1G" is 2**30 bytes ("1GiB" is rejected).
-TINY_CPU_FLAGS = {"load-format": "dummy", "kv-cache-memory-bytes": "1G", "max-model-len": 2048}
+# its own suffixes: "1G" is 2**30 bytes ("1GiB" is rejected). enforce-eager: torch.compile's
+# warmup is half of each boot on 2 cores (about 25 s of 50), and no test is about the compiler.
+TINY_CPU_FLAGS = {"load-format": "dummy", "kv-cache-memory-bytes": "1G", "max-model-len": 2048, "enforce-eager": True}
 
 
 @dataclass

@@ -38,7 +38,8 @@ def _ab_file(tmp_path: Path, b_command: list[str]) -> Path:
     doc = {
         "name": "ab-cpu",
         "engine": {"command": ["python", *API_SERVER], "model": str(tiny_model_dir()),
-                   "args": {"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "512MiB"},
+                   "args": {"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "512MiB",
+                            "enforce-eager": True},
                    "startup_timeout_s": 900, "pin_engine_core": True},
         "scenarios": [{"name": "decode", "input_len": 64, "output_len": 32, "concurrency": 4, "num_prompts": 16}],
         "replicates": 2,

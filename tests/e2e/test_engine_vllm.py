@@ -40,7 +40,9 @@ def stream_completion(url: str, model: str, max_tokens: int = 8) -> list[dict]:
 def test_launch_facts_completion_overrides_and_teardown(tmp_path: Path) -> None:
     engine = tiny_engine(tmp_path)
     # Both flags are accepted by the CPU build's CLI and then overridden by its platform code.
-    config = tiny_config(async_scheduling=True, compilation_config={"mode": 3}, max_num_batched_tokens=1024)
+    # enforce-eager left out (None): it would set the compilation mode itself.
+    config = tiny_config(async_scheduling=True, compilation_config={"mode": 3}, max_num_batched_tokens=1024,
+                         enforce_eager=None)
     result = engine.start(config, tmp_path / "server.log")
     assert result.outcome is Outcome.ok, f"{result.detail}\n{result.log_tail}"
     server = result.server

@@ -23,7 +23,8 @@ MARGIN = 256  # tokens beyond the answer: two of the CPU build's 128-token block
 def test_context_oracle_answer_boots_and_a_margin_more_does_not(tmp_path: Path) -> None:
     out = tmp_path / "answer.json"
     done = servetune("probe", "context", "--model", str(tiny_model_dir()), "--log-dir", str(tmp_path / "probe"),
-                     "--out", str(out), "--", "--load-format", "dummy", "--kv-cache-memory-bytes", MEMORY)
+                     "--out", str(out), "--", "--load-format", "dummy", "--kv-cache-memory-bytes", MEMORY,
+                     "--enforce-eager")
     assert done.returncode == 0, done.stdout + done.stderr
     answer = json.loads(out.read_text())
     length = answer["max_model_len"]
@@ -33,7 +34,7 @@ def test_context_oracle_answer_boots_and_a_margin_more_does_not(tmp_path: Path) 
 
     # Checked apart from the probe: the answer boots, the answer + a margin does not.
     engine = tiny_engine(tmp_path)
-    flags = {"load-format": "dummy", "kv-cache-memory-bytes": MEMORY}
+    flags = {"load-format": "dummy", "kv-cache-memory-bytes": MEMORY, "enforce-eager": True}
     fits = engine.start(Config.of({**flags, "max-model-len": length}), tmp_path / "fits.log")
     try:
         assert fits.outcome is Outcome.ok, f"{fits.detail}\n{fits.log_tail}"
@@ -54,7 +55,8 @@ def test_memory_probe_advises_on_a_real_server(tmp_path: Path) -> None:
     study.write_text(json.dumps({
         "name": "memory-probe",
         "engine": {"model": str(tiny_model_dir()),
-                   "args": {"load-format": "dummy", "kv-cache-memory-bytes": MEMORY, "max-model-len": 1024},
+                   "args": {"load-format": "dummy", "kv-cache-memory-bytes": MEMORY, "max-model-len": 1024,
+                            "enforce-eager": True},
                    "env": {"VLLM_SERVER_DEV_MODE": "1"}},
         "scenarios": [{"name": "burst", "input_len": 512, "output_len": 256, "concurrency": 8, "num_prompts": 16,
                        "warmups": 0}],

@@ -43,7 +43,7 @@ def test_example_loads_unchanged() -> None:
     assert spec.name == "tiny-cpu"
     assert spec.engine.command == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     assert spec.engine.args == {"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "2GiB",
-                                "max-num-seqs": 1}
+                                "max-num-seqs": 1, "enforce-eager": True}
     assert list(spec.space) == ["max-num-seqs", "max-num-batched-tokens", "enable-prefix-caching"]
     assert spec.space["enable-prefix-caching"].values == (True, False)
     assert spec.scenario_names == ["single-decode", "burst"]
@@ -73,7 +73,8 @@ def test_baseline_and_candidate_configs() -> None:
     spec = parse_study(text)
     base = spec.baseline_config()
     assert base == Config.of(
-        flags={"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "2GiB", "max-num-seqs": 1},
+        flags={"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "2GiB", "max-num-seqs": 1,
+               "enforce-eager": True},
         env={"VLLM_CPU_OMP_THREADS_BIND": "auto"},
     )
     cand = spec.config_for({"max_num_seqs": 4, "enable-prefix-caching": False, "env.VLLM_CPU_KVCACHE_SPACE": 2})
