@@ -37,7 +37,8 @@ SERVED_NAME = "models/tiny"  # the name the shared development server uses as we
 
 # The flags every test server of the tiny model needs on the CPU build. vLLM reads sizes with
 # its own suffixes: "1G" is 2**30 bytes ("1GiB" is rejected). enforce-eager: torch.compile's
-# warmup is half of each boot on 2 cores (about 25 s of 50), and no test is about the compiler.
+# warmup is half of each boot on 2 cores (about 25 s of 50); the one test of a compilation
+# override leaves it out.
 TINY_CPU_FLAGS = {"load-format": "dummy", "kv-cache-memory-bytes": "1G", "max-model-len": 2048, "enforce-eager": True}
 
 
