@@ -35,11 +35,12 @@ REPO = Path(__file__).resolve().parents[1]
 TINY_DIR = REPO / "models" / "tiny"
 SERVED_NAME = "models/tiny"  # the name the shared development server uses as well
 
+# On every test boot: torch.compile's warmup is half of a CPU boot on 2 cores (about 25 s of 50);
+# the one test of a compilation override leaves it out. (The YAML studies in tests/e2e set it too.)
+EAGER = {"enforce-eager": True}
 # The flags every test server of the tiny model needs on the CPU build. vLLM reads sizes with
-# its own suffixes: "1G" is 2**30 bytes ("1GiB" is rejected). enforce-eager: torch.compile's
-# warmup is half of each boot on 2 cores (about 25 s of 50); the one test of a compilation
-# override leaves it out.
-TINY_CPU_FLAGS = {"load-format": "dummy", "kv-cache-memory-bytes": "1G", "max-model-len": 2048, "enforce-eager": True}
+# its own suffixes: "1G" is 2**30 bytes ("1GiB" is rejected).
+TINY_CPU_FLAGS = {"load-format": "dummy", "kv-cache-memory-bytes": "1G", "max-model-len": 2048, **EAGER}
 
 
 @dataclass

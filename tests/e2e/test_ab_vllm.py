@@ -15,7 +15,7 @@ import pytest
 from servetune.ab.analysis import analyze
 from servetune.ab.spec import load_ab
 from servetune.store import StudyStore
-from tests.conftest import servetune, tiny_model_dir
+from tests.conftest import EAGER, servetune, tiny_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 SECOND_VERSION = "0.31.0"
@@ -39,7 +39,7 @@ def _ab_file(tmp_path: Path, b_command: list[str]) -> Path:
         "name": "ab-cpu",
         "engine": {"command": ["python", *API_SERVER], "model": str(tiny_model_dir()),
                    "args": {"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "512MiB",
-                            "enforce-eager": True},
+                            **EAGER},
                    "startup_timeout_s": 900, "pin_engine_core": True},
         "scenarios": [{"name": "decode", "input_len": 64, "output_len": 32, "concurrency": 4, "num_prompts": 16}],
         "replicates": 2,

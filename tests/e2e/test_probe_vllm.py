@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from servetune.engine.config import Config
+from servetune.engine.config import Config, render_flags
 from servetune.engine.outcome import Outcome
-from tests.conftest import servetune, tiny_engine, tiny_model_dir
+from tests.conftest import EAGER, servetune, tiny_engine, tiny_model_dir
 
 pytestmark = pytest.mark.vllm
 
@@ -24,7 +24,7 @@ def test_context_oracle_answer_boots_and_a_margin_more_does_not(tmp_path: Path) 
     out = tmp_path / "answer.json"
     done = servetune("probe", "context", "--model", str(tiny_model_dir()), "--log-dir", str(tmp_path / "probe"),
                      "--out", str(out), "--", "--load-format", "dummy", "--kv-cache-memory-bytes", MEMORY,
-                     "--enforce-eager")
+                     *render_flags(EAGER))
     assert done.returncode == 0, done.stdout + done.stderr
     answer = json.loads(out.read_text())
     length = answer["max_model_len"]
@@ -34,7 +34,7 @@ def test_context_oracle_answer_boots_and_a_margin_more_does_not(tmp_path: Path) 
 
     # Checked apart from the probe: the answer boots, the answer + a margin does not.
     engine = tiny_engine(tmp_path)
-    flags = {"load-format": "dummy", "kv-cache-memory-bytes": MEMORY, "enforce-eager": True}
+    flags = {"load-format": "dummy", "kv-cache-memory-bytes": MEMORY, **EAGER}
     fits = engine.start(Config.of({**flags, "max-model-len": length}), tmp_path / "fits.log")
     try:
         assert fits.outcome is Outcome.ok, f"{fits.detail}\n{fits.log_tail}"
@@ -55,8 +55,7 @@ def test_memory_probe_advises_on_a_real_server(tmp_path: Path) -> None:
     study.write_text(json.dumps({
         "name": "memory-probe",
         "engine": {"model": str(tiny_model_dir()),
-                   "args": {"load-format": "dummy", "kv-cache-memory-bytes": MEMORY, "max-model-len": 1024,
-                            "enforce-eager": True},
+                   "args": {"load-format": "dummy", "kv-cache-memory-bytes": MEMORY, "max-model-len": 1024, **EAGER},
                    "env": {"VLLM_SERVER_DEV_MODE": "1"}},
         "scenarios": [{"name": "burst", "input_len": 512, "output_len": 256, "concurrency": 8, "num_prompts": 16,
                        "warmups": 0}],
