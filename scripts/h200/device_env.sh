@@ -10,10 +10,16 @@ if ! ls "$_st_root"/.whl/servetune-*.whl >/dev/null 2>&1; then
   echo "st: no .whl/servetune-*.whl here (build it with scripts/h200/build_wheels.sh and carry .whl)" >&2
   return 1
 fi
-# A fresh site every call: the servetune wheel keeps its version number across rebuilds.
-rm -rf "$ST_SITE"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check --root-user-action=ignore \
-  --target "$ST_SITE" "$_st_root"/.whl/*.whl || { echo "st: pip install into $ST_SITE failed" >&2; return 1; }
+# A fresh site whenever the wheels differ from the installed ones (the servetune wheel keeps its
+# version number across rebuilds, so pip alone would not see a change); the same wheels leave the
+# site alone, since a tuner left running by study_call.sh's DETACH imports from it.
+_st_stamp="$(cat "$_st_root"/.whl/*.whl | sha256sum | cut -c1-32)"
+if [ "$(cat "$ST_SITE/.wheels-sha256" 2>/dev/null)" != "$_st_stamp" ]; then
+  rm -rf "$ST_SITE"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check --root-user-action=ignore \
+    --target "$ST_SITE" "$_st_root"/.whl/*.whl || { echo "st: pip install into $ST_SITE failed" >&2; return 1; }
+  echo "$_st_stamp" > "$ST_SITE/.wheels-sha256"
+fi
 source "$_st_root/.gpukit/kit/env.sh"
 case ":$PYTHONPATH:" in *":$ST_SITE:"*) ;; *) export PYTHONPATH="$ST_SITE:$PYTHONPATH" ;; esac
 case ":$PATH:" in *":$ST_SITE/bin:"*) ;; *) export PATH="$ST_SITE/bin:$PATH" ;; esac

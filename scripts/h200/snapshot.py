@@ -10,18 +10,23 @@ The SQLite store (WAL mode) is copied with SQLite's online backup first, then th
 (per-run JSON/JSONL, server logs), so every file the copied store names is in the archive. The
 archive is written beside DEST and renamed over it, so a call killed mid-snapshot still returns
 the previous complete one. Archive members are `<dir name>/...`.
+
+With --part-mib N an archive larger than N MiB is cut into DEST.part0, DEST.part1, ... of N MiB
+(a device call returns files of at most 16 MiB each); `cat DEST.part*` in order joins them, as
+take_back.sh does. A finished capacity study passes 16 MiB even at preset 0.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sqlite3
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
 STORE = "study.sqlite"
+PART = ".part"
 
 
 def snapshot(study_dir: Path, dest: Path, preset: int = 0) -> int:
@@ -50,14 +55,41 @@ def snapshot(study_dir: Path, dest: Path, preset: int = 0) -> int:
     return dest.stat().st_size
 
 
+def split_parts(dest: Path, part_bytes: int) -> int:
+    """Cut DEST into numbered parts when it is larger than part_bytes; returns the number of parts
+    (0: DEST left whole). Parts of an earlier, larger snapshot that this one does not overwrite
+    are removed, so the parts on disk are always one archive."""
+    for stale in dest.parent.glob(dest.name + PART + "*"):
+        stale.unlink()
+    if dest.stat().st_size <= part_bytes:
+        return 0
+    count = 0
+    with dest.open("rb") as whole:
+        while chunk := whole.read(part_bytes):
+            partial = dest.with_name(f"{dest.name}{PART}{count}.tmp")
+            partial.write_bytes(chunk)
+            os.replace(partial, dest.with_name(f"{dest.name}{PART}{count}"))
+            count += 1
+    dest.unlink()
+    return count
+
+
 def main() -> None:
-    if len(sys.argv) not in (3, 4) or not sys.argv[2].endswith((".tar.xz", ".tar.gz")):
-        sys.exit("usage: snapshot.py STUDY_DIR DEST.tar.xz|DEST.tar.gz [XZ_PRESET]")
-    study_dir, dest = Path(sys.argv[1]), Path(sys.argv[2])
-    if not study_dir.is_dir():
-        sys.exit(f"snapshot: no directory {study_dir}")
-    size = snapshot(study_dir, dest, int(sys.argv[3]) if len(sys.argv) == 4 else 0)
-    print(f"st: snapshot {dest.name} ({size / 2**20:.1f} MiB)")
+    parser = argparse.ArgumentParser(description="Pack a study directory consistently while its tuner writes.")
+    parser.add_argument("study_dir", type=Path)
+    parser.add_argument("dest", type=Path, help="DEST.tar.xz or DEST.tar.gz")
+    parser.add_argument("preset", type=int, nargs="?", default=0, help="xz preset (default 0)")
+    parser.add_argument("--part-mib", type=float, default=None,
+                        help="cut an archive larger than this into DEST.part0, DEST.part1, ...")
+    args = parser.parse_args()
+    if not args.dest.name.endswith((".tar.xz", ".tar.gz")):
+        parser.error("DEST must end in .tar.xz or .tar.gz")
+    if not args.study_dir.is_dir():
+        parser.exit(1, f"snapshot: no directory {args.study_dir}\n")
+    size = snapshot(args.study_dir, args.dest, args.preset)
+    parts = split_parts(args.dest, int(args.part_mib * 2**20)) if args.part_mib else 0
+    where = f" in {parts} parts" if parts else ""
+    print(f"st: snapshot {args.dest.name} ({size / 2**20:.1f} MiB{where})")
 
 
 if __name__ == "__main__":

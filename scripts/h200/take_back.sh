@@ -2,7 +2,8 @@
 # bash scripts/h200/take_back.sh FILES_AT NAME "HEADER"
 # Here, after a study call: takes what study_call.sh returned (FILES_AT is the reply's files_at)
 # into the repo.
-#   - repacks FILES_AT/NAME.tar.xz at xz 6 into docs/results/h200/NAME.tar.xz
+#   - repacks FILES_AT/NAME.tar.xz (or its parts NAME.tar.xz.part0, .part1, ... joined) at xz 6
+#     into docs/results/h200/NAME.tar.xz
 #   - appends FILES_AT/tune-NAME.log to docs/results/h200/tune-NAME.log under "=== HEADER"
 #   - moves the unpacked store to runs/h200/ and writes its report to
 #     docs/results/h200/NAME-report/ (report.md and plots/)
@@ -13,11 +14,16 @@ FILES_AT="$(cd "$1" && pwd)" || { echo "take_back: no directory $1" >&2; exit 2;
 NAME="$2"; HEADER="$3"
 cd "$(dirname "$0")/../.."
 RESULTS=docs/results/h200
-[ -f "$FILES_AT/$NAME.tar.xz" ] || { echo "take_back: no $FILES_AT/$NAME.tar.xz" >&2; exit 2; }
-
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
-tar xf "$FILES_AT/$NAME.tar.xz" -C "$scratch"
+archive="$FILES_AT/$NAME.tar.xz"
+if [ ! -f "$archive" ] && [ -f "$archive.part0" ]; then
+  # snapshot.py --part-mib: join the parts in their numeric order (part10 after part9)
+  n=0; while [ -f "$archive.part$n" ]; do cat "$archive.part$n"; n=$((n + 1)); done > "$scratch/joined.tar.xz"
+  archive="$scratch/joined.tar.xz"
+fi
+[ -f "$archive" ] || { echo "take_back: no $FILES_AT/$NAME.tar.xz (nor its parts)" >&2; exit 2; }
+tar xf "$archive" -C "$scratch"
 [ -f "$scratch/$NAME/study.sqlite" ] || { echo "take_back: $FILES_AT/$NAME.tar.xz holds no $NAME/study.sqlite" >&2; exit 2; }
 python3 scripts/h200/snapshot.py "$scratch/$NAME" "$RESULTS/$NAME.tar.xz" 6
 
