@@ -24,7 +24,7 @@ replicates: 4
 """
 
 
-def _trial(store, spec, rng, role, params, mean, *, ttft=100.0, reps=4, noise=0.01):
+def _trial(store, spec, rng, role, params, mean, *, ttft=100.0, reps=4, noise=0.01, finish=True):
     trial = store.begin_trial(role, spec.config_for(params), params)
     for rep in range(1, reps + 1):
         for scenario, scale in (("a", 1.0), ("b", 3.0)):
@@ -32,7 +32,8 @@ def _trial(store, spec, rng, role, params, mean, *, ttft=100.0, reps=4, noise=0.
             store.record_run(trial.id, rep, RunResult(scenario=scenario, summary={
                 "output_throughput": value, "p99_ttft_ms": ttft, "mean_ttft_ms": ttft / 2,
             }), started_at=0, ended_at=1)
-    store.finish_trial(trial.id, "ok")
+    if finish:
+        store.finish_trial(trial.id, "ok")
     return trial
 
 
@@ -269,3 +270,29 @@ def test_per_gpu_is_refused_for_a_latency():
     with pytest.raises(Exception, match="per_gpu divides a throughput or a capacity"):
         parse_study(STUDY.replace("objective: {maximize: output_throughput,",
                                   "objective: {minimize: p99_ttft_ms, per_gpu: true,"))
+
+
+def test_a_study_stopped_in_its_finalist_trial_has_no_verdict_yet(tmp_path):
+    """Before the finalist's fresh boot has ended, the report must not say that nothing beat the
+    baseline: the verdict is pending, and the unfinished trial is named."""
+    spec = parse_study(STUDY)
+    store = StudyStore.in_dir(tmp_path)
+    rng = np.random.default_rng(7)
+    _trial(store, spec, rng, "baseline", {}, 100)
+    _trial(store, spec, rng, "candidate", {"max-num-seqs": 8}, 103)
+    _trial(store, spec, rng, "candidate", {"max-num-seqs": 16}, 100)
+    _trial(store, spec, rng, "baseline_final", {}, 100)
+    stopped = _trial(store, spec, rng, "finalist", {"max-num-seqs": 8}, 97, reps=2, finish=False)
+
+    result = analysis.analyze(store, spec)
+    assert result.winner is None
+    finalist = next(c for c in result.configs if c.params == {"max-num-seqs": 8})
+    assert finalist.unfinished_trial_ids == [stopped.id] and finalist.ok  # its first boot ended ok
+    md = write_report(result, store, tmp_path / "report")["markdown"].read_text()
+    assert f"No verdict yet: trial(s) #{stopped.id} unfinished" in md
+    assert "No config beat the baseline" not in md
+    assert "## Recommended config so far (the baseline: nothing beat it yet, the study is unfinished)" in md
+
+    store.finish_trial(stopped.id, "ok")
+    md = write_report(analysis.analyze(store, spec), store, tmp_path / "report")["markdown"].read_text()
+    assert "No verdict yet" not in md

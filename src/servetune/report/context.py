@@ -124,6 +124,7 @@ class ReportData:
     headline: str
     winner_reason: str
     emitted_for: str                               # "winner" | "baseline" | ""
+    config_heading: str                            # the recommended-config section's title
     metric_rows: list[MetricRow]
     configs: list[ConfigLine]
     diff: list[tuple[str, str, str]]               # name, baseline value, emitted value
@@ -198,29 +199,50 @@ def _level(analysis: StudyAnalysis) -> str:
     return f"{100 * analysis.confidence:g}"
 
 
+def _unfinished_trials(analysis: StudyAnalysis) -> list[int]:
+    """Trials stopped mid-way (resumed by `servetune tune`): until they end, "nothing beat the
+    baseline" is only "nothing yet", since one may be the finalist or baseline boot a verdict needs."""
+    return sorted(t for c in analysis.configs for t in c.unfinished_trial_ids)
+
+
 def _headline(analysis: StudyAnalysis) -> str:
     if not analysis.baseline_measured:
         return f"No verdict: {analysis.winner_reason}."
     tried = [c for c in analysis.configs if not c.is_baseline]
     # A duplicate or skipped config was never booted on purpose: it did not fail.
     not_run = [c for c in tried if c.outcome in (Outcome.duplicate, Outcome.skipped)]
-    unfinished = [c for c in tried if c.outcome == TrialState.running]   # resumed by `servetune tune`
-    failed = [c for c in tried if c.outcome != Outcome.ok and c not in not_run and c not in unfinished]
+    never_ended = [c for c in tried if c.outcome == TrialState.running]
+    failed = [c for c in tried if c.outcome != Outcome.ok and c not in not_run and c not in never_ended]
+    unfinished = ", ".join(f"#{t}" for t in _unfinished_trials(analysis))
+    stopped = f"trial(s) {unfinished} unfinished (the study was stopped; run it again to resume)"
     if analysis.winner is not None and analysis.baseline is not None:
         eff = analysis.winner.objective_effect
         label = analysis.winner.config.label(analysis.baseline.config)
+        so_far = f" So far: {stopped}." if unfinished else ""
         if eff is not None:
             p = eff.p_adjusted if eff.p_adjusted is not None else eff.p_value
             return (f"Winner: {label} improves {analysis.objective_name} by {eff.effect_pct:+.1f} % "
                     f"({_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, "
                     f"Holm-adjusted p = {p:.3g}) "
-                    f"over the baseline.")
-        return f"Winner: {label}."
+                    f"over the baseline.{so_far}")
+        return f"Winner: {label}.{so_far}"
     known = f", {len(not_run)} not booted (already known)" if not_run else ""
-    running = f", {len(unfinished)} unfinished (the study was stopped; run it again to resume)" if unfinished else ""
-    return (f"No config beat the baseline: {len(tried) - len(not_run)} candidate config(s) tried, {len(failed)} "
-            f"failed to run{known}{running}, none improved {analysis.objective_name} significantly "
+    tally = (f"{len(tried) - len(not_run)} candidate config(s) tried, {len(failed)} failed to run{known}")
+    if unfinished:
+        return (f"No verdict yet: {stopped}. So far {tally}, none improved {analysis.objective_name} "
+                "significantly while meeting every SLO.")
+    return (f"No config beat the baseline: {tally}, none improved {analysis.objective_name} significantly "
             "while meeting every SLO.")
+
+
+def _config_heading(analysis: StudyAnalysis, emitted_for: str) -> str:
+    if emitted_for == "winner":
+        return "Winning config"
+    if not emitted_for:
+        return "No recommended config: the baseline produced no measurement"
+    if _unfinished_trials(analysis):
+        return "Recommended config so far (the baseline: nothing beat it yet, the study is unfinished)"
+    return "Recommended config (the baseline: nothing beat it)"
 
 
 def _config_lines(analysis: StudyAnalysis) -> list[ConfigLine]:
@@ -476,7 +498,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         objective_per_gpu=analysis.objective_per_gpu,
         objective_direction=analysis.objective_direction, generated_at=time.time(),
         has_winner=analysis.winner is not None, headline=_headline(analysis), winner_reason=analysis.winner_reason,
-        emitted_for=emitted_for, metric_rows=_metric_rows(analysis, analysis.winner, objective),
+        emitted_for=emitted_for, config_heading=_config_heading(analysis, emitted_for), metric_rows=_metric_rows(analysis, analysis.winner, objective),
         configs=_config_lines(analysis), diff=diff, deployment=dep,
         snippets=snippets(dep) if dep is not None else None,
         trials=[_trial_view(t, base_cfg, redact) for t in trials],

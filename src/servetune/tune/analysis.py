@@ -410,6 +410,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         label=first.config.label(spec.baseline_config()),
         trial_ids=[m.trial.id for m in group],
         outcome=Outcome.ok if ok else (outcomes[-1] if outcomes else TrialState.running),
+        unfinished_trial_ids=[m.trial.id for m in group if not m.trial.done],
         scenarios=scenarios,
         objective=_estimate(samples, spec) if samples else None,
         objective_samples=samples,
