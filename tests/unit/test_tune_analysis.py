@@ -37,15 +37,21 @@ def _trial(store, spec, rng, role, params, mean, *, ttft=100.0, reps=4, noise=0.
     return trial
 
 
+def _ofat_with_finalist(store, spec, rng, *, candidate, finalist, **finalist_kwargs):
+    """Baseline, max-num-seqs 8 (mean `candidate`) and 16 (equal), the baseline's fresh boot, then
+    max-num-seqs 8 as the finalist (mean `finalist`); returns the finalist's trial."""
+    _trial(store, spec, rng, "baseline", {}, 100)
+    _trial(store, spec, rng, "candidate", {"max-num-seqs": 8}, candidate)
+    _trial(store, spec, rng, "candidate", {"max-num-seqs": 16}, 100)
+    _trial(store, spec, rng, "baseline_final", {}, 100)
+    return _trial(store, spec, rng, "finalist", {"max-num-seqs": 8}, finalist, **finalist_kwargs)
+
+
 def test_a_real_gain_wins_and_an_equal_config_does_not(tmp_path):
     spec = parse_study(STUDY)
     store = StudyStore.in_dir(tmp_path)
     rng = np.random.default_rng(7)
-    _trial(store, spec, rng, "baseline", {}, 100)
-    _trial(store, spec, rng, "candidate", {"max-num-seqs": 8}, 110)
-    _trial(store, spec, rng, "candidate", {"max-num-seqs": 16}, 100)
-    _trial(store, spec, rng, "baseline_final", {}, 100)
-    _trial(store, spec, rng, "finalist", {"max-num-seqs": 8}, 110)
+    _ofat_with_finalist(store, spec, rng, candidate=110, finalist=110)
 
     assert analysis.pick_finalists(store, spec, 1) == [spec.config_for({"max-num-seqs": 8}).key()]
     result = analysis.analyze(store, spec)
@@ -278,11 +284,7 @@ def test_a_study_stopped_in_its_finalist_trial_has_no_verdict_yet(tmp_path):
     spec = parse_study(STUDY)
     store = StudyStore.in_dir(tmp_path)
     rng = np.random.default_rng(7)
-    _trial(store, spec, rng, "baseline", {}, 100)
-    _trial(store, spec, rng, "candidate", {"max-num-seqs": 8}, 103)
-    _trial(store, spec, rng, "candidate", {"max-num-seqs": 16}, 100)
-    _trial(store, spec, rng, "baseline_final", {}, 100)
-    stopped = _trial(store, spec, rng, "finalist", {"max-num-seqs": 8}, 97, reps=2, finish=False)
+    stopped = _ofat_with_finalist(store, spec, rng, candidate=103, finalist=97, reps=2, finish=False)
 
     result = analysis.analyze(store, spec)
     assert result.winner is None
