@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -13,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,15 @@ FAKE_TUNER = textwrap.dedent("""\
         print("tuner stopped by SIGINT", flush=True)
         sys.exit(130)
 """)
+
+
+def _interrupt_session(sid: int) -> None:
+    for proc in psutil.process_iter():
+        try:
+            if os.getsid(proc.pid) == sid:
+                proc.send_signal(signal.SIGINT)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
 
 
 def _load_snapshot_module():
@@ -64,8 +75,8 @@ def call_env(tmp_path: Path) -> dict[str, object]:
                OUT=str(out), SNAPSHOT_S="1")
     yield {"env": env, "study": study, "name": name, "out": out}
     pid_file = Path(f"/tmp/st-runs/{name}.tuner.pid")
-    if pid_file.exists():  # the tuner this test started, should an assert have failed first
-        subprocess.run(["pkill", "-INT", "-s", pid_file.read_text().strip()], check=False)
+    if pid_file.exists():  # the session of the tuner this test started, should an assert have failed first
+        _interrupt_session(int(pid_file.read_text().strip()))
     subprocess.run(["rm", "-rf", f"/tmp/st-runs/{name}", f"/tmp/st-runs/{name}.tuner.pid",
                     f"/tmp/st-runs/{name}.tuner.rc", f"/tmp/st-runs/tune-{name}.log"], check=False)
 
