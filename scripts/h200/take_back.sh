@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# bash scripts/h200/take_back.sh FILES_AT NAME "HEADER"
+# bash scripts/h200/take_back.sh FILES_AT NAME "HEADER" [EARLIER_FILES_AT ...]
 # Here, after a study call: takes what study_call.sh returned (FILES_AT is the reply's files_at)
-# into the repo.
+# into the repo. EARLIER_FILES_AT: the files_at of the same batch's earlier calls, whose tune logs
+# go under HEADER before FILES_AT's (the last call's store holds all of them).
 #   - repacks FILES_AT/NAME.tar.xz (or its parts NAME.tar.xz.part0, .part1, ... joined) at xz 6
 #     into docs/results/h200/NAME.tar.xz
-#   - appends FILES_AT/tune-NAME.log to docs/results/h200/tune-NAME.log under "=== HEADER"
+#   - appends the calls' tune-NAME.log to docs/results/h200/tune-NAME.log under "=== HEADER"
 #   - moves the unpacked store to runs/h200/ and writes its report to
 #     docs/results/h200/NAME-report/ (report.md and plots/)
 # Nothing in the repo changes unless the returned store unpacks to NAME/.
 set -euo pipefail
-[ $# -eq 3 ] || { echo "usage: take_back.sh FILES_AT NAME HEADER" >&2; exit 2; }
+[ $# -ge 3 ] || { echo "usage: take_back.sh FILES_AT NAME HEADER [EARLIER_FILES_AT ...]" >&2; exit 2; }
 FILES_AT="$(cd "$1" && pwd)" || { echo "take_back: no directory $1" >&2; exit 2; }
-NAME="$2"; HEADER="$3"
+NAME="$2"; HEADER="$3"; shift 3
+logs=()
+for earlier in "$@"; do
+  [ -f "$earlier/tune-$NAME.log" ] && logs+=("$(cd "$earlier" && pwd)/tune-$NAME.log")
+done
+[ -f "$FILES_AT/tune-$NAME.log" ] && logs+=("$FILES_AT/tune-$NAME.log")
 cd "$(dirname "$0")/../.."
 RESULTS=docs/results/h200
 scratch="$(mktemp -d)"
@@ -27,8 +33,8 @@ tar xf "$archive" -C "$scratch"
 [ -f "$scratch/$NAME/study.sqlite" ] || { echo "take_back: $FILES_AT/$NAME.tar.xz holds no $NAME/study.sqlite" >&2; exit 2; }
 python3 scripts/h200/snapshot.py "$scratch/$NAME" "$RESULTS/$NAME.tar.xz" 6
 
-if [ -f "$FILES_AT/tune-$NAME.log" ]; then
-  { echo "=== $HEADER"; cat "$FILES_AT/tune-$NAME.log"; } >> "$RESULTS/tune-$NAME.log"
+if [ ${#logs[@]} -gt 0 ]; then
+  { echo "=== $HEADER"; cat "${logs[@]}"; } >> "$RESULTS/tune-$NAME.log"
 fi
 
 mkdir -p runs/h200

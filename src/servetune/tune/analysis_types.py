@@ -54,7 +54,6 @@ class ConfigResult:
     label: str
     trial_ids: list[int]
     outcome: Outcome | TrialState                 # ok, the failure class of its last trial, or running
-    unfinished_trial_ids: list[int] = field(default_factory=list)   # stopped mid-trial: resumed by `servetune tune`
     scenarios: dict[str, ScenarioResult] = field(default_factory=dict)
     objective: Estimate | None = None             # ratio to the baseline (the baseline: exactly 1.0)
     objective_samples: list[float] = field(default_factory=list)
@@ -64,6 +63,7 @@ class ConfigResult:
     feasible: bool = True
     is_baseline: bool = False
     is_finalist: bool = False
+    unfinished_trial_ids: list[int] = field(default_factory=list)   # stopped mid-trial: resumed by `servetune tune`
 
     @property
     def ok(self) -> bool:
