@@ -293,6 +293,7 @@ def test_a_study_stopped_in_its_finalist_trial_has_no_verdict_yet(tmp_path):
     md = write_report(result, store, tmp_path / "report")["markdown"].read_text()
     assert f"No verdict yet: trial(s) #{stopped.id} unfinished" in md
     assert "No config beat the baseline" not in md
+    assert "so far: no config beat the baseline significantly after re-validation" in md
     assert "## Recommended config so far (the baseline: nothing beat it yet, the study is unfinished)" in md
 
     store.finish_trial(stopped.id, "ok")

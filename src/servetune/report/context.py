@@ -235,6 +235,13 @@ def _headline(analysis: StudyAnalysis) -> str:
             "while meeting every SLO.")
 
 
+def _winner_reason(analysis: StudyAnalysis) -> str:
+    """The analysis' reason, marked as provisional while a trial is unfinished (see _unfinished_trials)."""
+    if analysis.winner_reason and _unfinished_trials(analysis):
+        return f"so far: {analysis.winner_reason}"
+    return analysis.winner_reason
+
+
 def _config_heading(analysis: StudyAnalysis, emitted_for: str) -> str:
     if emitted_for == "winner":
         return "Winning config"
@@ -497,7 +504,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         study_name=analysis.study_name, objective_metric=analysis.objective_metric,
         objective_per_gpu=analysis.objective_per_gpu,
         objective_direction=analysis.objective_direction, generated_at=time.time(),
-        has_winner=analysis.winner is not None, headline=_headline(analysis), winner_reason=analysis.winner_reason,
+        has_winner=analysis.winner is not None, headline=_headline(analysis), winner_reason=_winner_reason(analysis),
         emitted_for=emitted_for, config_heading=_config_heading(analysis, emitted_for),
         metric_rows=_metric_rows(analysis, analysis.winner, objective),
         configs=_config_lines(analysis), diff=diff, deployment=dep,
