@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tarfile
 import textwrap
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -19,8 +22,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY_CALL = ROOT / "scripts" / "h200" / "study_call.sh"
+RUNS = Path("/tmp/st-runs")   # where study_call.sh keeps a study and its tuner's files
 
-# Writes one run file a second; on SIGINT says so and exits as the real tuner does.
+# Writes a run file every half second; on SIGINT says so and exits as the real tuner does.
 FAKE_TUNER = textwrap.dedent("""\
     #!{python}
     import os, pathlib, sys, time
@@ -56,8 +60,28 @@ def _load_snapshot_module():
     return module
 
 
+@dataclass(frozen=True)
+class StudyCalls:
+    """study_call.sh calls on one stand-in study, as the device would make them."""
+
+    name: str
+    study: Path
+    out: Path
+    env: dict[str, str]
+
+    @property
+    def tuner_pid_file(self) -> Path:
+        return RUNS / f"{self.name}.tuner.pid"
+
+    def call(self, seconds: int, detach: int | None) -> subprocess.CompletedProcess[str]:
+        env = dict(self.env, **({"DETACH": str(detach)} if detach is not None else {}))
+        seed = self.out.parent / f"{self.name}.tar.xz"   # absent: a new study
+        return subprocess.run(["bash", str(STUDY_CALL), str(self.study), str(seed), str(seconds)],
+                              env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
 @pytest.fixture
-def call_env(tmp_path: Path) -> dict[str, object]:
+def calls(tmp_path: Path) -> Iterator[StudyCalls]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     tuner = bin_dir / "servetune"
@@ -73,45 +97,37 @@ def call_env(tmp_path: Path) -> dict[str, object]:
     out.mkdir()
     env = dict(os.environ, PATH=f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
                OUT=str(out), SNAPSHOT_S="1")
-    yield {"env": env, "study": study, "name": name, "out": out}
-    pid_file = Path(f"/tmp/st-runs/{name}.tuner.pid")
-    if pid_file.exists():  # the session of the tuner this test started, should an assert have failed first
-        _interrupt_session(int(pid_file.read_text().strip()))
-    subprocess.run(["rm", "-rf", f"/tmp/st-runs/{name}", f"/tmp/st-runs/{name}.tuner.pid",
-                    f"/tmp/st-runs/{name}.tuner.rc", f"/tmp/st-runs/tune-{name}.log"], check=False)
+    calls = StudyCalls(name, study, out, env)
+    yield calls
+    if calls.tuner_pid_file.exists():  # the session of the tuner this test started, should an assert have failed first
+        _interrupt_session(int(calls.tuner_pid_file.read_text().strip()))
+    shutil.rmtree(RUNS / name, ignore_errors=True)
+    for leftover in (calls.tuner_pid_file, RUNS / f"{name}.tuner.rc", RUNS / f"tune-{name}.log"):
+        leftover.unlink(missing_ok=True)
 
 
-def _call(call_env: dict[str, object], seconds: int, detach: int | None) -> subprocess.CompletedProcess[str]:
-    env = dict(call_env["env"])  # type: ignore[arg-type]
-    if detach is not None:
-        env["DETACH"] = str(detach)
-    seed = Path(str(call_env["out"])).parent / f"{call_env['name']}.tar.xz"
-    return subprocess.run(["bash", str(STUDY_CALL), str(call_env["study"]), str(seed), str(seconds)],
-                          env=env, capture_output=True, text=True, timeout=60, check=False)
-
-
-def test_detached_tuner_outlives_its_call_and_the_next_call_attaches(call_env: dict[str, object]) -> None:
-    first = _call(call_env, seconds=3, detach=9)
+def test_detached_tuner_outlives_its_call_and_the_next_call_attaches(calls: StudyCalls) -> None:
+    first = calls.call(seconds=3, detach=9)
     assert first.returncode == 0, first.stderr
     assert "tuner left running" in first.stdout
-    pid = Path(f"/tmp/st-runs/{call_env['name']}.tuner.pid").read_text().strip()
+    pid = calls.tuner_pid_file.read_text().strip()
     os.kill(int(pid), 0)  # still alive after the call returned
 
-    second = _call(call_env, seconds=30, detach=9)
+    second = calls.call(seconds=30, detach=9)
     assert second.returncode == 0, second.stderr
     assert f"attaching to the tuner still running (pid {pid})" in second.stdout
     assert "tune rc=124" in second.stdout  # stopped by its own 9-s limit, inside this call
-    log = (Path(str(call_env["out"])) / f"tune-{call_env['name']}.log").read_text()
+    log = (calls.out / f"tune-{calls.name}.log").read_text()
     assert "tuner stopped by SIGINT" in log
     assert "tuner started" not in log  # only what it printed during the second call
-    with tarfile.open(Path(str(call_env["out"])) / f"{call_env['name']}.tar.xz") as tar:
+    with tarfile.open(calls.out / f"{calls.name}.tar.xz") as tar:
         names = tar.getnames()
-    assert f"{call_env['name']}/study.sqlite" in names
+    assert f"{calls.name}/study.sqlite" in names
     assert sum(n.endswith(".json") for n in names) >= 10  # one tuner, runs of both calls
 
 
-def test_without_detach_the_call_stops_its_tuner(call_env: dict[str, object]) -> None:
-    result = _call(call_env, seconds=2, detach=None)
+def test_without_detach_the_call_stops_its_tuner(calls: StudyCalls) -> None:
+    result = calls.call(seconds=2, detach=None)
     assert result.returncode == 0, result.stderr
     assert "tune rc=124" in result.stdout
     assert "tuner left running" not in result.stdout

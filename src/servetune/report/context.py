@@ -199,21 +199,16 @@ def _level(analysis: StudyAnalysis) -> str:
     return f"{100 * analysis.confidence:g}"
 
 
-def _unfinished_trials(analysis: StudyAnalysis) -> list[int]:
-    """Trials stopped mid-way (resumed by `servetune tune`): until they end, "nothing beat the
-    baseline" is only "nothing yet", since one may be the finalist or baseline boot a verdict needs."""
-    return sorted(t for c in analysis.configs for t in c.unfinished_trial_ids)
-
-
 def _headline(analysis: StudyAnalysis) -> str:
     if not analysis.baseline_measured:
         return f"No verdict: {analysis.winner_reason}."
     tried = [c for c in analysis.configs if not c.is_baseline]
     # A duplicate or skipped config was never booted on purpose: it did not fail.
     not_run = [c for c in tried if c.outcome in (Outcome.duplicate, Outcome.skipped)]
-    never_ended = [c for c in tried if c.outcome == TrialState.running]
-    failed = [c for c in tried if c.outcome != Outcome.ok and c not in not_run and c not in never_ended]
-    unfinished = ", ".join(f"#{t}" for t in _unfinished_trials(analysis))
+    # Neither is a config whose every trial was stopped mid-way (outcome running).
+    failed = [c for c in tried
+              if c.outcome not in (Outcome.ok, Outcome.duplicate, Outcome.skipped, TrialState.running)]
+    unfinished = ", ".join(f"#{t}" for t in analysis.unfinished_trial_ids)
     stopped = f"trial(s) {unfinished} unfinished (the study was stopped; run it again to resume)"
     if analysis.winner is not None and analysis.baseline is not None:
         eff = analysis.winner.objective_effect
@@ -236,8 +231,8 @@ def _headline(analysis: StudyAnalysis) -> str:
 
 
 def _winner_reason(analysis: StudyAnalysis) -> str:
-    """The analysis' reason, marked as provisional while a trial is unfinished (see _unfinished_trials)."""
-    if analysis.winner_reason and _unfinished_trials(analysis):
+    """The analysis' reason, marked as provisional while a trial is unfinished."""
+    if analysis.winner_reason and analysis.unfinished_trial_ids:
         return f"so far: {analysis.winner_reason}"
     return analysis.winner_reason
 
@@ -247,7 +242,7 @@ def _config_heading(analysis: StudyAnalysis, emitted_for: str) -> str:
         return "Winning config"
     if not emitted_for:
         return "No recommended config: the baseline produced no measurement"
-    if _unfinished_trials(analysis):
+    if analysis.unfinished_trial_ids:
         return "Recommended config so far (the baseline: nothing beat it yet, the study is unfinished)"
     return "Recommended config (the baseline: nothing beat it)"
 

@@ -110,3 +110,9 @@ class StudyAnalysis:
     def baseline_measured(self) -> bool:
         """Without a measured baseline nothing can be compared: no verdict, no recommended config."""
         return self.baseline is not None and self.baseline.measured
+
+    @property
+    def unfinished_trial_ids(self) -> list[int]:
+        """Trials stopped mid-way (resumed by `servetune tune`): until they end, "nothing beat the
+        baseline" is only "nothing yet", since one may be the finalist or baseline boot a verdict needs."""
+        return sorted(t for c in self.configs for t in c.unfinished_trial_ids)
