@@ -14,7 +14,7 @@ from servetune.engine.config import Config, render_flags
 from servetune.store import StudyStore
 from servetune.study import load_study
 from servetune.tune import analysis
-from tests.conftest import REPO, servetune
+from tests.conftest import ExampleStudy, servetune
 from tests.unit.report_study import chromium_check
 
 pytestmark = pytest.mark.vllm
@@ -22,22 +22,21 @@ SECTIONS = ("## Headline", "config", "## Trials", "## Per-parameter effects", "#
             "## Server-side evidence", "## Study cost")
 
 
-def _recommended(study_dir: Path) -> tuple[Path, Config]:
-    spec = load_study(REPO / "examples" / "tiny-cpu.yaml")
-    result = analysis.analyze(StudyStore.open_existing(study_dir), spec)
+def _recommended(study: ExampleStudy) -> tuple[Path, Config]:
+    result = analysis.analyze(StudyStore.open_existing(study.out), load_study(study.study_file))
     chosen = result.winner or result.baseline
     assert chosen is not None
-    return study_dir / ("winner" if result.winner else "baseline"), chosen.config
+    return study.out / ("winner" if result.winner else "baseline"), chosen.config
 
 
-def test_report_of_a_real_study_has_every_section_with_numbers(example_study: Path, tmp_path: Path) -> None:
-    again = servetune("report", str(example_study), "--out", str(tmp_path))
+def test_report_of_a_real_study_has_every_section_with_numbers(example_study: ExampleStudy, tmp_path: Path) -> None:
+    again = servetune("report", str(example_study.out), "--out", str(tmp_path))
     assert again.returncode == 0, again.stdout + again.stderr
     text = (tmp_path / "report.md").read_text()
     for section in SECTIONS:
         assert section in text, section
     assert "## Winning config" in text or "## Recommended config (the baseline: nothing beat it)" in text
-    store = StudyStore.open_existing(example_study)
+    store = StudyStore.open_existing(example_study.out)
     baseline = store.trials("baseline")[0]
     kv_tokens = baseline.boot_facts.kv_cache_tokens
     assert f"{kv_tokens:,}" in text                      # BootFacts of the real boot
@@ -51,7 +50,7 @@ def test_report_of_a_real_study_has_every_section_with_numbers(example_study: Pa
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
-def test_emitted_serve_command_starts_a_server_that_applies_the_recommendation(example_study: Path,
+def test_emitted_serve_command_starts_a_server_that_applies_the_recommendation(example_study: ExampleStudy,
                                                                               tmp_path: Path) -> None:
     folder, config = _recommended(example_study)
     line = next(x for x in (folder / "serve.sh").read_text().splitlines() if "vllm serve" in x)
@@ -68,7 +67,7 @@ def test_emitted_serve_command_starts_a_server_that_applies_the_recommendation(e
     started = engine.start(Config(flags=config.flags, env=config.env), tmp_path / "emitted.log")
     try:
         assert started.ok, started.detail
-        store = StudyStore.open_existing(example_study)
+        store = StudyStore.open_existing(example_study.out)
         trial = next(t for t in store.trials() if t.config.key() == config.key() and t.outcome == "ok")
         applied = sorted(json.dumps(m.model_dump(mode="json")["flag"]) for m in started.mismatches)
         assert applied == sorted(json.dumps(m["flag"]) for m in trial.mismatches)

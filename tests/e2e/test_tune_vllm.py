@@ -20,16 +20,16 @@ from servetune.store import StudyStore
 from servetune.study import load_study
 from servetune.tune import analysis
 from servetune.tune.ofat_audit import off_one_factor
-from tests.conftest import servetune
+from tests.conftest import ExampleStudy, servetune
 
 REPO = Path(__file__).resolve().parents[2]
 STUDIES = Path(__file__).parent / "studies"
 pytestmark = pytest.mark.vllm
 
 
-def test_example_study_runs_to_a_verdict(example_study: Path) -> None:
-    spec = load_study(REPO / "examples" / "tiny-cpu.yaml")
-    store = StudyStore.open_existing(example_study)
+def test_example_study_runs_to_a_verdict(example_study: ExampleStudy) -> None:
+    spec = load_study(example_study.study_file)
+    store = StudyStore.open_existing(example_study.out)
     trials = store.trials()
     assert trials[0].role == "baseline" and trials[0].outcome == "ok"
     assert all(t.status == "done" for t in trials)
@@ -57,9 +57,9 @@ def test_example_study_runs_to_a_verdict(example_study: Path) -> None:
     assert result.winner_reason
     verdict = store.get_meta_json("verdict")
     assert verdict["reason"] == result.winner_reason
-    assert (example_study / "report.md").is_file() and (example_study / "report.html").is_file()
+    assert (example_study.out / "report.md").is_file() and (example_study.out / "report.html").is_file()
     assert baseline.key() == trials[0].config.key()
-    status = servetune("status", str(example_study))
+    status = servetune("status", str(example_study.out))
     assert status.returncode == 0 and "trials done" in status.stdout
 
 
