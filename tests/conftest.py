@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -31,6 +32,11 @@ os.environ.setdefault("SERVETUNE_NO_BANDWIDTH", "1")
 # pytest-xdist's workers start with COLUMNS=80, which rich's module-level consoles would keep as a
 # fixed width from import on: tests that ask CliRunner for a wider terminal would get 80 columns.
 os.environ.pop("COLUMNS", None)
+# A suite run as a background job starts with SIGINT ignored, and Python then installs no Ctrl-C
+# handler; the tests that interrupt a teardown or a tuner (here or in the tuners they start, which
+# inherit it) need the handler a terminal gives.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_DIR = REPO / "models" / "tiny"

@@ -71,16 +71,6 @@ def tune_argv(study: Path, out: Path, report: bool, extra_args: list[str] | None
             "--report" if report else "--no-report", *(extra_args or [])]
 
 
-def _as_from_a_terminal(preexec_fn: Callable[[], None] | None) -> Callable[[], None]:
-    """The child's SIGINT as a terminal gives it: a test suite run as a background job has SIGINT
-    ignored, which its children inherit, and a tuner that ignores Ctrl-C fails the Ctrl-C tests."""
-    def preexec() -> None:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        if preexec_fn is not None:
-            preexec_fn()
-    return preexec
-
-
 def start_tuner(study: Path, out: Path, mark: str, *, extra_env: dict[str, str] | None = None,
                 preexec_fn: Callable[[], None] | None = None, log: Path | None = None,
                 report: bool = False, extra_args: list[str] | None = None) -> subprocess.Popen[bytes]:
@@ -91,7 +81,7 @@ def start_tuner(study: Path, out: Path, mark: str, *, extra_env: dict[str, str] 
         return subprocess.Popen(
             tune_argv(study, out, report, extra_args),
             cwd=REPO, env=tuner_env(mark, extra_env), stdin=subprocess.DEVNULL, stdout=sink,
-            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_as_from_a_terminal(preexec_fn))
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec_fn)
     finally:
         if log is not None:
             sink.close()  # type: ignore[union-attr]
@@ -111,7 +101,7 @@ def run_tuner(study: Path, out: Path, mark: str, *, timeout_s: float, extra_env:
     proc = subprocess.Popen(
         tune_argv(study, out, report, extra_args),
         cwd=REPO, env=tuner_env(mark, extra_env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_as_from_a_terminal(preexec_fn))
+        stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=preexec_fn)
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
         return TunerResult(proc.returncode, stdout, stderr)

@@ -223,16 +223,12 @@ def test_a_signal_during_teardown_does_not_stop_the_sigkill_escalation(
 
     monkeypatch.setattr(launch_module.psutil, "wait_procs", signalled_during_grace)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
-    # Python leaves SIGINT ignored when it started ignored (pytest run as a background job):
-    # the handler an interactive tuner has, installed here so the test does not depend on that.
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):  # delivered once, after the teardown
             terminate(server, grace_s=1, port_wait_s=1)
             time.sleep(1)  # not reached: the interrupt arrives as terminate returns
     finally:
         signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
     assert not server.is_alive() and not child.is_running()
     assert group_members(server.pgid) == []
 
