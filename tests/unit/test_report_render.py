@@ -79,6 +79,28 @@ def test_no_winner_says_so_and_lists_what_was_tried(tmp_path: Path) -> None:
     assert "baseline:command" in paths and "winner:command" not in paths
 
 
+def test_eta_accuracy_counts_running_time_only(tmp_path: Path) -> None:
+    """A study resumed a day later did not take that day: the first ETA is judged against the
+    time its sessions ran after the estimate, the gap between them left out."""
+    store, analysis = build_study(tmp_path)
+    first = store.sessions()[0]
+    store._conn.execute("UPDATE sessions SET started_at = ?, ended_at = ?, last_seen = ?, end_reason = ? "
+                        "WHERE id = ?", (first.started_at - 86_400, first.ended_at - 86_400 - 300,
+                                         first.ended_at - 86_400 - 300, "interrupted", first.id))
+    resumed = store.begin_session()
+    store._conn.execute("UPDATE sessions SET started_at = started_at - 200 WHERE id = ?", (resumed,))
+    store.end_session(resumed, "done")
+    end = store.sessions()[-1].ended_at
+    # predicted at the first session's start: 400 s remaining; it ran 300 s then, and 200 s a day later
+    store.set_meta_json("eta_log", [{"trial_seq": 1, "at": first.started_at - 86_400,
+                                     "predicted_end": first.started_at - 86_400 + 400.0},
+                                    {"trial_seq": 3, "at": end - 100.0, "predicted_end": end - 50.0}])
+    md = write_report(analysis, store, tmp_path / "report")["markdown"].read_text()
+    assert "first ETA 6.7 min, actual 8.3 min of running time" in md       # 400 s vs 300 + 200 s
+    assert "-20 %" in md                                                    # (400 - 500) / 500
+    assert "median error over 2 estimates 35 %" in md                       # |-20| and |-50|
+
+
 def test_an_interrupted_study_has_no_eta_error_yet(tmp_path: Path) -> None:
     """The first ETA was for the whole study: set against the time so far of a study whose last
     session was interrupted (a device call's time limit), it would read as a wrong estimate."""
