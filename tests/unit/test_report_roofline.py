@@ -114,6 +114,22 @@ def test_each_config_gets_its_share_of_the_roofline_in_decode_bound_scenarios_on
     assert low < base.fraction < high
 
 
+def test_a_share_above_the_roofline_is_called_impossible(tmp_path: Path) -> None:
+    """A mixture of experts whose config.json is gone is counted with every expert: its floor is
+    then above what the config measures, and the report must not pass that off as a share."""
+    store, analysis, spec = _h200_study(tmp_path)
+    trials = {t.id: t for t in store.trials()}
+    view = build_roofline(analysis, trials, spec, {"read_gbps": H200_GBPS, "device": "NVIDIA H200"})
+    assert not any("above 100 %" in n for n in view.notes)          # 75 % and 83 %: nothing to flag
+    (Path(spec["engine"]["model"]) / "config.json").unlink()
+    view = build_roofline(analysis, trials, spec, {"read_gbps": H200_GBPS / 2, "device": "NVIDIA H200"})
+    weights_only = floor_tpot_ms(Q8B_GIB * GIB, H200_GBPS / 2) / Q8B_TPOT_MS    # ~1.49: all weights, no KV
+    assert [r.fraction for r in view.rows] == pytest.approx([weights_only, weights_only * 1.1])
+    assert view.notes[0] == "the model's config.json was not readable: all weights counted, no KV reads"
+    assert view.notes[1].startswith("2 row(s) above 100 % of the roofline (baseline, max-num-seqs=64)")
+    assert "without config.json a mixture of experts is counted with all its experts" in view.notes[1]
+
+
 def test_a_failed_measurement_is_said_and_no_measurement_hides_the_section(tmp_path: Path) -> None:
     store, analysis, spec = _h200_study(tmp_path)
     trials = {t.id: t for t in store.trials()}

@@ -146,4 +146,12 @@ def build_roofline(analysis: StudyAnalysis, trial_by_id: dict[int, Trial], spec:
             kv = kv_bytes_per_step(scenarios[name], per_token)
             view.rows.append(RooflineRow(label, name, tpot, floor_tpot_ms(weights * share * GIB, read_gbps, kv),
                                          weights * share, kv / GIB))
+    beyond = [r for r in view.rows if r.fraction > 1]
+    if beyond:
+        # No decode beats the bandwidth floor: a share above 100 % means the floor is wrong, not the config.
+        view.notes.append(
+            f"{len(beyond)} row(s) above 100 % of the roofline ({', '.join(sorted({r.label for r in beyond}))}), "
+            "which no decode step can reach: the floor counts bytes a step does not read"
+            f"{' (without config.json a mixture of experts is counted with all its experts)' if model is None else ''}"
+            " or the bandwidth measured low; these shares say nothing about what is left to win")
     return view
