@@ -83,7 +83,6 @@ def test_the_planned_search_counts_every_value_the_baseline_does_not_run() -> No
     assert analysis.search_size(in_grid) == 2 * 3 * 2 - 1
 
 
-
 def test_a_budget_limited_search_plans_no_check_after_its_last_candidate(tmp_path: Path) -> None:
     """The H200 grid (8 candidates, a re-measurement every 4, budget 8) ran 10 trials: the check
     after the 8th candidate never comes, since the budget ends the search first. A budget above

@@ -443,20 +443,15 @@ def _eta_accuracy(eta_log: Any, store: StudyStore) -> tuple[float | None, str]:
         return None, "ETA log unreadable"
     # An ETA predicts the tuner's remaining running time; a study resumed days later did not
     # take those days, so only the time inside sessions after the estimate counts as actual.
-    spans = [(s.started_at, s.ended_at if s.ended_at is not None else s.last_seen) for s in sessions]
-    estimates = [(pred - at, _running_after(at, spans)) for at, pred in preds]
-    errors = [100.0 * (predicted - actual) / actual for predicted, actual in estimates if actual > 0]
-    if not errors:
+    judged = [(pred - at, actual) for at, pred in preds
+              if (actual := sum(s.ran_after(at) for s in sessions)) > 0]
+    if not judged:
         return None, "ETA log after study end"
-    predicted, actual = next((p, a) for p, a in estimates if a > 0)
+    errors = [100.0 * (predicted - actual) / actual for predicted, actual in judged]
+    predicted, actual = judged[0]
     note = (f"first ETA {predicted / 60:.1f} min, actual {actual / 60:.1f} min of running time; median error over "
             f"{len(errors)} estimates {float(np.median(np.abs(errors))):.0f} %")
     return errors[0], note
-
-
-def _running_after(at: float, spans: list[tuple[float, float]]) -> float:
-    """Seconds the tuner ran after `at`, summed over its sessions (the gaps between them left out)."""
-    return sum(max(0.0, end - max(start, at)) for start, end in spans)
 
 
 def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:

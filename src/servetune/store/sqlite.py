@@ -43,6 +43,11 @@ class SessionInfo:
     host: str | None = None
     pid_create_time: float | None = None
 
+    def ran_after(self, at: float) -> float:
+        """Seconds this session ran after `at` (a killed session up to its last heartbeat)."""
+        end = self.ended_at if self.ended_at is not None else self.last_seen
+        return max(0.0, end - max(self.started_at, at))
+
 
 class StudyStore:
     FILENAME = "study.sqlite"
@@ -267,7 +272,7 @@ class StudyStore:
 
     def elapsed_wall_s(self) -> float:
         """Wall time spent by all sessions so far (a killed session counts up to its last heartbeat)."""
-        return sum((s.ended_at or s.last_seen) - s.started_at for s in self.sessions())
+        return sum(s.ran_after(s.started_at) for s in self.sessions())
 
 
 def _connect(path: Path, read_only: bool) -> sqlite3.Connection:
