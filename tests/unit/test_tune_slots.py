@@ -105,6 +105,17 @@ def test_baseline_every_counts_per_slot(tmp_path: Path) -> None:
         assert all(not (a == b == "candidate") for a, b in zip(roles, roles[1:])), roles
 
 
+def test_a_search_that_runs_dry_boots_no_check_after_its_last_candidate(tmp_path: Path) -> None:
+    """Three candidates, a re-measurement due after every third, a budget above the space: the
+    check would measure nothing a candidate is compared with, so the study ends without it, and
+    its planned trial count said so from the start."""
+    spec = _spec(tmp_path, 1, finalists=0, baseline_every=3, budget={"trials": 10})
+    assert analysis.planned_trial_count(StudyStore.in_dir(tmp_path / "plan"), spec) == 4
+    engine, store, _ = _tune(tmp_path, spec, "dry")
+    assert [t.role for t in store.trials()] == ["baseline", "candidate", "candidate", "candidate"]
+    assert len(engine.started) == 4
+
+
 def test_running_candidates_are_in_the_history_the_strategy_sees(tmp_path: Path) -> None:
     spec = _spec(tmp_path, 2)
     store = StudyStore.in_dir(tmp_path)

@@ -255,10 +255,8 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
     size = search_size(spec)
     expected_candidates = max(min(spec.budget.trials or 10**6, size), candidates)
     every = max(spec.baseline_every, 1)
-    # A re-measurement is booted before the next candidate; the trial budget ends the search
-    # first, so a budget-limited search has no check after its last candidate.
-    budget_ends_it = spec.budget.trials is not None and spec.budget.trials <= size
-    checks = (max(expected_candidates - 1, 0) if budget_ends_it else expected_candidates) // every
+    # A re-measurement is booted before the next candidate, so none follows the last one.
+    checks = max(expected_candidates - 1, 0) // every
     return spec.parallel.slots + expected_candidates + checks + 2 * spec.finalists  # a baseline per slot
 
 

@@ -241,11 +241,11 @@ def replay(table: GridTable, name: str, seed: int, *, budget: int, within_pct: f
     candidates = since_baseline = 0
     proposed: list[str] = []
     while candidates < budget:
-        if since_baseline >= table.spec.baseline_every:  # the runner re-measures the baseline here
-            boots, spent, since_baseline = boots + 1, spent + base.trial_s, 0
         proposal = strategy.propose(history)
         if proposal is None:
             break
+        if since_baseline >= table.spec.baseline_every:  # the runner re-measures the baseline here
+            boots, spent, since_baseline = boots + 1, spent + base.trial_s, 0
         entry = table.lookup(proposal.params)
         proposed.append(entry.label)
         history.append(TrialView(params=proposal.params, outcome=entry.outcome,

@@ -198,15 +198,18 @@ class StudyRunner:
         if not self._time_left_for_another():
             self._end_search("wall-clock budget reached")
             return None
+        assert self._strategy is not None
+        # Asked before a re-measurement is due: a search that has run dry boots no check after its
+        # last candidate (a budget-limited one has none either). Strategies keep no state, so the
+        # answer is asked again after the check.
+        proposal = self._strategy.propose(analysis.history(self.store, self.spec))
+        if proposal is None and not self._busy:
+            self._end_search("search strategy finished: nothing left to try")
+            return None
         if self._candidates_since_baseline(slot) >= self.spec.baseline_every:
             return ("baseline_check", self.baseline_config, {})
-        assert self._strategy is not None
-        proposal = self._strategy.propose(analysis.history(self.store, self.spec))
         if proposal is None:
-            # With trials running the strategy may be waiting for them (ofat): ask again after one ends.
-            if not self._busy:
-                self._end_search("search strategy finished: nothing left to try")
-            return None
+            return None  # the strategy waits for the running trials (ofat): asked again after one ends
         return ("candidate", self.spec.config_for(proposal.params), proposal.params)
 
     def _end_search(self, why: str) -> None:
