@@ -19,7 +19,6 @@ from servetune.report.html import render_html
 from servetune.report.markdown import render_markdown
 from servetune.report.roofline import (
     GIB,
-    active_fraction,
     build_roofline,
     decode_bound,
     floor_tpot_ms,
@@ -30,6 +29,7 @@ from servetune.store.sqlite import StudyStore
 from servetune.study.spec import StudySpec
 from servetune.tune import bandwidth
 from servetune.tune.analysis_types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
+from servetune.tune.eta import active_fraction
 
 # docs/results/h200.md: HBM read 4,314 GB/s; 15.27 GiB of Qwen3-8B weights; single-decode TPOT 5.11 ms.
 H200_GBPS, Q8B_GIB, Q8B_TPOT_MS = 4314.0, 15.27, 5.11

@@ -24,7 +24,7 @@ from typing import Any
 from ..load.scenario import Scenario
 from ..store import Trial
 from ..tune.analysis_types import Estimate, StudyAnalysis
-from ..tune.eta import DTYPE_BYTES, mean_len, parameter_count
+from ..tune.eta import DTYPE_BYTES, active_fraction, mean_len
 
 GIB = 2**30
 
@@ -64,16 +64,6 @@ def floor_tpot_ms(weight_bytes: float, read_gbps: float, kv_bytes: float = 0.0) 
 
 def roofline_fraction(floor_ms: float, tpot_ms: float) -> float:
     return floor_ms / tpot_ms if tpot_ms > 0 else float("nan")
-
-
-def active_fraction(config: dict[str, Any]) -> float:
-    """The share of the weights a token reads: 1 for a dense model, the active experts' share of
-    the parameter count for a mixture of experts."""
-    experts, per_token = config.get("num_experts"), config.get("num_experts_per_tok")
-    if not experts or not per_token:
-        return 1.0
-    total, active = parameter_count(config), parameter_count({**config, "num_experts": per_token})
-    return active / total if total and active else 1.0
 
 
 def kv_bytes_per_token(config: dict[str, Any]) -> float:

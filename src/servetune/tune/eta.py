@@ -9,7 +9,8 @@ per allowed level.
 The seed: a boot takes a fixed part plus a part per GiB of weights (the model directory's
 weight files, else a parameter count from its config.json, as `servetune model make` writes
 it); a run takes its requests in waves of `concurrency`, each a prefill and a decode at a rough
-rate that grows with the model's size. Calibrated on two machines: the 2-core CPU box (tiny
+rate that grows with the weights a step reads (for a mixture of experts, those of the experts
+its batch routes to: `active_fraction`). Calibrated on two machines: the 2-core CPU box (tiny
 model: launch to healthy 33-60 s) and the H200 (Qwen3-8B, 15.3 GiB: 44-73 s; TPOT 5.1-7.0 ms;
 run times of its four scenarios within 30 % of this model). The first whole-study estimate is
 kept in the store's meta, and the summary says how far off it was.
@@ -111,9 +112,8 @@ def model_gib(model_dir: Path) -> tuple[float | None, str]:
     files = [p for p in model_dir.glob("*") if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES)]
     if files:
         return sum(p.stat().st_size for p in files) / 2**30, "weight files"
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
+    config = model_config(model_dir)
+    if config is None:
         return None, "no weights or config.json"
     params = parameter_count(config)
     if params is None:
@@ -138,6 +138,33 @@ def parameter_count(config: dict[str, Any]) -> float | None:
     return float(embeddings + layers * (attention + mlp))
 
 
+def active_fraction(config: dict[str, Any], batch: int = 1) -> float:
+    """The share of the weights a decode step of `batch` sequences reads: 1 for a dense model. For
+    a mixture of experts, at batch 1 the active experts' share by parameter count (a lower bound at
+    any batch: the roofline's); at larger batches the expected share if each token's k of E experts
+    were uniform draws, E(1 - (1 - k/E)^batch) distinct experts (random weights route about so;
+    trained routers are more skewed and read fewer)."""
+    experts, per_token = config.get("num_experts"), config.get("num_experts_per_tok")
+    if not experts or not per_token:
+        return 1.0
+    total = parameter_count(config)
+    one, two = parameter_count({**config, "num_experts": 1}), parameter_count({**config, "num_experts": 2})
+    if not total or one is None or two is None:
+        return 1.0
+    per_expert = two - one  # the count is linear in the number of experts
+    distinct = experts * (1 - (1 - per_token / experts) ** max(batch, 1)) if batch > 1 else per_token
+    return (one + (distinct - 1) * per_expert) / total
+
+
+def model_config(model_dir: Path) -> dict[str, Any] | None:
+    """The model directory's config.json, None when it cannot be read."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def mean_len(length: Any) -> float:
     if isinstance(length, int):
         return float(length)
@@ -151,8 +178,10 @@ def mean_len(length: Any) -> float:
     return 512.0  # lengths from a file: not read for a guess
 
 
-def seed_run_s(scenario: Scenario, gib: float) -> float:
-    """One run of `scenario`: its requests (warmups included) in waves of `concurrency`."""
+def seed_run_s(scenario: Scenario, gib: float, config: dict[str, Any] | None = None) -> float:
+    """One run of `scenario`: its requests (warmups included) in waves of `concurrency`. A decode
+    step reads the weights its batch routes to (`config`: the model's config.json, for a mixture
+    of experts; all `gib` of them without it)."""
     if scenario.sweep_input_lens:
         lens = scenario.sweep_input_lens
         requests, input_len = len(lens), sum(lens) / len(lens)
@@ -161,8 +190,9 @@ def seed_run_s(scenario: Scenario, gib: float) -> float:
     output_len = mean_len(scenario.output_len)
     total = requests + scenario.effective_warmups
     slots = scenario.concurrency or max(total, 1)
-    per_wave = (min(slots, total) * input_len / PREFILL_TOKENS_PER_S
-                + output_len * (DECODE_FIXED_S + DECODE_S_PER_GIB * gib))
+    batch = min(slots, total)
+    read_gib = gib * (active_fraction(config, batch) if config else 1.0)
+    per_wave = batch * input_len / PREFILL_TOKENS_PER_S + output_len * (DECODE_FIXED_S + DECODE_S_PER_GIB * read_gib)
     arrivals = requests / scenario.rate if scenario.rate and math.isfinite(scenario.rate) else 0.0
     busy = max(math.ceil(total / slots) * per_wave, arrivals + per_wave)
     return RUN_OVERHEAD_S + max(busy, scenario.duration_s or 0.0)
@@ -172,9 +202,12 @@ def seed(model_dir: Path, scenarios: list[Scenario]) -> tuple[Eta, str]:
     """An Eta from the model's size and the scenarios' token counts, and what it rests on."""
     gib, source = model_gib(model_dir)
     size = gib if gib is not None else 0.0
-    eta = Eta(boot_s=BOOT_FIXED_S + BOOT_S_PER_GIB * size, run_s={s.name: seed_run_s(s, size) for s in scenarios},
-              measured=False)
+    config = model_config(model_dir)  # a boot loads every weight; a decode step reads its batch's experts
+    eta = Eta(boot_s=BOOT_FIXED_S + BOOT_S_PER_GIB * size,
+              run_s={s.name: seed_run_s(s, size, config) for s in scenarios}, measured=False)
     basis = f"model {size:.2f} GiB ({source})" if gib is not None else f"model size unknown ({source})"
+    if gib is not None and config is not None and active_fraction(config) < 1:
+        basis += f", {active_fraction(config):.1%} active per token"
     return eta, basis
 
 
