@@ -116,6 +116,18 @@ def test_a_search_that_runs_dry_boots_no_check_after_its_last_candidate(tmp_path
     assert len(engine.started) == 4
 
 
+def test_a_due_check_waits_for_a_candidate_that_boots(tmp_path: Path) -> None:
+    """OFAT's last proposal, load-format auto, is what the baseline runs by default: the store
+    decides it without a boot, so it goes before the re-measurement due after the third
+    candidate, and the search then ends with no check booted for nothing."""
+    spec = _spec(tmp_path, 1, finalists=0, baseline_every=3, strategy="ofat",
+                 space={"max-num-seqs": [8, 16, 32], "load-format": ["auto"]})
+    engine, store, _ = _tune(tmp_path, spec, "dup-last")
+    assert [(t.role, t.outcome) for t in store.trials()][-1] == ("candidate", "duplicate")
+    assert [t.role for t in store.trials()] == ["baseline"] + ["candidate"] * 4
+    assert len(engine.started) == 4
+
+
 def test_running_candidates_are_in_the_history_the_strategy_sees(tmp_path: Path) -> None:
     spec = _spec(tmp_path, 2)
     store = StudyStore.in_dir(tmp_path)

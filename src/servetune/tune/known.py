@@ -57,12 +57,18 @@ def measured(store: StudyStore, baseline: Config, *, excluding: int | None = Non
 def before_boot(store: StudyStore, trial: TrialRow, baseline: Config,
                 defaults: EngineDefaults) -> tuple[Outcome, str] | None:
     """(duplicate | skipped, why) when booting `trial` would teach nothing new, else None."""
-    twin = duplicate_detail(trial.config, None, measured(store, baseline, excluding=trial.id), defaults)
+    return decided_without_boot(store, trial.config, baseline, defaults, excluding=trial.id)
+
+
+def decided_without_boot(store: StudyStore, config: Config, baseline: Config, defaults: EngineDefaults,
+                         *, excluding: int | None = None) -> tuple[Outcome, str] | None:
+    """before_boot for a config not yet in the store (`excluding`: the trial that is `config`)."""
+    twin = duplicate_detail(config, None, measured(store, baseline, excluding=excluding), defaults)
     if twin is not None:
         return Outcome.duplicate, twin
     too_long = [Booted(_name(t, baseline), t.config, t.boot_facts) for t in store.trials()
                 if t.outcome is Outcome.context_too_long]
-    doomed = known_to_fail(trial.config, too_long)
+    doomed = known_to_fail(config, too_long)
     return (Outcome.skipped, doomed) if doomed else None
 
 

@@ -8,10 +8,11 @@ and the recorded time of one trial of it (boot: healthy_at - started_at, or unti
 failed boot; measuring: every run's ended_at - started_at).
 
 `replay` then runs one strategy as the runner would: the baseline first, a baseline re-measurement
-every `baseline_every` candidates, and the strategy's proposals until it stops or the candidate
-budget is spent. The strategy is the real class from `search.STRATEGIES`, asked through
-`propose(history)`; grid is visited in a random order per seed (its Gray-code order would give
-the same answer for every seed).
+every `baseline_every` candidates (booted before the next candidate that boots, never after the
+last), and the strategy's proposals until it stops or the candidate budget is spent. The
+strategy is the real class from `search.STRATEGIES`, asked through `propose(history)`; grid is
+visited in a random order per seed (its Gray-code order would give the same answer for every
+seed).
 
 Each seed is one resampled world, shared by every strategy so that they are compared on the same
 draws: a replayed trial of a config gets as many replicates as one of its boots had, each its
@@ -244,9 +245,9 @@ def replay(table: GridTable, name: str, seed: int, *, budget: int, within_pct: f
         proposal = strategy.propose(history)
         if proposal is None:
             break
-        if since_baseline >= table.spec.baseline_every:  # the runner re-measures the baseline here
-            boots, spent, since_baseline = boots + 1, spent + base.trial_s, 0
         entry = table.lookup(proposal.params)
+        if since_baseline >= table.spec.baseline_every and entry.booted:  # the runner re-measures here
+            boots, spent, since_baseline = boots + 1, spent + base.trial_s, 0
         proposed.append(entry.label)
         history.append(TrialView(params=proposal.params, outcome=entry.outcome,
                                  samples=world[entry.key] if entry.outcome is Outcome.ok else (),

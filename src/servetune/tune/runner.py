@@ -199,18 +199,25 @@ class StudyRunner:
             self._end_search("wall-clock budget reached")
             return None
         assert self._strategy is not None
-        # Asked before a re-measurement is due: a search that has run dry boots no check after its
-        # last candidate (a budget-limited one has none either). Strategies keep no state, so the
-        # answer is asked again after the check.
+        # Asked before a re-measurement is due: a check is booted only before a candidate that
+        # boots, so a search that has run dry boots none after its last candidate (a budget-limited
+        # one has none either), and a candidate the store already decides goes first. Strategies
+        # keep no state, so the answer is asked again after the check.
         proposal = self._strategy.propose(analysis.history(self.store, self.spec))
         if proposal is None and not self._busy:
             self._end_search("search strategy finished: nothing left to try")
             return None
-        if self._candidates_since_baseline(slot) >= self.spec.baseline_every:
+        check_due = self._candidates_since_baseline(slot) >= self.spec.baseline_every
+        if proposal is None:  # the strategy waits for the running trials (ofat): asked again after one ends
+            return ("baseline_check", self.baseline_config, {}) if check_due else None
+        candidate = self.spec.config_for(proposal.params)
+        if check_due and self._would_boot(candidate):
             return ("baseline_check", self.baseline_config, {})
-        if proposal is None:
-            return None  # the strategy waits for the running trials (ofat): asked again after one ends
-        return ("candidate", self.spec.config_for(proposal.params), proposal.params)
+        return ("candidate", candidate, proposal.params)
+
+    def _would_boot(self, candidate: Config) -> bool:
+        defaults = self.defaults or EngineDefaults()
+        return known.decided_without_boot(self.store, candidate, self.baseline_config, defaults) is None
 
     def _end_search(self, why: str) -> None:
         self._search_over = True
