@@ -152,7 +152,7 @@ def active_fraction(config: dict[str, Any], batch: int = 1) -> float:
     if not total or one is None or two is None:
         return 1.0
     per_expert = two - one  # the count is linear in the number of experts
-    distinct = experts * (1 - (1 - per_token / experts) ** max(batch, 1)) if batch > 1 else per_token
+    distinct = experts * (1 - (1 - per_token / experts) ** max(batch, 1))  # = k at batch 1
     return (one + (distinct - 1) * per_expert) / total
 
 
@@ -206,8 +206,9 @@ def seed(model_dir: Path, scenarios: list[Scenario]) -> tuple[Eta, str]:
     eta = Eta(boot_s=BOOT_FIXED_S + BOOT_S_PER_GIB * size,
               run_s={s.name: seed_run_s(s, size, config) for s in scenarios}, measured=False)
     basis = f"model {size:.2f} GiB ({source})" if gib is not None else f"model size unknown ({source})"
-    if gib is not None and config is not None and active_fraction(config) < 1:
-        basis += f", {active_fraction(config):.1%} active per token"
+    active = active_fraction(config) if config is not None else 1.0
+    if gib is not None and active < 1:
+        basis += f", {active:.1%} active per token"
     return eta, basis
 
 

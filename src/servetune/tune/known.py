@@ -54,15 +54,10 @@ def measured(store: StudyStore, baseline: Config, *, excluding: int | None = Non
     return sorted(seen.values(), key=lambda b: not b.name.startswith("the baseline"))
 
 
-def before_boot(store: StudyStore, trial: TrialRow, baseline: Config,
-                defaults: EngineDefaults) -> tuple[Outcome, str] | None:
-    """(duplicate | skipped, why) when booting `trial` would teach nothing new, else None."""
-    return decided_without_boot(store, trial.config, baseline, defaults, excluding=trial.id)
-
-
-def decided_without_boot(store: StudyStore, config: Config, baseline: Config, defaults: EngineDefaults,
-                         *, excluding: int | None = None) -> tuple[Outcome, str] | None:
-    """before_boot for a config not yet in the store (`excluding`: the trial that is `config`)."""
+def before_boot(store: StudyStore, config: Config, baseline: Config, defaults: EngineDefaults,
+                *, excluding: int | None = None) -> tuple[Outcome, str] | None:
+    """(duplicate | skipped, why) when booting `config` would teach nothing new, else None.
+    `excluding`: the trial that is `config`, when it is in the store already."""
     twin = duplicate_detail(config, None, measured(store, baseline, excluding=excluding), defaults)
     if twin is not None:
         return Outcome.duplicate, twin

@@ -217,7 +217,7 @@ class StudyRunner:
 
     def _would_boot(self, candidate: Config) -> bool:
         defaults = self.defaults or EngineDefaults()
-        return known.decided_without_boot(self.store, candidate, self.baseline_config, defaults) is None
+        return known.before_boot(self.store, candidate, self.baseline_config, defaults) is None
 
     def _end_search(self, why: str) -> None:
         self._search_over = True
@@ -318,7 +318,8 @@ class StudyRunner:
         label = self._label(trial.config)
         is_candidate = trial.role is TrialRole.candidate
         defaults = self.defaults or EngineDefaults()
-        decided = known.before_boot(self.store, trial, self.baseline_config, defaults) if is_candidate else None
+        decided = (known.before_boot(self.store, trial.config, self.baseline_config, defaults, excluding=trial.id)
+                   if is_candidate else None)
         if decided is not None:
             outcome, detail = decided
             self.store.finish_trial(trial.id, outcome, detail=detail)
