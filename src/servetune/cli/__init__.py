@@ -28,6 +28,8 @@ COMMAND_MODULES = [
     "drift_cmd",
     "probe_cmd",
     "ab_cmd",
+    "plan_cmd",
+    "init_cmd",
 ]
 
 for _name in COMMAND_MODULES:

@@ -43,11 +43,18 @@ def register(app: typer.Typer) -> None:
             help="run the study's slots (parallel.slots) as actors on a Ray cluster: `auto` (RAY_ADDRESS, "
                  "a cluster started here with `ray start`, else a new local one) or the cluster's address; "
                  "needs servetune[ray]"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="check the engine, the model and the flags, list "
+                                     "the candidates, boots and ETA, and start nothing (as `servetune plan`)"),
     ) -> None:
         """Run (or resume) a tuning study: baseline, search, finalists, verdict."""
         from ..study import load_study
 
         spec = load_study(study_file)
+        if dry_run:
+            from .plan_cmd import show_plan
+
+            show_plan(spec, study_file)
+            return
         writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
         with store_errors(out / StudyStore.FILENAME):
             _tune(spec, out, report, stop_after, ray_address)

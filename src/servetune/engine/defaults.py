@@ -23,9 +23,9 @@ from .helper_process import run_helper
 
 READ_TIMEOUT_S = 180.0
 
-# Runs in the engine's interpreter. Prints one JSON object: the version and {dest: default}
+# Runs in the engine's interpreter. Prints one JSON object: the version, {dest: default}
 # for every option whose default is JSON data (reprs of other objects are not defaults a
-# study file could spell, so they are left out).
+# study file could spell, so they are left out), and every long flag the parser takes.
 _PROBE = r"""
 import argparse, json
 from vllm.engine.arg_utils import AsyncEngineArgs
@@ -37,6 +37,16 @@ import vllm
 parser = FlexibleArgumentParser()
 AsyncEngineArgs.add_cli_args(parser)
 out = {}
+# The API server's flags are the engine's plus the frontend's (port, api-key, chat-template);
+# where its parser lives moved between versions, and the engine's alone is the fallback.
+flag_parser = parser
+for where in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cli_args"):
+    try:
+        flag_parser = __import__(where, fromlist=["make_arg_parser"]).make_arg_parser(FlexibleArgumentParser())
+        break
+    except Exception:
+        pass
+flags = sorted({s[2:] for action in flag_parser._actions for s in action.option_strings if s.startswith("--")})
 for action in parser._actions:
     if action.dest == "help" or action.default is argparse.SUPPRESS:
         continue
@@ -45,7 +55,7 @@ for action in parser._actions:
     except (TypeError, ValueError):
         continue
     out[action.dest] = action.default
-print(json.dumps({"version": getattr(vllm, "__version__", None), "defaults": out}))
+print(json.dumps({"version": getattr(vllm, "__version__", None), "defaults": out, "flags": flags}))
 """
 
 
@@ -55,6 +65,9 @@ class EngineDefaults(BaseModel):
     known: bool = False
     source: str = ""  # what was read, or why nothing could be
     values: dict[str, Any] = Field(default_factory=dict)
+    # Every long flag the engine's parser takes (`max-num-seqs`, `no-enable-prefix-caching`), so
+    # a misspelt flag fails before a boot; empty when not read (older stores, unknown engines).
+    flags: list[str] = Field(default_factory=list)
 
     def default(self, flag: str) -> Any | None:
         """The engine's default for `flag`, None when it is not known before a boot."""
@@ -117,5 +130,6 @@ def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_
     except ValueError:
         return EngineDefaults(source=f"unknown: {python} answered something other than JSON")
     values = {dest.replace("_", "-"): v for dest, v in answer.get("defaults", {}).items() if v is not None}
+    flags = [f for f in answer.get("flags", []) if isinstance(f, str)]
     return EngineDefaults(known=True, source=f"vLLM {answer.get('version')} argument defaults ({python})",
-                          values=values)
+                          values=values, flags=flags)

@@ -253,11 +253,16 @@ def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
     if plan is not None:  # search over
         return len([t for t in trials if not t.role.is_validation]) + len(plan)
     size = search_size(spec)
-    expected_candidates = max(min(spec.budget.trials or 10**6, size), candidates)
+    return trial_count(spec, max(min(spec.budget.trials or 10**6, size), candidates))
+
+
+def trial_count(spec: StudySpec, candidates: int) -> int:
+    """Boots of a study whose search boots `candidates`: a baseline per slot, the re-measurements
+    between candidates, and each finalist with its fresh baseline."""
     every = max(spec.baseline_every, 1)
     # A re-measurement is booted before the next candidate, so none follows the last one.
-    checks = max(expected_candidates - 1, 0) // every
-    return spec.parallel.slots + expected_candidates + checks + 2 * spec.finalists  # a baseline per slot
+    checks = max(candidates - 1, 0) // every
+    return spec.parallel.slots + candidates + checks + 2 * spec.finalists
 
 
 def remaining_s(store: StudyStore, spec: StudySpec) -> float:

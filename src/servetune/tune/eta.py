@@ -201,8 +201,14 @@ def seed_run_s(scenario: Scenario, gib: float, config: dict[str, Any] | None = N
 def seed(model_dir: Path, scenarios: list[Scenario]) -> tuple[Eta, str]:
     """An Eta from the model's size and the scenarios' token counts, and what it rests on."""
     gib, source = model_gib(model_dir)
+    return seed_from(gib, source, model_config(model_dir), scenarios)
+
+
+def seed_from(gib: float | None, source: str, config: dict[str, Any] | None,
+              scenarios: list[Scenario]) -> tuple[Eta, str]:
+    """`seed` from a model's size and config.json however they were found (a Hub id: no directory)."""
     size = gib if gib is not None else 0.0
-    config = model_config(model_dir)  # a boot loads every weight; a decode step reads its batch's experts
+    # `config`: a boot loads every weight; a decode step reads its batch's experts
     eta = Eta(boot_s=BOOT_FIXED_S + BOOT_S_PER_GIB * size,
               run_s={s.name: seed_run_s(s, size, config) for s in scenarios}, measured=False)
     basis = f"model {size:.2f} GiB ({source})" if gib is not None else f"model size unknown ({source})"

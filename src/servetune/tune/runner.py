@@ -33,7 +33,7 @@ from ..errors import ServetuneError
 from ..search import Strategy, make_strategy
 from ..store import StudyStore, TrialRole, TrialRow
 from ..study.spec import StudySpec
-from . import analysis, bandwidth, capacity_trial, known
+from . import analysis, bandwidth, capacity_trial, known, plan
 from . import eta as eta_seed
 from .display import StudyDisplay
 from .lock import StudyLock, TunerProcess
@@ -138,6 +138,7 @@ class StudyRunner:
     def _read_engine_defaults(self) -> None:
         self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command),
                                               lambda _command: self.engine.read_defaults())
+        plan.check_flags(self.spec, self.defaults)  # a misspelt flag stops the study before any boot
         if not self.defaults.known:
             self.display.note(f"engine defaults {self.defaults.source}: only boot logs tell configs apart")
 

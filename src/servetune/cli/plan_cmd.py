@@ -1,0 +1,89 @@
+"""`servetune plan STUDY.yaml` (and `servetune tune ... --dry-run`): the study's checks, candidates,
+boots and ETA, without starting a server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import ServetuneError
+from ..study import StudySpec
+from ..study.spec import dotted
+from ..study.yaml_lines import load_yaml
+from ..tune.display import format_duration
+from ..tune.plan import StudyPlan, make_plan
+
+console = Console()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def plan(
+        study_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="study YAML"),
+        offline: bool = typer.Option(False, "--offline", help="do not ask the Hugging Face Hub for a model id "
+                                     "that is not in the local cache"),
+    ) -> None:
+        """What a study will do, without starting a server: checks, candidates, boots, runs, ETA."""
+        from ..study import load_study
+
+        show_plan(load_study(study_file), study_file, ask_hub=not offline)
+
+
+def show_plan(spec: StudySpec, study_file: Path, *, ask_hub: bool = True) -> None:
+    """Print the plan; a study that would fail (engine, model, flags) ends as exit 2, one line a problem."""
+    from ..engine import engine_for
+
+    engine = engine_for(spec.engine)
+    result = make_plan(spec, engine.read_defaults, ask_hub=ask_hub)
+    _print(result, study_file)
+    if result.problems:
+        doc = load_yaml(study_file)
+        raise ServetuneError("\n".join(f"{doc.where(loc)}: {dotted(loc)}: {msg}" for loc, msg in result.problems))
+
+
+def _print(plan: StudyPlan, study_file: Path) -> None:
+    spec = plan.spec
+    ok, bad = "[green]ok[/]", "[red]problem[/]"
+    console.print(f"study {escape(spec.name)} ({escape(str(study_file))}), strategy {spec.strategy}")
+    console.print(f"  engine:   {ok if plan.engine_found else bad} {escape(plan.engine)}")
+    console.print(f"  defaults: {escape(plan.defaults.source)}")
+    console.print(f"  model:    {ok if plan.model.reachable else bad} {escape(spec.engine.model)}: "
+                  f"{escape(plan.model.where)}")
+    if plan.defaults.flags:
+        console.print(f"  flags:    {len(spec.engine.args)} baseline, {len(spec.space)} searched: "
+                      f"{'all known to the engine' if not _flag_lines(plan) else 'see the problems below'}")
+    table = Table(title="candidates in the strategy's order", title_justify="left")
+    table.add_column("#")
+    table.add_column("config (against the baseline)")
+    table.add_column("boots?")
+    for i, candidate in enumerate(plan.candidates, 1):
+        table.add_row(str(i), escape(candidate.label),
+                      "yes" if candidate.duplicate is None else f"no: {escape(candidate.duplicate)}")
+    if plan.candidates:
+        console.print(table)
+    else:
+        console.print("no candidates: the study measures the baseline only")
+    if plan.open_ended:
+        console.print("  (listed as if no candidate beat the baseline; what is measured can change the later "
+                      "ones: OFAT moves on from a value that wins, Optuna samples where it expects gains)")
+    duplicates = len(plan.candidates) - len(plan.booting)
+    console.print(f"boots: {plan.boots} ({spec.parallel.slots} baseline(s), {len(plan.booting)} candidate(s), "
+                  f"re-measurements of the baseline, {spec.finalists} finalist(s) each with a fresh baseline); "
+                  f"{duplicates} duplicate(s) not booted")
+    console.print(f"runs: about {plan.runs:.0f} ({len(spec.scenarios)} scenario(s) x "
+                  f"{spec.replicates.min}-{spec.replicates.max} replicate(s) a boot)")
+    budget = f"; wall-clock budget {spec.budget.wall_minutes:g} min" if spec.budget.wall_minutes else ""
+    console.print(f"ETA: {format_duration(plan.eta_s)} before anything is measured ({escape(plan.eta_basis)}"
+                  f"{', ' + str(spec.parallel.slots) + ' slots at once' if spec.parallel.slots > 1 else ''})"
+                  f"{budget}")
+    if not plan.problems:
+        console.print("[green]ready[/]: nothing was started; run it with servetune tune "
+                      f"{escape(str(study_file))} --out DIR")
+
+
+def _flag_lines(plan: StudyPlan) -> list[str]:
+    return [msg for _, msg in plan.problems if "has no flag" in msg]

@@ -1,0 +1,109 @@
+"""The accelerators this host has, for `servetune init`: GPUs by nvidia-smi, else by torch, else the CPU.
+
+nvidia-smi is asked first because it answers without importing a CUDA library (seconds, no
+GPU memory taken); torch stands in where the driver tools are missing (a container with the
+runtime only). Neither found means the CPU build of the engine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+_NVIDIA_SMI_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    memory_gib: float
+    compute_capability: tuple[int, int] | None  # None: not reported (an old driver)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpus: tuple[Gpu, ...]
+    cpus: int
+    source: str  # how it was found, for the written file's comment
+
+    @property
+    def is_gpu(self) -> bool:
+        return bool(self.gpus)
+
+    @property
+    def gpu_memory_gib(self) -> float:
+        """The smallest GPU's memory: what every slot can count on."""
+        return min(g.memory_gib for g in self.gpus) if self.gpus else 0.0
+
+    @property
+    def fp8_kv_cache(self) -> bool:
+        """An fp8 KV cache runs natively from compute capability 8.9 (Ada, Hopper, Blackwell)."""
+        return bool(self.gpus) and all(g.compute_capability is not None and g.compute_capability >= (8, 9)
+                                       for g in self.gpus)
+
+    def describe(self) -> str:
+        if not self.gpus:
+            return f"no GPU found ({self.source}): CPU, {self.cpus} cores"
+        names = sorted({g.name for g in self.gpus})
+        return f"{len(self.gpus)} x {', '.join(names)} ({self.gpu_memory_gib:.0f} GiB each; {self.source})"
+
+
+def detect() -> Hardware:
+    """GPUs through nvidia-smi, else torch; with neither, the CPU."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    gpus = _from_nvidia_smi()
+    if gpus:
+        return Hardware(gpus, cpus, "nvidia-smi")
+    gpus = _from_torch()
+    if gpus:
+        return Hardware(gpus, cpus, "torch.cuda")
+    return Hardware((), cpus, "no nvidia-smi, torch sees no CUDA device")
+
+
+def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
+    """Rows of `nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader,nounits`."""
+    gpus = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 2:
+            continue
+        try:
+            memory_gib = float(parts[1]) / 1024  # MiB
+        except ValueError:
+            continue
+        cap = None
+        if len(parts) > 2 and "." in parts[2]:
+            major, _, minor = parts[2].partition(".")
+            if major.isdigit() and minor.isdigit():
+                cap = (int(major), int(minor))
+        gpus.append(Gpu(parts[0], memory_gib, cap))
+    return tuple(gpus)
+
+
+def _from_nvidia_smi() -> tuple[Gpu, ...]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ()
+    try:
+        done = subprocess.run([exe, "--query-gpu=name,memory.total,compute_cap", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=_NVIDIA_SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    return parse_nvidia_smi(done.stdout) if done.returncode == 0 else ()
+
+
+def _from_torch() -> tuple[Gpu, ...]:
+    try:
+        import torch
+    except ImportError:
+        return ()
+    try:
+        if not torch.cuda.is_available():
+            return ()
+        return tuple(Gpu(torch.cuda.get_device_name(i), torch.cuda.get_device_properties(i).total_memory / 2**30,
+                         tuple(torch.cuda.get_device_capability(i)))  # type: ignore[arg-type]
+                     for i in range(torch.cuda.device_count()))
+    except Exception:  # a broken CUDA install: count it as none, the CPU path still works
+        return ()
