@@ -1,0 +1,270 @@
+"""`servetune init` writes a study that loads and plans; `servetune plan` / `tune --dry-run` check the
+engine, the model and the flags and list candidates, boots and ETA without a boot; a real study
+stops on a misspelt flag before its first boot."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_run import assert_one_line_error, servetune
+from rich.console import Console
+
+from servetune.engine.defaults import EngineDefaults
+from servetune.engine.vllm import VllmEngine
+from servetune.models.presets import make_model
+from servetune.study import load_study, parse_study
+from servetune.study.serve_line import parse_serve_line
+from servetune.study.spec import SpecError
+from servetune.tune import known
+from servetune.tune.display import StudyDisplay
+from servetune.tune.plan import flag_problems, planned_candidates
+from servetune.tune.runner import StudyRunner
+from tests.fakes.counting_engine import CountingEngine
+
+ROOT = Path(__file__).resolve().parents[2]
+# The long flags vLLM 0.32's API server parser takes that these tests use (a real read lists ~400).
+FLAGS = ["load-format", "kv-cache-memory-bytes", "max-model-len", "max-num-seqs", "max-num-batched-tokens",
+         "enable-prefix-caching", "no-enable-prefix-caching", "tensor-parallel-size", "async-scheduling",
+         "compilation-config", "gpu-memory-utilization", "kv-cache-dtype"]
+KNOWN = EngineDefaults(known=True, source="test parser", values={"enable-prefix-caching": True}, flags=FLAGS)
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    model = tmp_path / "tiny"
+    make_model("tiny", model)
+    return model
+
+
+@pytest.fixture
+def parser_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's defaults as a test parser gives them: no vLLM import (that is the slow test's)."""
+    monkeypatch.setattr(VllmEngine, "read_defaults", lambda self: KNOWN)
+
+
+# --- the serve line ---------------------------------------------------------------------------
+
+def test_serve_line_becomes_the_engine_section() -> None:
+    line = parse_serve_line("CUDA_VISIBLE_DEVICES=0,1 vllm serve Qwen/Qwen3-8B -tp 2 --max-num-seqs 128 "
+                            "--enable-prefix-caching --no-async-scheduling --gpu-memory-utilization=0.95 "
+                            "--compilation-config '{\"cudagraph_mode\": \"PIECEWISE\"}' --max-model-len -1 "
+                            "--api-key sk-secret-value --port 8001 --host 0.0.0.0 --served-model-name qwen")
+    assert line.command == ["vllm", "serve"]
+    assert line.model == "Qwen/Qwen3-8B"
+    assert line.env == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert line.args == {"tensor-parallel-size": 2, "max-num-seqs": 128, "enable-prefix-caching": True,
+                         "async-scheduling": False, "gpu-memory-utilization": 0.95,
+                         "compilation-config": {"cudagraph_mode": "PIECEWISE"}, "max-model-len": -1}
+    assert (line.port, line.served_model_name, line.secret_env) == (8001, "qwen", ["VLLM_API_KEY"])
+    assert "sk-secret-value" not in repr(line)  # the key stays in the user's environment
+
+
+def test_serve_line_with_python_module_and_model_flag() -> None:
+    line = parse_serve_line("python3 -m vllm.entrypoints.openai.api_server --model ./m --max_num_seqs 8")
+    assert (line.command, line.model, line.args) == (["python3", "-m", "vllm.entrypoints.openai.api_server"],
+                                                     "./m", {"max-num-seqs": 8})
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("vllm serve", "no model"),
+    ("docker run img", "expected `vllm serve MODEL"),
+    ("vllm serve m 'unclosed", "cannot split"),
+    ("vllm serve m extra", "unexpected argument"),
+])
+def test_serve_line_errors_name_the_flag(tmp_path: Path, text: str, needle: str) -> None:
+    assert_one_line_error(servetune("init", tmp_path / "s.yaml", "--serve-cmd", text), "--serve-cmd", needle)
+    assert not (tmp_path / "s.yaml").exists()
+
+
+# --- init ---------------------------------------------------------------------------------------
+
+def test_init_on_the_cpu_writes_a_study_that_loads(tmp_path: Path, tiny: Path) -> None:
+    study = tmp_path / "study.yaml"
+    result = servetune("init", study, "--model", tiny, "--gpus", "0", "--workload", "chat",
+                       "--slo", "ttft:p99=2000")
+    assert result.code == 0, result
+    spec = load_study(study)
+    text = study.read_text()
+    assert text.startswith("# Written by `servetune init`")
+    assert spec.engine.model == str(tiny)
+    # no weight files in a `model make` directory: random weights; the CPU build sizes its KV cache by bytes
+    assert spec.engine.args["load-format"] == "dummy" and "kv-cache-memory-bytes" in spec.engine.args
+    assert set(spec.space) == {"max-num-seqs", "max-num-batched-tokens", "enable-prefix-caching"}
+    assert spec.objective.slo == {"p99_ttft_ms": 2000.0}
+    assert spec.scenarios[0].input_len == 512  # chat's 2048 shortened for the CPU
+    # every searched flag and the baseline say why, on their own line
+    for key in (*spec.space, "args", "strategy", "replicates"):
+        (line,) = [ln for ln in text.splitlines() if ln.lstrip().startswith(f"{key}:")]
+        assert "  # " in line, line
+
+
+def test_init_refuses_to_overwrite_without_force(tmp_path: Path, tiny: Path) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text("mine\n")
+    assert_one_line_error(servetune("init", study, "--model", tiny, "--gpus", "0"), str(study), "--force")
+    assert study.read_text() == "mine\n"
+    assert servetune("init", study, "--model", tiny, "--gpus", "0", "--force").code == 0
+    load_study(study)
+
+
+def test_init_for_several_gpus_compares_tensor_parallel_per_gpu(tmp_path: Path, tiny: Path) -> None:
+    study = tmp_path / "study.yaml"
+    serve = f"vllm serve {tiny} --max-num-seqs 64"
+    assert servetune("init", study, "--serve-cmd", serve, "--gpus", "4", "--gpu-memory-gib", "141",
+                     "--compute-capability", "9.0", "--workload", "contention").code == 0
+    spec = load_study(study)
+    assert spec.engine.command == ["vllm", "serve"]
+    assert spec.engine.args["max-num-seqs"] == 64  # the serve line is the baseline
+    assert spec.space["tensor-parallel-size"].values == (1, 2)
+    assert spec.objective.per_gpu
+    assert (spec.parallel.slots, spec.parallel.gpus_per_trial) == (2, 2)
+    assert spec.space["kv-cache-dtype"].values == ("fp8",)
+    assert {"async-scheduling", "compilation-config", "gpu-memory-utilization"} <= set(spec.space)
+    # an A100 (8.0) has no native fp8 KV cache
+    assert servetune("init", study, "--model", tiny, "--gpus", "1", "--compute-capability", "8.0",
+                     "--force").code == 0
+    assert "kv-cache-dtype" not in load_study(study).space
+
+
+def test_init_derives_lengths_from_a_jsonl_of_requests(tmp_path: Path, tiny: Path) -> None:
+    traffic = tmp_path / "traffic.jsonl"
+    traffic.write_text("".join(json.dumps({"input_len": i, "output_len": o}) + "\n"
+                               for i, o in [(100, 10), (200, 20), (300, 30), (400, 40)]))
+    study = tmp_path / "study.yaml"
+    assert servetune("init", study, "--model", tiny, "--gpus", "1", "--workload", traffic).code == 0
+    (scenario,) = load_study(study).scenarios
+    assert scenario.name == "my-traffic"
+    assert scenario.input_len.mean == 250 and scenario.output_len.mean == 25
+    assert round(scenario.input_len.std, 1) == 129.1  # sample sd of 100..400
+    assert "p90 370" in study.read_text()
+
+
+def test_init_capacity_sizes_the_levels_for_its_percentile(tmp_path: Path, tiny: Path) -> None:
+    study = tmp_path / "study.yaml"
+    assert servetune("init", study, "--model", tiny, "--gpus", "1", "--goal", "capacity",
+                     "--slo", "ttft:p99=1000", "--workload", "chat-bursty").code == 0
+    spec = load_study(study)  # the loader refuses a level too small to show a p99 met
+    assert spec.objective.maximize == "capacity" and spec.capacity.num_prompts >= 368
+    line = assert_one_line_error(servetune("init", tmp_path / "c.yaml", "--model", tiny, "--gpus", "1",
+                                           "--goal", "capacity"), "--slo")
+    assert "capacity" in line
+
+
+def test_init_bad_workload_and_model_mismatch(tmp_path: Path, tiny: Path) -> None:
+    assert_one_line_error(servetune("init", tmp_path / "s.yaml", "--model", tiny, "--workload", "chatt"),
+                          "--workload chatt", "neither a preset")
+    assert_one_line_error(servetune("init", tmp_path / "s.yaml", "--model", "a/b", "--serve-cmd", "vllm serve c/d"),
+                          "--model 'a/b'", "differ")
+
+
+# --- plan -----------------------------------------------------------------------------------
+
+def test_plan_lists_candidates_and_marks_duplicates_of_the_defaults(tiny: Path) -> None:
+    spec = parse_study(f"""
+name: p
+engine: {{model: {tiny}, args: {{max-num-seqs: 4}}}}
+space:
+  max-num-seqs: [4, 8, 16]
+  enable-prefix-caching: [true, false]
+scenarios: [{{preset: chat}}]
+""")
+    planned = planned_candidates(spec, KNOWN)
+    assert [c.label for c in planned] == ["max-num-seqs=8", "max-num-seqs=16", "enable-prefix-caching=True",
+                                          "enable-prefix-caching=False"]
+    duplicate = planned[2].duplicate
+    assert duplicate is not None and "same as the baseline" in duplicate and "default" in duplicate
+    assert [c.duplicate is None for c in planned] == [True, True, False, True]
+    # without the engine's defaults nothing is known to be the same
+    assert all(c.duplicate is None for c in planned_candidates(spec, EngineDefaults()))
+
+
+def test_plan_budget_counts_booted_candidates_only(tiny: Path) -> None:
+    spec = parse_study(f"""
+name: p
+engine: {{model: {tiny}}}
+space: {{enable-prefix-caching: [true, false], max-num-seqs: [8, 16]}}
+scenarios: [{{preset: chat}}]
+budget: {{trials: 2}}
+""")
+    planned = planned_candidates(spec, KNOWN)
+    assert [c.label for c in planned] == ["enable-prefix-caching=True", "enable-prefix-caching=False",
+                                          "max-num-seqs=8"]
+
+
+def test_flag_problems_name_the_key_and_the_likely_flag(tiny: Path) -> None:
+    spec = parse_study(f"""
+name: p
+engine: {{model: {tiny}, args: {{max-num-seq: 4}}}}
+space: {{enable-prefix-cachin: [false], env.VLLM_X: ["1"], compilation-config.cudagraph_mode: [PIECEWISE]}}
+scenarios: [{{preset: chat}}]
+""".replace("args: {max-num-seq: 4}", "args: {max-num-seq: 4, compilation-config: {level: 3}}"))
+    problems = dict(flag_problems(spec, KNOWN))
+    assert set(problems) == {("engine", "args", "max-num-seq"), ("space", "enable-prefix-cachin")}
+    assert "did you mean 'max-num-seqs'" in problems[("engine", "args", "max-num-seq")]
+    assert flag_problems(spec, EngineDefaults()) == []  # an engine whose parser was not read: nothing to say
+
+
+def test_plan_command_prints_plan_and_fails_on_a_bad_flag(tmp_path: Path, tiny: Path, parser_flags: None) -> None:
+    study = tmp_path / "study.yaml"
+    assert servetune("init", study, "--model", tiny, "--gpus", "0").code == 0
+    ok = servetune("plan", study)
+    assert ok.code == 0, ok
+    assert "max-num-seqs=8" in ok.stdout and "boots:" in ok.stdout and "ETA:" in ok.stdout and "ready" in ok.stdout
+    dry = servetune("tune", study, "--out", tmp_path / "out", "--dry-run")
+    assert dry.code == 0 and "boots:" in dry.stdout
+    assert not (tmp_path / "out").exists()  # nothing started, nothing written
+    study.write_text(study.read_text().replace("max-num-seqs:", "max-num-seqz:"))
+    line = assert_one_line_error(servetune("tune", study, "--out", tmp_path / "out", "--dry-run"),
+                                 f"{study}:", "space.max-num-seqz", "did you mean 'max-num-seqs'")
+    assert "no flag --max-num-seqz" in line
+
+
+def test_plan_fails_on_a_missing_engine_and_model(tmp_path: Path, parser_flags: None) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(f"name: p\nengine: {{command: [servetune-test-no-such-engine], model: {tmp_path / 'nope'}}}\n"
+                     "scenarios: [{preset: chat}]\n")
+    result = servetune("plan", study)
+    assert result.code == 2
+    assert len(result.error_lines) == 2, result.stderr
+    assert "engine.command" in result.error_lines[0] and "not on PATH" in result.error_lines[0]
+    assert "engine.model" in result.error_lines[1] and "no directory" in result.error_lines[1]
+
+
+def test_a_study_stops_on_a_misspelt_flag_before_any_boot(tmp_path: Path, tiny: Path) -> None:
+    spec = parse_study(f"""
+name: p
+engine: {{model: {tiny}, args: {{max-num-seq: 4}}}}
+scenarios: [{{name: s, input_len: 8, output_len: 4, num_prompts: 2, warmups: 0}}]
+""")
+    runner = StudyRunner(spec, tmp_path / "out", display=StudyDisplay(Console(file=io.StringIO()), enabled=False))
+    runner.store.set_meta_json(known.DEFAULTS_META, KNOWN.model_dump(mode="json"))
+    engine = CountingEngine("http://127.0.0.1:9", facts_for=lambda config: None)
+    runner.engine = runner.executor.engine = engine
+    with pytest.raises(SpecError, match="max-num-seq"):
+        runner.run()
+    assert engine.started == []
+
+
+# --- the real engine's parser --------------------------------------------------------------
+
+@pytest.mark.slow
+def test_init_then_dry_run_with_the_installed_vllm(tmp_path: Path) -> None:
+    """The written file through `tune --dry-run` as a user runs it: vLLM's own parser is read (no boot)."""
+    study = tmp_path / "study.yaml"
+    model = tmp_path / "tiny"
+    make_model("tiny", model)
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cli = [sys.executable, "-m", "servetune"]
+    subprocess.run([*cli, "init", str(study), "--model", str(model), "--gpus", "0"], check=True, env=env,
+                   capture_output=True)
+    done = subprocess.run([*cli, "tune", str(study), "--out", str(tmp_path / "out"), "--dry-run"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "vLLM 0.32.0 argument defaults" in done.stdout and "all known to the engine" in done.stdout
+    assert not (tmp_path / "out").exists()
