@@ -27,7 +27,7 @@ from .serve_line import ServeLine
 from .workload import Workload
 
 Goal = Literal["throughput", "capacity"]
-_PLAIN = re.compile(r"^[A-Za-z_][\w./\-]*$")
+_PLAIN = re.compile(r"^-?[A-Za-z_][\w./\-]*$")
 _YAML_WORDS = {"true", "false", "null", "yes", "no", "on", "off", "y", "n", "~"}
 _CPU_MAX_INPUT, _CPU_MAX_OUTPUT, _CPU_MAX_PROMPTS = 512, 128, 16
 _FIT_SHARE = 0.7  # weights may take this share of a GPU's memory and leave room for the KV cache
