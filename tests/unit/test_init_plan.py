@@ -16,6 +16,7 @@ from cli_run import assert_one_line_error, servetune
 from rich.console import Console
 
 from servetune.engine.defaults import EngineDefaults
+from servetune.engine.hardware import Hardware, parse_nvidia_smi, visible
 from servetune.engine.vllm import VllmEngine
 from servetune.models.presets import make_model
 from servetune.study import load_study, parse_study
@@ -80,6 +81,19 @@ def test_serve_line_with_python_module_and_model_flag() -> None:
 def test_serve_line_errors_name_the_flag(tmp_path: Path, text: str, needle: str) -> None:
     assert_one_line_error(servetune("init", tmp_path / "s.yaml", "--serve-cmd", text), "--serve-cmd", needle)
     assert not (tmp_path / "s.yaml").exists()
+
+
+# --- hardware ---------------------------------------------------------------------------------
+
+def test_nvidia_smi_rows_and_the_visible_devices() -> None:
+    gpus = parse_nvidia_smi("NVIDIA H200, 143771, 9.0\nNVIDIA H200, 143771, 9.0\nNVIDIA A100-SXM4-80GB, 81920, 8.0\n")
+    assert [round(g.memory_gib) for g in gpus] == [140, 140, 80]
+    assert gpus[0].compute_capability == (9, 0)
+    assert Hardware(gpus[:2], 16, "t").fp8_kv_cache and not Hardware(gpus, 16, "t").fp8_kv_cache
+    assert [g.name for g in visible(gpus, "2")] == ["NVIDIA A100-SXM4-80GB"]
+    assert visible(gpus, "") == () and visible(gpus, None) == gpus
+    assert visible(gpus, "GPU-1234") == gpus  # UUIDs are not resolved here: all of them
+    assert parse_nvidia_smi("NVIDIA T4, 15360, [N/A]\n")[0].compute_capability is None
 
 
 # --- init ---------------------------------------------------------------------------------------

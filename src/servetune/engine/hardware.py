@@ -53,13 +53,24 @@ class Hardware:
 def detect() -> Hardware:
     """GPUs through nvidia-smi, else torch; with neither, the CPU."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    gpus = _from_nvidia_smi()
+    gpus = visible(_from_nvidia_smi(), os.environ.get("CUDA_VISIBLE_DEVICES"))
     if gpus:
         return Hardware(gpus, cpus, "nvidia-smi")
     gpus = _from_torch()
     if gpus:
         return Hardware(gpus, cpus, "torch.cuda")
     return Hardware((), cpus, "no nvidia-smi, torch sees no CUDA device")
+
+
+def visible(gpus: tuple[Gpu, ...], mask: str | None) -> tuple[Gpu, ...]:
+    """The GPUs `CUDA_VISIBLE_DEVICES` leaves a server (nvidia-smi lists them all); indices only,
+    a mask of UUIDs or names is taken as all of them."""
+    if mask is None:
+        return gpus
+    items = [m.strip() for m in mask.split(",") if m.strip()]
+    if not all(m.isdigit() for m in items):
+        return gpus
+    return tuple(gpus[int(m)] for m in items if int(m) < len(gpus))
 
 
 def parse_nvidia_smi(text: str) -> tuple[Gpu, ...]:
