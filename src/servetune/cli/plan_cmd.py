@@ -71,11 +71,14 @@ def _print(plan: StudyPlan, study_file: Path) -> None:
         console.print("  (listed as if no candidate beat the baseline; what is measured can change the later "
                       "ones: OFAT moves on from a value that wins, Optuna samples where it expects gains)")
     duplicates = len(plan.candidates) - len(plan.booting)
+    checks = plan.boots - spec.parallel.slots - len(plan.booting) - 2 * spec.finalists
     console.print(f"boots: {plan.boots} ({spec.parallel.slots} baseline(s), {len(plan.booting)} candidate(s), "
-                  f"re-measurements of the baseline, {spec.finalists} finalist(s) each with a fresh baseline); "
-                  f"{duplicates} duplicate(s) not booted")
-    console.print(f"runs: about {plan.runs:.0f} ({len(spec.scenarios)} scenario(s) x "
-                  f"{spec.replicates.min}-{spec.replicates.max} replicate(s) a boot)")
+                  f"{checks} re-measurement(s) of the baseline, {spec.finalists} finalist(s) each with a fresh "
+                  f"baseline); {duplicates} duplicate(s) not booted")
+    replicates = (str(spec.replicates.min) if spec.replicates.min == spec.replicates.max
+                  else f"{spec.replicates.min}-{spec.replicates.max}")
+    console.print(f"runs: about {plan.runs:.0f} ({len(spec.scenarios)} scenario(s) x {replicates} replicate(s) "
+                  "a boot)")
     budget = f"; wall-clock budget {spec.budget.wall_minutes:g} min" if spec.budget.wall_minutes else ""
     console.print(f"ETA: {format_duration(plan.eta_s)} before anything is measured ({escape(plan.eta_basis)}"
                   f"{', ' + str(spec.parallel.slots) + ' slots at once' if spec.parallel.slots > 1 else ''})"
