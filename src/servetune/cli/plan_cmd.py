@@ -51,6 +51,11 @@ def _print(plan: StudyPlan, study_file: Path) -> None:
     console.print(f"study {escape(spec.name)} ({escape(str(study_file))}), strategy {spec.strategy}")
     console.print(f"  engine:   {ok if plan.engine_found else bad} {escape(plan.engine)}")
     console.print(f"  defaults: {escape(plan.defaults.source)}")
+    if plan.defaults.known:
+        searched = [n for n in dict.fromkeys([*spec.space, *spec.engine.args]) if "." not in n]
+        shown = [f"{n}={plan.defaults.default(n)!r}" if plan.defaults.default(n) is not None
+                 else f"{n}=(resolved at start-up)" for n in searched]
+        console.print(f"            {escape(', '.join(shown))}")
     console.print(f"  model:    {ok if plan.model.reachable else bad} {escape(spec.engine.model)}: "
                   f"{escape(plan.model.where)}")
     if plan.defaults.flags:
