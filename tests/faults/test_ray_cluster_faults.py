@@ -7,6 +7,7 @@ behind is stopped; the report's slot column names both nodes."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,8 @@ def test_a_node_killed_mid_trial_reruns_it_on_the_other_node_and_the_report_name
     cluster, head, second = two_nodes
     study_file, out = _study(tmp_path)
     db = out / "study.sqlite"
-    tuner = standin.start_tuner(study_file, out, cluster.mark, extra_args=cluster.args(), extra_env=cluster.env(),
+    tuner = standin.start_tuner(study_file, out, cluster.mark, extra_args=cluster.args(),
+                                extra_env={**cluster.env(), "COLUMNS": "1000"},  # a note on one line
                                 log=tmp_path / "tuner.log", report=True)
     try:
         # The slots spread over both nodes: the second node finished a trial and measures another.
@@ -104,6 +106,9 @@ def test_a_node_killed_mid_trial_reruns_it_on_the_other_node_and_the_report_name
     assert nodes[victim["seq"]] == head  # measured again on the surviving node
     assert set(nodes.values()) == {head, second}  # trials finished on each node
     assert len(list((out / "logs").glob(f"trial{victim['seq']:03d}-*.log"))) == 2  # a new boot
+    # A replacement slot joined on the surviving node (not on the dying one, which Ray still counted alive).
+    log = (tmp_path / "tuner.log").read_text()
+    assert re.search(rf"Ray node {head[:8]}[^)]*\) replaces slot {victim['slot']} ", log), log[-3000:]
     # The server the dead node's slot had started was stopped (the host lives on), and nothing else is left.
     assert not psutil.pid_exists(victim["server_pid"]) or psutil.Process(victim["server_pid"]).status() == "zombie"
     _nothing_left(cluster, out)

@@ -65,6 +65,8 @@ from .trial import TrialExecutor, TrialPlan
 
 # The CPU build's OpenMP binding, set with a slot's share of a node's CPUs (engine/placement.py).
 _CPU_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+# Ray's label of every node: its id (what a scheduling preference names a node by).
+_NODE_ID_LABEL = "ray.io/node-id"
 # How often a waiting side looks again (a mailbox take, a slot's wait for an answer); not a timing
 # of the study.
 _POLL_S = 0.2
@@ -283,7 +285,7 @@ class RaySlots:
         # GPUs takes that index back (its baseline holds), another gets a fresh one (its own baseline).
         self._seen: dict[int, dict[str, Any]] = {t.slot: dict(t.placement or {}) for t in store.trials()}
         actors = [self._start_actor() for _ in range(slots)]
-        wheres = _share_cpus([self._ready(n, actor) for n, actor in enumerate(actors)], gpus)
+        wheres = _share_cpus([self._ready(f"slot {n}", actor) for n, actor in enumerate(actors)], gpus)
         for actor, where in zip(actors, wheres):
             self._assign(actor, where)
         self._pump = threading.Thread(target=self._serve_mailbox, name="servetune-ray-pump", daemon=True)
@@ -297,16 +299,24 @@ class RaySlots:
 
     # --- slots ----------------------------------------------------------------------------
 
-    def _start_actor(self) -> Any:
+    def _start_actor(self, avoid: str | None = None) -> Any:
+        """A slot's actor; not on node `avoid` while another node can take it."""
         # Spread over the nodes: slots on different nodes share no cores, memory bandwidth or PCIe.
         options: dict[str, Any] = {"num_cpus": self._cpus, "max_concurrency": 2, "max_restarts": 0,
                                    "scheduling_strategy": "SPREAD"}
         if self._gpus:
             options["num_gpus"] = self._gpus
-        return self._actor_class.options(**options).remote(self._template, self._mailbox, os.getcwd())
+        args = (self._template, self._mailbox, os.getcwd())
+        if avoid:
+            try:
+                return self._actor_class.options(**options, label_selector={_NODE_ID_LABEL: f"!{avoid}"},
+                                                 fallback_strategy=[{"label_selector": {}}]).remote(*args)
+            except ValueError:  # a Ray without label selectors (before 2.49): anywhere
+                pass
+        return self._actor_class.options(**options).remote(*args)
 
-    def _ready(self, n: int, actor: Any) -> Placement:
-        """Where the n-th slot started runs, once Ray has found it a node; an error naming what was asked."""
+    def _ready(self, slot: str, actor: Any) -> Placement:
+        """Where the slot just started runs, once Ray has found it a node; an error naming what was asked."""
         try:
             where: Placement = ray.get(actor.where.remote(), timeout=self._ready_timeout_s)
             return where
@@ -315,7 +325,7 @@ class RaySlots:
             asked = f"{self._gpus} GPU(s) and {self._cpus:g} CPU(s)"
             why = (f"no node had {asked} free within {self._ready_timeout_s:.0f} s"
                    if isinstance(exc, GetTimeoutError) else f"its actor died: {_first_line(exc)}")
-            raise ServetuneError(f"--ray: slot {n} could not start ({why}; the cluster has "
+            raise ServetuneError(f"--ray: {slot} could not start ({why}; the cluster has "
                                  f"{_resources()})") from None
 
     def _assign(self, actor: Any, where: Placement, *, reuse: bool = True) -> Placement:
@@ -340,9 +350,10 @@ class RaySlots:
     def replacement(self, lost: int) -> Placement:
         ray.kill(self._actors.pop(lost))  # already dead; makes sure Ray gives back its resources
         gone = next(p for p in self.placements if p.slot == lost)
-        actor = self._start_actor()
+        # Elsewhere when it can: a node whose slot was just lost may be dying, unnoticed by Ray yet.
+        actor = self._start_actor(avoid=gone.where.get("ray_node_id"))
         try:
-            where = self._ready(len(self._actors), actor)
+            where = self._ready("a replacement slot", actor)
             # On the lost slot's node a CPU slot takes its share of the cores; elsewhere, no pinning.
             same_node = where.where.get("node") == gone.where.get("node")
             share = (gone.cpus if same_node else None) if not self._gpus else None
