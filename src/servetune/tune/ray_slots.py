@@ -367,23 +367,21 @@ class RaySlots:
     def stop_leftovers(self, trial: TrialRow, leftovers: Leftovers) -> bool:
         """On the host the trial ran on: here when the trial has no Ray node or this host is its
         host, else by a task pinned to a live node of that host (`nodes_of_host`: a raylet that
-        died leaves its host, and the trial's server, running). A host with no live node is out of
-        reach until the study is resumed with a node there."""
+        died leaves its host, and the trial's server, running). The first node that answers has
+        seen the host's processes. A host with no live node is out of reach until the study is
+        resumed with a node there."""
         place = trial.placement or {}
         if not place.get("ray_node_id"):
             return leftovers.stop()
         own = ray.get_runtime_context().get_node_id()
         for node in nodes_of_host(place, ray.nodes(), own):
             if node == own:
-                stopped = leftovers.stop()
-            else:
-                task = self._stop_task.options(num_cpus=0, scheduling_strategy=_pinned(node))
-                try:
-                    stopped = bool(ray.get(task.remote(leftovers), timeout=STOP_TIMEOUT_S))
-                except RayError:  # that node died too, or never answered
-                    continue
-            if stopped:
-                return True
+                return leftovers.stop()
+            task = self._stop_task.options(num_cpus=0, scheduling_strategy=_pinned(node))
+            try:
+                return bool(ray.get(task.remote(leftovers), timeout=STOP_TIMEOUT_S))
+            except RayError:  # that node died too, or never answered
+                continue
         return False
 
     def stop(self) -> None:
