@@ -46,7 +46,7 @@ class Placement:
 
     def node_label(self) -> str:
         """Which machine: its name and address, and on Ray the node (several raylets may share a
-        host; the id's head is what `ray list nodes` shows first). Empty for the tuner's host."""
+        host; the id's head, as `ray status` lists it after `node_`). Empty for the tuner's host."""
         parts = [self.where["node"]] if "node" in self.where else []
         if "ray_node_id" in self.where:
             parts.append(f"Ray node {self.where['ray_node_id'][:8]}")
