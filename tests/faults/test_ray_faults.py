@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,21 +57,35 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
+    with head_node(["--num-cpus", "3", "--num-gpus", str(LOGICAL_GPUS)]) as (started, _temp):
+        yield started
+
+
+@contextmanager
+def head_node(resources: list[str]) -> Iterator[tuple[Cluster, Path]]:
+    """A Ray head node on this host with `resources` (`ray start` flags), its processes marked; the
+    cluster and its temp dir (where a second node joining it keeps its files). Everything of the
+    cluster is killed at the end."""
     mark, token = standin.new_mark(), secrets.token_hex(32)
     temp = Path(tempfile.mkdtemp(prefix="st-ray-", dir="/tmp"))  # short: Ray's socket paths live under it
     port = free_port("127.0.0.1")
-    ray_cli = Path(sys.executable).with_name("ray")
-    started = subprocess.run(
-        [str(ray_cli), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-         "--num-cpus", "3", "--num-gpus", str(LOGICAL_GPUS), "--include-dashboard", "false", "--temp-dir", str(temp),
-         "--disable-usage-stats"],
-        env=standin.tuner_env(mark, Cluster("", mark, token).env()), capture_output=True, text=True, timeout=180)
+    started = Cluster(f"127.0.0.1:{port}", mark, token)
     try:
-        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
-        yield Cluster(f"127.0.0.1:{port}", mark, token)
+        ray_start(started, ["--head", "--port", str(port), "--include-dashboard", "false", *resources], temp)
+        yield started, temp
     finally:
         _stop_cluster(mark)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def ray_start(cluster: Cluster, args: list[str], temp: Path) -> None:
+    """`ray start ARGS` on this host, marked and with the cluster's token."""
+    ray_cli = Path(sys.executable).with_name("ray")
+    started = subprocess.run(
+        [str(ray_cli), "start", *args, "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp),
+         "--disable-usage-stats"],
+        env=standin.tuner_env(cluster.mark, cluster.env()), capture_output=True, text=True, timeout=180)
+    assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
 
 
 def _stop_cluster(mark: str) -> None:

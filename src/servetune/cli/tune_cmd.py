@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..store import StudyStore, Trial, TrialRole
 from ..tune.display import StudyDisplay, format_duration
@@ -157,5 +158,5 @@ def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None, ra
 
 
 def _slot_cell(trial: Trial) -> str:
-    node = (trial.placement or {}).get("node")
+    node = Placement.of(trial.placement or {}).node_label()
     return escape(f"{trial.slot} ({node})" if node else str(trial.slot))

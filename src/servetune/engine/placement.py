@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ServetuneError
 from .config import Config
@@ -35,8 +36,25 @@ class Placement:
                                   "cpus": list(self.cpus) if self.cpus else None}
         return {**out, **self.where}
 
+    @classmethod
+    def of(cls, described: dict[str, Any]) -> Placement:
+        """The placement `describe()` wrote (as the store keeps it)."""
+        cpus = described.get("cpus")
+        where = {k: str(v) for k, v in described.items() if k not in ("slot", "env", "cpus") and v is not None}
+        return cls(int(described.get("slot", 0)), dict(described.get("env") or {}), tuple(cpus) if cpus else None,
+                   where)
+
+    def node_label(self) -> str:
+        """Which machine: its name and address, and on Ray the node (several raylets may share a
+        host; the id's head, as `ray status` lists it after `node_`). Empty for the tuner's host."""
+        parts = [self.where["node"]] if "node" in self.where else []
+        if "ray_node_id" in self.where:
+            parts.append(f"Ray node {self.where['ray_node_id'][:8]}")
+        return ", ".join(parts)
+
     def label(self) -> str:
-        parts = [f"node {self.where['node']}"] if "node" in self.where else []
+        node = self.node_label()
+        parts = [f"node {node}"] if node else []
         parts += [f"{k}={v}" for k, v in self.env.items() if k == "CUDA_VISIBLE_DEVICES"]
         if self.cpus:
             parts.append(f"cpus {','.join(map(str, self.cpus))}")

@@ -283,10 +283,7 @@ def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> 
 
 
 def _slot_label(t: Trial) -> str:
-    place = t.placement or {}
-    cpus = place.get("cpus")
-    where = {k: str(v) for k, v in place.items() if k not in ("slot", "env", "cpus") and v is not None}
-    return Placement(t.slot, dict(place.get("env") or {}), tuple(cpus) if cpus else None, where).label()
+    return Placement.of({**(t.placement or {}), "slot": t.slot}).label()
 
 
 def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
@@ -508,7 +505,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         configs=_config_lines(analysis), diff=diff, deployment=dep,
         snippets=snippets(dep) if dep is not None else None,
         trials=[_trial_view(t, base_cfg, redact) for t in trials],
-        slotted=len({t.slot for t in trials}) > 1,
+        slotted=len({t.slot for t in trials}) > 1 or any((t.placement or {}).get("node") for t in trials),
         param_effects=_param_effects(analysis), importances=importances,
         plots=figures, evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),

@@ -1,21 +1,24 @@
 """Slots on a Ray cluster (`servetune tune STUDY --ray auto|ADDRESS`).
 
 Each slot is one Ray actor (`_SlotActor`) that holds the slot's resources for the whole study:
-the GPUs the largest server of the study takes (`slot_gpus`) and one CPU. It boots every trial's
-server on its node with the GPU ids Ray assigned (they become the slot's `Placement`, with the
-node's name, Ray's node id and the worker's pid in `Placement.where`; none of it enters
-`Config.key()`), and runs the load generator on that same node, next to the server. It never
-opens the store: every call a trial makes to the driver (`SlotCalls` by name, and
-`store.METHOD`) goes as (trial id, name, arguments) to a mailbox actor, which the driver's pump
-thread empties into the driver's inbox (tune/slots.py); the driver, the only writer of the
-SQLite store, runs it and the answer goes back the same way. Runs are recorded one by one as
+the GPUs the largest server of the study takes (`slot_gpus`) and one CPU; the slots are spread
+over the cluster's nodes. It boots every trial's server on its node with the GPU ids Ray assigned
+(they become the slot's `Placement`, with the host's name and address, Ray's node id and the
+worker's pid in `Placement.where`; none of it enters `Config.key()`), and runs the load generator
+on that same node, next to the server. It never opens the store: every call a trial makes to the
+driver (`SlotCalls` by name, and `store.METHOD`) goes as (slot, trial id, name, arguments) to a
+mailbox actor on the driver's node, which the driver's pump thread empties into the driver's
+inbox (tune/slots.py); the driver, the only writer of the SQLite store, runs it (when the trial
+is still that slot's) and the answer goes back the same way. Runs are recorded one by one as
 they end, so a lost slot loses at most the run in flight.
 
-A slot is lost when its actor dies (its worker process killed, its node gone): the driver stops
-what the trial's server left on that node (a task pinned to the node, finding the processes by
-the trial's launch token), reopens the trial and gives it to the next free slot, and starts a
-replacement actor under a new slot index, which measures its own baseline first (it may be on
-another node). The trial's runs already recorded are kept and never measured again.
+A slot is lost when its actor dies or goes out of reach (its worker process killed, its node's
+raylet dead, its node gone): the actor is killed for good and nothing it still sends counts; the
+driver stops what the trial's server left on that host (by a live node of the host, found by
+the trial's launch token: a raylet that died leaves its host and the server running), reopens
+the trial and gives it to the next free slot, and starts a replacement actor under a new slot
+index, which measures its own baseline first (it may be on another node). The trial's runs
+already recorded are kept and never measured again.
 
 Ownership: the actors and the mailbox are not detached; Ray ties them to the driver's job, so
 when the tuner dies (even by SIGKILL) Ray kills them, and a slot that outlives the mailbox for a
@@ -62,6 +65,8 @@ from .trial import TrialExecutor, TrialPlan
 
 # The CPU build's OpenMP binding, set with a slot's share of a node's CPUs (engine/placement.py).
 _CPU_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+# Ray's label of every node: its id (what a scheduling preference names a node by).
+_NODE_ID_LABEL = "ray.io/node-id"
 # How often a waiting side looks again (a mailbox take, a slot's wait for an answer); not a timing
 # of the study.
 _POLL_S = 0.2
@@ -181,11 +186,11 @@ class _SlotActor:
         self._last_progress = 0.0
         ids = [str(i) for i in ray.get_gpu_ids()]
         context = ray.get_runtime_context()
-        host = socket.gethostname()
+        host, ip = socket.gethostname(), ray.util.get_node_ip_address()
         self._placement = Placement(
             -1, {"CUDA_VISIBLE_DEVICES": ",".join(ids)} if ids else {},
             cpus=tuple(sorted(os.sched_getaffinity(0))),  # what the driver splits between CPU slots of a node
-            where={"node": f"{host} ({ray.util.get_node_ip_address()})", "ray_node_id": context.get_node_id(),
+            where={"node": f"{host} ({ip})", "ray_node_id": context.get_node_id(), "node_ip": ip,
                    "worker_pid": str(os.getpid())})
         self._executor = executor
 
@@ -226,7 +231,7 @@ class _SlotActor:
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if self._stopping.is_set():
             raise SlotStopped
-        pending = self._mailbox.call.remote((self._trial_id, name, args, kwargs))
+        pending = self._mailbox.call.remote((self._placement.slot, self._trial_id, name, args, kwargs))
         while True:
             try:
                 ok, value = ray.get(pending, timeout=_POLL_S)
@@ -247,7 +252,7 @@ class _SlotActor:
         if not booting and now - self._last_progress < _PROGRESS_EVERY_S:
             return
         self._last_progress = now
-        self._mailbox.post.remote((self._trial_id, name, args, {}))
+        self._mailbox.post.remote((self._placement.slot, self._trial_id, name, args, {}))
 
 
 def _stop_leftovers_on_node(leftovers: Leftovers) -> bool:
@@ -265,20 +270,22 @@ class RaySlots:
         self._gpus, self._cpus, self._ready_timeout_s = gpus, cpus, ready_timeout_s
         # Without the store and the live servers of this process: what travels to the actors.
         self._template = executor.on_slot(None, None, live=None)  # type: ignore[arg-type]
-        self._mailbox: Any = ray.remote(_Mailbox).options(num_cpus=0).remote()
+        # On the driver's own node: a node that dies must not take the study's mailbox with it.
+        self._mailbox: Any = ray.remote(_Mailbox).options(
+            num_cpus=0, scheduling_strategy=_pinned(ray.get_runtime_context().get_node_id())).remote()
         self._actor_class = ray.remote(_SlotActor)
-        self._stop_task = ray.remote(_stop_leftovers_on_node).options(num_cpus=0)
+        self._stop_task = ray.remote(_stop_leftovers_on_node)
         self._actors: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._running: dict[Any, tuple[int, int]] = {}  # object ref -> (slot, trial id)
-        self._calls: dict[int, SlotCalls] = {}            # trial id -> the driver's calls for it
+        self._calls: dict[int, tuple[int, SlotCalls]] = {}  # trial id -> its slot, the driver's calls for it
         self._stopping = threading.Event()
         self._broken: BaseException | None = None  # the pump's connection to the cluster failed
         # Each slot index the store has seen, with where it measured: a slot on the same node and
         # GPUs takes that index back (its baseline holds), another gets a fresh one (its own baseline).
         self._seen: dict[int, dict[str, Any]] = {t.slot: dict(t.placement or {}) for t in store.trials()}
         actors = [self._start_actor() for _ in range(slots)]
-        wheres = _share_cpus([self._ready(n, actor) for n, actor in enumerate(actors)], gpus)
+        wheres = _share_cpus([self._ready(f"slot {n}", actor) for n, actor in enumerate(actors)], gpus)
         for actor, where in zip(actors, wheres):
             self._assign(actor, where)
         self._pump = threading.Thread(target=self._serve_mailbox, name="servetune-ray-pump", daemon=True)
@@ -292,14 +299,24 @@ class RaySlots:
 
     # --- slots ----------------------------------------------------------------------------
 
-    def _start_actor(self) -> Any:
-        options: dict[str, Any] = {"num_cpus": self._cpus, "max_concurrency": 2, "max_restarts": 0}
+    def _start_actor(self, avoid: str | None = None) -> Any:
+        """A slot's actor; not on node `avoid` while another node can take it."""
+        # Spread over the nodes: slots on different nodes share no cores, memory bandwidth or PCIe.
+        options: dict[str, Any] = {"num_cpus": self._cpus, "max_concurrency": 2, "max_restarts": 0,
+                                   "scheduling_strategy": "SPREAD"}
         if self._gpus:
             options["num_gpus"] = self._gpus
-        return self._actor_class.options(**options).remote(self._template, self._mailbox, os.getcwd())
+        args = (self._template, self._mailbox, os.getcwd())
+        if avoid:
+            try:
+                return self._actor_class.options(**options, label_selector={_NODE_ID_LABEL: f"!{avoid}"},
+                                                 fallback_strategy=[{"label_selector": {}}]).remote(*args)
+            except ValueError:  # a Ray without label selectors (before 2.49): anywhere
+                pass
+        return self._actor_class.options(**options).remote(*args)
 
-    def _ready(self, n: int, actor: Any) -> Placement:
-        """Where the n-th slot started runs, once Ray has found it a node; an error naming what was asked."""
+    def _ready(self, slot: str, actor: Any) -> Placement:
+        """Where the slot just started runs, once Ray has found it a node; an error naming what was asked."""
         try:
             where: Placement = ray.get(actor.where.remote(), timeout=self._ready_timeout_s)
             return where
@@ -308,7 +325,7 @@ class RaySlots:
             asked = f"{self._gpus} GPU(s) and {self._cpus:g} CPU(s)"
             why = (f"no node had {asked} free within {self._ready_timeout_s:.0f} s"
                    if isinstance(exc, GetTimeoutError) else f"its actor died: {_first_line(exc)}")
-            raise ServetuneError(f"--ray: slot {n} could not start ({why}; the cluster has "
+            raise ServetuneError(f"--ray: {slot} could not start ({why}; the cluster has "
                                  f"{_resources()})") from None
 
     def _assign(self, actor: Any, where: Placement, *, reuse: bool = True) -> Placement:
@@ -326,16 +343,17 @@ class RaySlots:
         if self._broken is not None:
             raise ServetuneError(f"--ray: lost the Ray cluster: {_first_line(self._broken)}")
         with self._lock:
-            self._calls[trial.id] = calls
+            self._calls[trial.id] = (slot, calls)
             ref = self._actors[slot].run.remote(trial, plan, calls.duplicate_of is not None)
             self._running[ref] = (slot, trial.id)
 
     def replacement(self, lost: int) -> Placement:
         ray.kill(self._actors.pop(lost))  # already dead; makes sure Ray gives back its resources
         gone = next(p for p in self.placements if p.slot == lost)
-        actor = self._start_actor()
+        # Elsewhere when it can: a node whose slot was just lost may be dying, unnoticed by Ray yet.
+        actor = self._start_actor(avoid=gone.where.get("ray_node_id"))
         try:
-            where = self._ready(len(self._actors), actor)
+            where = self._ready("a replacement slot", actor)
             # On the lost slot's node a CPU slot takes its share of the cores; elsewhere, no pinning.
             same_node = where.where.get("node") == gone.where.get("node")
             share = (gone.cpus if same_node else None) if not self._gpus else None
@@ -347,18 +365,24 @@ class RaySlots:
             raise SlotLost(_first_line(exc)) from None
 
     def stop_leftovers(self, trial: TrialRow, leftovers: Leftovers) -> bool:
-        """On the node recorded with the trial (a task pinned there); on this host when the trial
-        has no Ray node or ran here. A node that is gone took its processes with it."""
-        node = (trial.placement or {}).get("ray_node_id")
-        if not node or node == ray.get_runtime_context().get_node_id():
+        """On the host the trial ran on: here when the trial has no Ray node or this host is its
+        host, else by a task pinned to a live node of that host (`nodes_of_host`: a raylet that
+        died leaves its host, and the trial's server, running). The first node that answers has
+        seen the host's processes. A host with no live node is out of reach until the study is
+        resumed with a node there."""
+        place = trial.placement or {}
+        if not place.get("ray_node_id"):
             return leftovers.stop()
-        if node not in {n["NodeID"] for n in ray.nodes() if n.get("Alive")}:
-            return False
-        task = self._stop_task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-        try:
-            return bool(ray.get(task.remote(leftovers), timeout=STOP_TIMEOUT_S))
-        except RayError:
-            return False
+        own = ray.get_runtime_context().get_node_id()
+        for node in nodes_of_host(place, ray.nodes(), own):
+            if node == own:
+                return leftovers.stop()
+            task = self._stop_task.options(num_cpus=0, scheduling_strategy=_pinned(node))
+            try:
+                return bool(ray.get(task.remote(leftovers), timeout=STOP_TIMEOUT_S))
+            except RayError:  # that node died too, or never answered
+                continue
+        return False
 
     def stop(self) -> None:
         """Every slot stops its own server (its teardown checks no process and no port is left),
@@ -382,8 +406,8 @@ class RaySlots:
         try:
             while not self._stopping.is_set():
                 batch = ray.get(self._mailbox.take.remote(_POLL_S))
-                for number, (trial_id, name, args, kwargs) in batch:
-                    self._deliver(number, trial_id, name, args, kwargs)
+                for number, (slot, trial_id, name, args, kwargs) in batch:
+                    self._deliver(number, slot, trial_id, name, args, kwargs)
                 self._reap()
         except Exception as exc:
             if self._stopping.is_set():
@@ -395,13 +419,19 @@ class RaySlots:
                 self.driver.finished(Finished(slot, trial_id, error=ServetuneError(
                     f"--ray: lost the Ray cluster: {_first_line(exc)}")))
 
-    def _deliver(self, number: int | None, trial_id: int, name: str, args: tuple[Any, ...],
+    def _deliver(self, number: int | None, slot: int, trial_id: int, name: str, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
+        with self._lock:
+            owner, calls = self._calls.get(trial_id, (None, None))
+        if owner != slot or calls is None:
+            # A slot given up as lost that still runs (a node cut off, not dead): the trial is
+            # another slot's now, so nothing it measures may count.
+            if number is not None:
+                self._mailbox.reply.remote(number, False, SlotStopped())
+            return
         try:
-            with self._lock:
-                calls = self._calls[trial_id]
             fn = resolve_call(calls, self._store, name)
-        except (KeyError, ValueError) as exc:
+        except ValueError as exc:
             if number is not None:
                 self._mailbox.reply.remote(number, False, ServetuneError(f"slot call {name!r}: {exc}"))
             return
@@ -431,10 +461,14 @@ class RaySlots:
         for ref in ended:
             with self._lock:
                 slot, trial_id = self._running.pop(ref)
+                self._calls.pop(trial_id, None)
             try:
                 outcome = ray.get(ref)
                 message = Finished(slot, trial_id, outcome=outcome)
-            except RayActorError as exc:  # the worker process or its node is gone
+            except RayActorError as exc:  # the worker process or its node is gone, or out of reach
+                actor = self._actors.get(slot)
+                if actor is not None:  # one out of reach may still live: killed, so it boots nothing more
+                    ray.kill(actor)
                 message = Finished(slot, trial_id, error=SlotLost(_first_line(exc)))
             except RayTaskError as exc:  # the trial's own error (a bug, a user error): the driver decides
                 # The original exception, not Ray's wrapper, whose text carries the remote traceback:
@@ -461,6 +495,22 @@ def _share_cpus(wheres: list[Placement], gpus: int) -> list[Placement]:
         for i, share in zip(members, shares):
             out[i] = dataclasses.replace(out[i], env={**out[i].env, **share.env}, cpus=share.cpus)
     return out
+
+
+def nodes_of_host(place: dict[str, Any], nodes: list[dict[str, Any]], own: str) -> list[str]:
+    """Live Ray nodes (ids, from `ray.nodes()`) on the host where a trial placed at `place` ran,
+    in the order to try them: the driver's own node, others of that host, and last the node the
+    trial ran on (the one likely to have died, while Ray may still count it alive)."""
+    address = {n["NodeID"]: n.get("NodeManagerAddress") for n in nodes}
+    ran_on = place["ray_node_id"]
+    host = place.get("node_ip") or address.get(ran_on)  # stores before node_ip: Ray's table, while it has the node
+    live = [n["NodeID"] for n in nodes if n.get("Alive") and (n["NodeID"] == ran_on or
+                                                                (host and address[n["NodeID"]] == host))]
+    return sorted(live, key=lambda n: (n != own, n == ran_on))
+
+
+def _pinned(node: str) -> NodeAffinitySchedulingStrategy:
+    return NodeAffinitySchedulingStrategy(node, soft=False)
 
 
 def _same_place(seen: dict[str, Any], where: Placement) -> bool:
