@@ -27,6 +27,9 @@ STUDIES = Path(__file__).parent / "studies"
 pytestmark = pytest.mark.vllm
 
 
+# Its checks are of the study's shape, not of who won; the study is shared with test_report_vllm.py.
+@pytest.mark.concurrent
+@pytest.mark.xdist_group("example_study")
 def test_example_study_runs_to_a_verdict(example_study: ExampleStudy) -> None:
     spec = load_study(example_study.study_file)
     store = StudyStore.open_existing(example_study.out)
