@@ -18,7 +18,7 @@ FORBIDDEN = {
     "load": {"engine"},
     "capacity": {"engine"},
     "drift": {"engine"},
-    "tune": {"cli"},
+    "tune": {"probe", "cli"},
     "engine": {"tune", "probe", "search", "load", "capacity", "drift", "report", "cli", "ab"},
 }
 

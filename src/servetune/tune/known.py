@@ -13,9 +13,8 @@ from collections.abc import Callable
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults, read_engine_defaults
-from ..engine.equivalence import Booted, duplicate_detail, known_to_fail
+from ..engine.equivalence import Booted, duplicate_detail, fitting_length, known_to_fail
 from ..engine.outcome import Outcome
-from ..probe.context import fitting_length
 from ..store import StudyStore, TrialRow
 
 DEFAULTS_META = "engine_defaults"
