@@ -9,23 +9,24 @@ from pathlib import Path
 import pytest
 
 from servetune.engine.config import Config
+from servetune.engine.outcome import Outcome
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.store.schema import SCHEMA_VERSION
 
 
 def test_trial_and_runs_round_trip(tmp_path):
     store = StudyStore.in_dir(tmp_path)
     config = Config.of({"max-num-seqs": 8, "enable-prefix-caching": False}, {"OMP_NUM_THREADS": 1})
-    trial = store.begin_trial("candidate", config, {"max-num-seqs": 8})
+    trial = store.begin_trial(TrialRole.candidate, config, {"max-num-seqs": 8})
     assert trial.status == "running" and trial.seq == 1
     store.record_server(trial.id, pid=123, pgid=123, create_time=1.5, log_path="logs/t.log")
     store.record_boot(trial.id, healthy_at=trial.started_at + 80, boot_facts={"kv_cache_tokens": 1024},
                       mismatches=[{"flag": "x"}], log_path=None)
     store.record_run(trial.id, 1, RunResult(scenario="chat", summary={"output_throughput": 12.5}),
                      started_at=10.0, ended_at=13.0)
-    store.finish_trial(trial.id, "ok")
+    store.finish_trial(trial.id, Outcome.ok)
 
     reopened = StudyStore.open_existing(tmp_path)
     (row,) = reopened.trials()
@@ -42,7 +43,7 @@ def test_trial_and_runs_round_trip(tmp_path):
 
 def test_a_run_is_recorded_once(tmp_path):
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("baseline", Config(), {})
+    trial = store.begin_trial(TrialRole.baseline, Config(), {})
     store.record_run(trial.id, 1, RunResult(scenario="a"), started_at=0, ended_at=1)
     with pytest.raises(sqlite3.IntegrityError):
         store.record_run(trial.id, 1, RunResult(scenario="a"), started_at=0, ended_at=1)
@@ -51,7 +52,7 @@ def test_a_run_is_recorded_once(tmp_path):
 
 def test_interrupted_trial_is_found_and_reopened(tmp_path):
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("candidate", Config.of({"a": 1}), {"a": 1})
+    trial = store.begin_trial(TrialRole.candidate, Config.of({"a": 1}), {"a": 1})
     store.record_server(trial.id, pid=99, pgid=99, create_time=2.0, log_path="x.log")
     store.record_run(trial.id, 1, RunResult(scenario="a"), started_at=0, ended_at=1)
     store.close()  # the process dies here
@@ -67,7 +68,7 @@ def test_interrupted_trial_is_found_and_reopened(tmp_path):
 
 def test_a_reopened_trial_keeps_its_earlier_boots_in_the_cost(tmp_path):
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("candidate", Config.of({"a": 1}), {"a": 1})
+    trial = store.begin_trial(TrialRole.candidate, Config.of({"a": 1}), {"a": 1})
     store.record_boot(trial.id, healthy_at=trial.started_at + 60, boot_facts=None, mismatches=[], log_path=None)
     store.reopen_trial(trial.id)          # killed after its boot: booted again
     store.reopen_trial(trial.id)          # killed while booting: that boot never became healthy
@@ -159,7 +160,7 @@ def test_a_trial_keeps_its_slot_and_placement_out_of_the_config_key(tmp_path):
     store = StudyStore.in_dir(tmp_path)
     config = Config.of({"max-num-seqs": 4})
     placement = {"slot": 1, "env": {"CUDA_VISIBLE_DEVICES": "1"}, "cpus": None}
-    trial = store.begin_trial("candidate", config, {"max-num-seqs": 4}, slot=1, placement=placement)
+    trial = store.begin_trial(TrialRole.candidate, config, {"max-num-seqs": 4}, slot=1, placement=placement)
     again = store.trial(trial.id)
     assert (again.slot, again.placement) == (1, placement)
     assert again.config.key() == config.key() and "CUDA_VISIBLE_DEVICES" not in again.config.env

@@ -21,7 +21,7 @@ from servetune.engine.outcome import Outcome
 from servetune.engine.placement import Placement, plan_placements
 from servetune.errors import ServetuneError
 from servetune.report import write_report
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
 from servetune.tune import analysis, known
 from servetune.tune.display import StudyDisplay
@@ -131,7 +131,7 @@ def test_a_due_check_waits_for_a_candidate_that_boots(tmp_path: Path) -> None:
 def test_running_candidates_are_in_the_history_the_strategy_sees(tmp_path: Path) -> None:
     spec = _spec(tmp_path, 2)
     store = StudyStore.in_dir(tmp_path)
-    store.begin_trial("candidate", spec.config_for({"max-num-seqs": 8}), {"max-num-seqs": 8}, slot=1)
+    store.begin_trial(TrialRole.candidate, spec.config_for({"max-num-seqs": 8}), {"max-num-seqs": 8}, slot=1)
     (view,) = analysis.history(store, spec)
     assert view.running and dict(view.params) == {"max-num-seqs": 8} and not view.usable
 

@@ -19,7 +19,7 @@ from ..engine.outcome import Outcome
 from ..errors import ServetuneError
 from ..load.records import RunResult
 from ..load.scenario import Scenario
-from ..store import StudyStore, TrialRow
+from ..store import StudyStore, TrialRole, TrialRow
 from ..tune.display import StudyDisplay
 from ..tune.lock import StudyLock, TunerProcess
 from ..tune.recovery import reclaim_unfinished
@@ -29,7 +29,7 @@ from . import prefix_reuse
 from .analysis import AbAnalysis, analyze
 from .spec import SIDES, AbSpec
 
-ROLES = {"A": "ab_a", "B": "ab_b"}
+ROLES = {"A": TrialRole.ab_a, "B": TrialRole.ab_b}
 SIDE_OF_ROLE = {role: side for side, role in ROLES.items()}
 META_KEY = "ab"
 BOOTS_MAY_CHANGE = "boots"  # a resumed A/B may get more boots, nothing else

@@ -155,7 +155,7 @@ class StudyStore:
 
     # --- trials -------------------------------------------------------------------------
 
-    def begin_trial(self, role: TrialRole | str, config: Config, params: dict[str, Any], *,
+    def begin_trial(self, role: TrialRole, config: Config, params: dict[str, Any], *,
                     session_id: int | None = None, slot: int = 0,
                     placement: dict[str, Any] | None = None) -> Trial:
         now = time.time()
@@ -166,7 +166,7 @@ class StudyStore:
             cur = self._conn.execute(
                 "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at, session_id,"
                 " slot, placement_json) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-                (seq, str(TrialRole(role)), config.key(), config.canonical_json(), json.dumps(params, sort_keys=True),
+                (seq, role.value, config.key(), config.canonical_json(), json.dumps(params, sort_keys=True),
                  now, session_id, slot, _dumps(placement)),
             )
         return self.trial(_inserted_id(cur))
@@ -190,11 +190,11 @@ class StudyStore:
                     " log_path = COALESCE(?, log_path) WHERE id = ?",
                     (healthy_at, _dumps(facts_json), json.dumps(mismatches), log_path, trial_id))
 
-    def finish_trial(self, trial_id: int, outcome: Outcome | str, *, detail: str | None = None,
+    def finish_trial(self, trial_id: int, outcome: Outcome, *, detail: str | None = None,
                      log_tail: str | None = None) -> None:
         detail, log_tail = (None if x is None else self.redact(x) for x in (detail, log_tail))
         self._write("UPDATE trials SET status = 'done', outcome = ?, detail = ?, log_tail = COALESCE(?, log_tail),"
-                    " ended_at = ? WHERE id = ?", (str(Outcome(outcome)), detail, log_tail, time.time(), trial_id))
+                    " ended_at = ? WHERE id = ?", (outcome.value, detail, log_tail, time.time(), trial_id))
 
     def reopen_trial(self, trial_id: int, *, session_id: int | None = None) -> None:
         """A trial interrupted by a kill: keep its runs, clear the dead server, boot it again

@@ -298,7 +298,7 @@ class StudyRunner:
 
     def _start_trial(self, role: str, config: Config, params: dict[str, Any], *, slot: int) -> None:
         self._pause_if_no_time()
-        trial = self.store.begin_trial(role, config, params, session_id=self._session, slot=slot,
+        trial = self.store.begin_trial(TrialRole(role), config, params, session_id=self._session, slot=slot,
                                        placement=self._placement(slot).describe())
         self._dispatch(slot, trial)
 
