@@ -135,7 +135,3 @@ class Trial:
     def ok_runs(self) -> list[Run]:
         return [r for r in self.runs if r.ok]
 
-
-# The names the rest of the code knew these records by.
-TrialRow = Trial
-RunRow = Run

@@ -28,7 +28,7 @@ from ..engine.config import Config
 from ..engine.outcome import Outcome
 from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
-from .model import Run, RunRow, Trial, TrialRole, TrialRow, TrialState  # noqa: F401  (the names other modules import from here)
+from .model import Run, Trial, TrialRole, TrialState
 from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
 
 

@@ -54,7 +54,7 @@ from ..engine.config import Config
 from ..engine.outcome import Outcome
 from ..engine.placement import _GPU_FLAGS, Placement, plan_placements, server_gpus
 from ..errors import ServetuneError
-from ..store import StudyStore, TrialRow
+from ..store import StudyStore, Trial
 from ..study.spec import StudySpec
 from .recovery import Leftovers
 from .slots import Driver, Finished, LiveServers, SlotCalls, SlotLost, SlotStopped, resolve_call
@@ -202,7 +202,7 @@ class _SlotActor:
                                                 live=self._live)
         return self._placement
 
-    def run(self, trial: TrialRow, plan: TrialPlan, duplicates: bool) -> Outcome | None:
+    def run(self, trial: Trial, plan: TrialPlan, duplicates: bool) -> Outcome | None:
         """The trial to its end; None when the study stopped it (it stays `running`, to be resumed)."""
         self._idle.clear()
         self._trial_id = trial.id
@@ -322,7 +322,7 @@ class RaySlots:
         self.placements.append(placement)
         return placement
 
-    def submit(self, slot: int, trial: TrialRow, plan: TrialPlan, calls: SlotCalls) -> None:
+    def submit(self, slot: int, trial: Trial, plan: TrialPlan, calls: SlotCalls) -> None:
         if self._broken is not None:
             raise ServetuneError(f"--ray: lost the Ray cluster: {_first_line(self._broken)}")
         with self._lock:
@@ -346,7 +346,7 @@ class RaySlots:
             ray.kill(actor)
             raise SlotLost(_first_line(exc)) from None
 
-    def stop_leftovers(self, trial: TrialRow, leftovers: Leftovers) -> bool:
+    def stop_leftovers(self, trial: Trial, leftovers: Leftovers) -> bool:
         """On the node recorded with the trial (a task pinned there); on this host when the trial
         has no Ray node or ran here. A node that is gone took its processes with it."""
         node = (trial.placement or {}).get("ray_node_id")

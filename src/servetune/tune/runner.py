@@ -31,7 +31,7 @@ from ..engine.outcome import Outcome
 from ..engine.placement import Placement, plan_placements
 from ..errors import ServetuneError
 from ..search import Strategy, make_strategy
-from ..store import StudyStore, TrialRole, TrialRow
+from ..store import StudyStore, Trial, TrialRole
 from ..study.spec import StudySpec
 from . import analysis, bandwidth, capacity_trial, known
 from . import eta as eta_seed
@@ -90,7 +90,7 @@ class StudyRunner:
         self._slots: SlotBackend | None = None
         self._lost: set[int] = set()                 # slots whose worker or node went away
         self._busy: dict[int, int] = {}              # slot -> id of the trial running there
-        self._resumes: list[TrialRow] = []           # trials a killed tuner left, to run first
+        self._resumes: list[Trial] = []           # trials a killed tuner left, to run first
         self._queued: dict[int, list[Work]] = {}     # a finalist waits for its baseline on the same slot
         self._search_over = False
         self._strategy: Strategy | None = None
@@ -181,7 +181,7 @@ class StudyRunner:
         self._strategy = make_strategy(self.spec)
         self._keep_slots_busy(self._search_work)
 
-    def _search_work(self, slot: int) -> TrialRow | Work | None:
+    def _search_work(self, slot: int) -> Trial | Work | None:
         """What `slot` runs next in the search: its resumed trial, its own baseline, a baseline
         re-measurement, or the strategy's next candidate; None for nothing now."""
         resumed = self._pop_resume(slot)
@@ -245,7 +245,7 @@ class StudyRunner:
         left: list[Work] = [(role, configs[key].config, configs[key].params) for role, key in plan[len(handed_out):]]
         self._keep_slots_busy(lambda slot: self._final_work(slot, left))
 
-    def _final_work(self, slot: int, left: list[Work]) -> TrialRow | Work | None:
+    def _final_work(self, slot: int, left: list[Work]) -> Trial | Work | None:
         """The next re-validation boot for `slot`. A finalist runs on the slot that has just booted
         the baseline for it, right after it: the comparison it is made for."""
         resumed = self._pop_resume(slot)
@@ -291,7 +291,7 @@ class StudyRunner:
                 work = next_work(slot)
                 if work is None:
                     break
-                if isinstance(work, TrialRow):
+                if isinstance(work, Trial):
                     self._dispatch(slot, work)
                 else:
                     self._start_trial(*work, slot=slot)  # a trial decided without a boot leaves the slot free
@@ -302,7 +302,7 @@ class StudyRunner:
                                        placement=self._placement(slot).describe())
         self._dispatch(slot, trial)
 
-    def _pop_resume(self, slot: int) -> TrialRow | None:
+    def _pop_resume(self, slot: int) -> Trial | None:
         """A trial left by a killed tuner on this slot, or on one this study does not have now (fewer
         slots, a slot lost mid-trial, a Ray slot now elsewhere): any free slot takes that one."""
         live = {p.slot for p in self._live_slots()}
@@ -313,7 +313,7 @@ class StudyRunner:
                 return self.store.trial(trial.id)
         return None
 
-    def _dispatch(self, slot: int, trial: TrialRow) -> None:
+    def _dispatch(self, slot: int, trial: Trial) -> None:
         self._update_overview()
         label = self._label(trial.config)
         is_candidate = trial.role is TrialRole.candidate
@@ -386,7 +386,7 @@ class StudyRunner:
         if not self._live_slots():
             raise ServetuneError("every slot of the study was lost; run the same command again to resume")
 
-    def _on_progress(self, trial: TrialRow, label: str, scenario: str | None, replicate: int,
+    def _on_progress(self, trial: Trial, label: str, scenario: str | None, replicate: int,
                      done: int, total: int) -> None:
         self.display.trial_step(trial, label, scenario, replicate, done, total)
         now = time.monotonic()
@@ -443,7 +443,7 @@ class StudyRunner:
                 count += 1
         return count
 
-    def _log_eta(self, trial: TrialRow, predicted_end: float) -> None:
+    def _log_eta(self, trial: Trial, predicted_end: float) -> None:
         log = self.store.get_meta_json("eta_log") or []
         log.append({"trial_seq": trial.seq, "at": time.time(), "predicted_end": predicted_end})
         self.store.set_meta_json("eta_log", log)
