@@ -21,7 +21,7 @@ def check_two_slot_study(out: Path) -> list[Trial]:
     for slot in (0, 1):
         mine = [t for t in trials if t.slot == slot]
         assert mine and mine[0].role == "baseline"
-    assert {tuple(t.placement["cpus"]) for t in trials} == {(0,), (1,)}
+    assert {t.placement.cpus for t in trials if t.placement} == {(0,), (1,)} and all(t.placement for t in trials)
     candidates = [t.config.key() for t in trials if t.role == "candidate"]
     assert len(candidates) == len(set(candidates)) == 2
     first = [t for t in trials if t.role == "baseline"]

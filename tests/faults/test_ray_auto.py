@@ -37,5 +37,6 @@ def test_two_ray_slots_run_a_study_to_a_verdict(tmp_path: Path, marks: list[str]
     trials = check_two_slot_study(out)
     for slot in (0, 1):  # each Ray slot's first trial was placed by Ray on this node
         first = next(t for t in trials if t.slot == slot)
-        assert first.placement["node"].startswith(f"{socket.gethostname()} (") and first.placement["ray_node_id"]
+        assert first.placement is not None and (first.placement.node or "").startswith(f"{socket.gethostname()} (")
+        assert first.placement.where["ray_node_id"]
     assert "node " in (out / "report.md").read_text()  # the report says which node measured what

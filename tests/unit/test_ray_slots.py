@@ -54,6 +54,7 @@ def test_a_ray_placement_names_its_node_in_the_label_and_the_store() -> None:
     assert place.label() == "slot 1 (node gpu7 (10.0.0.7); CUDA_VISIBLE_DEVICES=2,3)"
     assert place.describe() == {"slot": 1, "env": {"CUDA_VISIBLE_DEVICES": "2,3"}, "cpus": None,
                                 "node": "gpu7 (10.0.0.7)", "ray_node_id": "abc", "worker_pid": "41"}
+    assert Placement.from_described(place.describe()) == place and place.node == "gpu7 (10.0.0.7)"
 
 
 def test_ray_flag_without_ray_installed_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

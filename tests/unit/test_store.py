@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import tarfile
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from servetune.engine.config import Config
 from servetune.engine.outcome import Outcome
+from servetune.engine.placement import Placement
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
 from servetune.store import StudyStore, TrialRole
@@ -159,10 +161,14 @@ def test_a_store_from_a_newer_servetune_is_refused(tmp_path):
 def test_a_trial_keeps_its_slot_and_placement_out_of_the_config_key(tmp_path):
     store = StudyStore.in_dir(tmp_path)
     config = Config.of({"max-num-seqs": 4})
-    placement = {"slot": 1, "env": {"CUDA_VISIBLE_DEVICES": "1"}, "cpus": None}
+    placement = Placement(1, {"CUDA_VISIBLE_DEVICES": "1"}, where={"node": "gpu7 (10.0.0.7)", "worker_pid": "41"})
     trial = store.begin_trial(TrialRole.candidate, config, {"max-num-seqs": 4}, slot=1, placement=placement)
     again = store.trial(trial.id)
     assert (again.slot, again.placement) == (1, placement)
+    # Stored as the JSON object every version reads and writes (an older store's reads back the same).
+    raw = sqlite3.connect(tmp_path / "study.sqlite").execute("SELECT placement_json FROM trials").fetchone()[0]
+    assert json.loads(raw) == {"slot": 1, "env": {"CUDA_VISIBLE_DEVICES": "1"}, "cpus": None,
+                               "node": "gpu7 (10.0.0.7)", "worker_pid": "41"}
     assert again.config.key() == config.key() and "CUDA_VISIBLE_DEVICES" not in again.config.env
     store.move_trial(trial.id, slot=0, placement=None)
     assert (store.trial(trial.id).slot, store.trial(trial.id).placement) == (0, None)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from servetune.engine.outcome import Outcome
+from servetune.engine.placement import Placement
 from servetune.load.records import RunResult
 from servetune.report import write_report
 from servetune.store import StudyStore, TrialRole
@@ -242,7 +243,7 @@ def test_status_shows_which_slot_measured_each_trial_once_there_are_several(tmp_
     assert "slot" not in servetune("status", tmp_path).stdout   # one place: no column
     second = _trial(store, spec, rng, "baseline", {}, 100, noise=0.01)
     _on_slot(store, second, 1, 10.0)
-    store.move_trial(second.id, slot=1, placement={"slot": 1, "env": {}, "node": "gpu-b (10.0.0.2)"})
+    store.move_trial(second.id, slot=1, placement=Placement(1, where={"node": "gpu-b (10.0.0.2)"}))
     out = servetune("status", tmp_path)
     assert out.code == 0, out.stderr
     rows = {line.split("│")[1].strip(): line for line in out.stdout.splitlines() if line.count("│") > 3}

@@ -73,7 +73,7 @@ def test_two_slots_run_the_grid_once_each_and_reach_the_single_slot_verdict(tmp_
     # The slot's placement went to the engine and is on the trial, and is not part of the config.
     cpus = [p.cpus for p in engine.placements]
     assert all(c for c in cpus) and len(set(cpus)) == 2
-    assert {t.placement["slot"] for t in store.trials()} == {0, 1}
+    assert {t.placement.slot for t in store.trials() if t.placement} == {0, 1}
     baselines = {t.config.key() for t in store.trials() if t.role in analysis.BASELINE_ROLES}
     assert baselines == {_spec(tmp_path, 2).baseline_config().key()}
     assert [t.slot for t in one_store.trials()] == [0] * len(one_store.trials())

@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         eta = estimate(trials, runs)
         table = Table(title=escape(f"study {spec.get('name', out)}"))
         # Which slot (and node, on Ray) measured a trial matters once there is more than one place.
-        by_slot = len({t.slot for t in trials}) > 1 or any((t.placement or {}).get("node") for t in trials)
+        by_slot = len({t.slot for t in trials}) > 1 or any(t.placement and t.placement.node for t in trials)
         for col in ("#", "role", "config", *(("slot",) if by_slot else ()), "outcome", "boot s", "runs"):
             table.add_column(col)
         base_cfg = next((t.config for t in trials if t.role is TrialRole.baseline), None)
@@ -150,5 +150,5 @@ def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None, ra
 
 
 def _slot_cell(trial: Trial) -> str:
-    node = (trial.placement or {}).get("node")
+    node = trial.placement.node if trial.placement else None
     return escape(f"{trial.slot} ({node})" if node else str(trial.slot))

@@ -7,8 +7,9 @@ engine config, so it stays out of `Config.key()` and is recorded on the trial in
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ServetuneError
 from .config import Config
@@ -34,6 +35,19 @@ class Placement:
         out: dict[str, object] = {"slot": self.slot, "env": dict(self.env),
                                   "cpus": list(self.cpus) if self.cpus else None}
         return {**out, **self.where}
+
+    @classmethod
+    def from_described(cls, described: Mapping[str, Any]) -> Placement:
+        """The placement whose `describe()` this is (as the store keeps it)."""
+        cpus = described.get("cpus")
+        where = {k: str(v) for k, v in described.items() if k not in ("slot", "env", "cpus") and v is not None}
+        return cls(int(described.get("slot") or 0), dict(described.get("env") or {}), tuple(cpus) if cpus else None,
+                   where)
+
+    @property
+    def node(self) -> str | None:
+        """The machine's name and address when it is not the tuner's own (a Ray slot's node)."""
+        return self.where.get("node")
 
     def label(self) -> str:
         parts = [f"node {self.where['node']}"] if "node" in self.where else []

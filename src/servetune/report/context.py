@@ -11,7 +11,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -283,10 +283,7 @@ def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> 
 
 
 def _slot_label(t: Trial) -> str:
-    place = t.placement or {}
-    cpus = place.get("cpus")
-    where = {k: str(v) for k, v in place.items() if k not in ("slot", "env", "cpus") and v is not None}
-    return Placement(t.slot, dict(place.get("env") or {}), tuple(cpus) if cpus else None, where).label()
+    return replace(t.placement, slot=t.slot).label() if t.placement else Placement(t.slot).label()
 
 
 def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:

@@ -26,6 +26,7 @@ from urllib.parse import quote
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
 from .model import Run, Trial, TrialRole, TrialState
@@ -157,7 +158,7 @@ class StudyStore:
 
     def begin_trial(self, role: TrialRole, config: Config, params: dict[str, Any], *,
                     session_id: int | None = None, slot: int = 0,
-                    placement: dict[str, Any] | None = None) -> Trial:
+                    placement: Placement | None = None) -> Trial:
         now = time.time()
         self._cached = None
         with self._conn:
@@ -167,7 +168,7 @@ class StudyStore:
                 "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at, session_id,"
                 " slot, placement_json) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
                 (seq, role.value, config.key(), config.canonical_json(), json.dumps(params, sort_keys=True),
-                 now, session_id, slot, _dumps(placement)),
+                 now, session_id, slot, _dumps_placement(placement)),
             )
         return self.trial(_inserted_id(cur))
 
@@ -207,10 +208,10 @@ class StudyStore:
                     " started_at = ?, healthy_at = NULL, session_id = ? WHERE id = ?",
                     (time.time(), session_id, trial_id))
 
-    def move_trial(self, trial_id: int, *, slot: int, placement: dict[str, Any] | None) -> None:
+    def move_trial(self, trial_id: int, *, slot: int, placement: Placement | None) -> None:
         """A reopened trial runs on `slot` (its own, or another when the study has fewer now)."""
         self._write("UPDATE trials SET slot = ?, placement_json = ? WHERE id = ?",
-                    (slot, _dumps(placement), trial_id))
+                    (slot, _dumps_placement(placement), trial_id))
 
     def trial(self, trial_id: int) -> Trial:
         found = next((t for t in self._study() if t.id == trial_id), None)
@@ -312,6 +313,15 @@ def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+def _dumps_placement(placement: Placement | None) -> str | None:
+    return None if placement is None else _dumps(placement.describe())
+
+
+def _loads_placement(raw: str | None) -> Placement | None:
+    described = _loads(raw)
+    return None if described is None else Placement.from_described(described)
+
+
 def _loads(raw: str | None, default: Any = None) -> Any:
     return default if raw is None else json.loads(raw)
 
@@ -331,7 +341,7 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
         server_create_time=row["server_create_time"], started_at=row["started_at"],
         healthy_at=row["healthy_at"], ended_at=row["ended_at"],
         session_id=_optional(row, "session_id"), launch_token=_optional(row, "launch_token"),
-        runs=runs, slot=_optional(row, "slot") or 0, placement=_loads(_optional(row, "placement_json")),
+        runs=runs, slot=_optional(row, "slot") or 0, placement=_loads_placement(_optional(row, "placement_json")),
         earlier_boots=_optional(row, "earlier_boots") or 0, earlier_boot_s=_optional(row, "earlier_boot_s") or 0.0,
     )
 

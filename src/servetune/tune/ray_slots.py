@@ -276,7 +276,7 @@ class RaySlots:
         self._broken: BaseException | None = None  # the pump's connection to the cluster failed
         # Each slot index the store has seen, with where it measured: a slot on the same node and
         # GPUs takes that index back (its baseline holds), another gets a fresh one (its own baseline).
-        self._seen: dict[int, dict[str, Any]] = {t.slot: dict(t.placement or {}) for t in store.trials()}
+        self._seen: dict[int, Placement | None] = {t.slot: t.placement for t in store.trials()}
         actors = [self._start_actor() for _ in range(slots)]
         wheres = _share_cpus([self._ready(n, actor) for n, actor in enumerate(actors)], gpus)
         for actor, where in zip(actors, wheres):
@@ -318,7 +318,7 @@ class RaySlots:
                                            if i not in self._seen and i not in self._actors)
         placement: Placement = ray.get(actor.assign.remote(slot, where.env, where.cpus))
         self._actors[slot] = actor
-        self._seen[slot] = placement.describe()
+        self._seen[slot] = placement
         self.placements.append(placement)
         return placement
 
@@ -349,7 +349,7 @@ class RaySlots:
     def stop_leftovers(self, trial: Trial, leftovers: Leftovers) -> bool:
         """On the node recorded with the trial (a task pinned there); on this host when the trial
         has no Ray node or ran here. A node that is gone took its processes with it."""
-        node = (trial.placement or {}).get("ray_node_id")
+        node = trial.placement.where.get("ray_node_id") if trial.placement else None
         if not node or node == ray.get_runtime_context().get_node_id():
             return leftovers.stop()
         if node not in {n["NodeID"] for n in ray.nodes() if n.get("Alive")}:
@@ -463,10 +463,9 @@ def _share_cpus(wheres: list[Placement], gpus: int) -> list[Placement]:
     return out
 
 
-def _same_place(seen: dict[str, Any], where: Placement) -> bool:
+def _same_place(seen: Placement | None, where: Placement) -> bool:
     """The same node and the same GPUs: a baseline measured there holds for this slot."""
-    return bool(seen.get("node")) and seen.get("node") == where.where.get("node") \
-        and dict(seen.get("env") or {}) == where.env
+    return seen is not None and bool(seen.node) and seen.node == where.node and seen.env == where.env
 
 
 def _portable(exc: BaseException) -> BaseException:

@@ -299,7 +299,7 @@ class StudyRunner:
     def _start_trial(self, role: str, config: Config, params: dict[str, Any], *, slot: int) -> None:
         self._pause_if_no_time()
         trial = self.store.begin_trial(TrialRole(role), config, params, session_id=self._session, slot=slot,
-                                       placement=self._placement(slot).describe())
+                                       placement=self._placement(slot))
         self._dispatch(slot, trial)
 
     def _pop_resume(self, slot: int) -> Trial | None:
@@ -309,7 +309,7 @@ class StudyRunner:
         for i, trial in enumerate(self._resumes):
             if trial.slot == slot or trial.slot not in live:
                 del self._resumes[i]
-                self.store.move_trial(trial.id, slot=slot, placement=self._placement(slot).describe())
+                self.store.move_trial(trial.id, slot=slot, placement=self._placement(slot))
                 return self.store.trial(trial.id)
         return None
 
