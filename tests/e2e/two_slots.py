@@ -28,7 +28,8 @@ def check_two_slot_study(out: Path) -> list[Trial]:
     assert max(t.started_at for t in first) < min(t.ended_at for t in first)  # at once, not one after the other
     for t in trials:
         assert len([r for r in store.runs(t.id) if r.outcome == "ok"]) == 2
-    assert store.get_meta_json("verdict")["reason"]
+    verdict = store.verdict()
+    assert verdict is not None and verdict.reason
     tokens = {t.launch_token for t in trials}
     for proc in psutil.process_iter():
         try:

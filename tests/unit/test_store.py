@@ -14,7 +14,7 @@ from servetune.engine.outcome import Outcome
 from servetune.engine.placement import Placement
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
-from servetune.store import StudyStore, TrialRole
+from servetune.store import EtaEntry, PlannedTrial, StudyStore, TrialRole, Verdict
 from servetune.store.schema import SCHEMA_VERSION
 
 
@@ -172,3 +172,28 @@ def test_a_trial_keeps_its_slot_and_placement_out_of_the_config_key(tmp_path):
     assert again.config.key() == config.key() and "CUDA_VISIBLE_DEVICES" not in again.config.env
     store.move_trial(trial.id, slot=0, placement=None)
     assert (store.trial(trial.id).slot, store.trial(trial.id).placement) == (0, None)
+
+
+def test_the_meta_getters_read_and_write_the_json_every_version_keeps(tmp_path):
+    store = StudyStore.in_dir(tmp_path)
+    assert (store.spec_doc(), store.final_plan(), store.eta_log(), store.verdict()) == (None, None, [], None)
+    # As servetune has always written them:
+    store.set_meta_json("spec", {"name": "s"})
+    store.set_meta_json("final_plan", [["baseline_final", "k0"], ["finalist", "k1"]])
+    store.set_meta_json("eta_log", [{"trial_seq": 1, "at": 10.0, "predicted_end": 70.0}])
+    store.set_meta_json("verdict", {"winner": None, "reason": "no config beat the baseline"})
+    assert store.spec_doc() == {"name": "s"}
+    assert store.final_plan() == [PlannedTrial(TrialRole.baseline_final, "k0"), PlannedTrial(TrialRole.finalist, "k1")]
+    assert store.eta_log() == [EtaEntry(1, 10.0, 70.0)]
+    assert store.verdict() == Verdict(None, "no config beat the baseline")
+    # ... and written back in the same shapes.
+    store.set_final_plan([PlannedTrial(TrialRole.baseline_final, "k0")])
+    store.log_eta(EtaEntry(2, 20.0, 60.0))
+    store.set_verdict(Verdict("k1", "k1 is faster"))
+    assert store.get_meta_json("final_plan") == [["baseline_final", "k0"]]
+    assert store.get_meta_json("eta_log") == [{"trial_seq": 1, "at": 10.0, "predicted_end": 70.0},
+                                              {"trial_seq": 2, "at": 20.0, "predicted_end": 60.0}]
+    assert store.get_meta_json("verdict") == {"winner": "k1", "reason": "k1 is faster"}
+    store.set_meta_json("eta_log", [{"trial_seq": 1}])
+    with pytest.raises(ValueError, match="meta 'eta_log': unreadable entry"):
+        store.eta_log()

@@ -56,7 +56,7 @@ def register(app: typer.Typer) -> None:
     def status(out: Path = typer.Argument(..., help="study directory")) -> None:
         """Progress of a study from its store: trials done, the current one, ETA."""
         store = StudyStore.open_existing(out, read_only=True)
-        spec = store.get_meta_json("spec") or {}
+        spec = store.spec_doc() or {}
         trials = store.trials()
         runs = store.runs()
         done = [t for t in trials if t.done]
@@ -97,9 +97,9 @@ def register(app: typer.Typer) -> None:
             console.print(escape(analysis.power_line(analysis.study_power(store, study))))
         if first := first_estimate_summary(store):
             console.print(escape(first))
-        verdict = store.get_meta_json("verdict")
+        verdict = store.verdict()
         if verdict:
-            console.print(f"verdict: {escape(str(verdict.get('reason')))}")
+            console.print(f"verdict: {escape(verdict.reason)}")
 
 
 def _ray_slots() -> ModuleType:

@@ -29,6 +29,7 @@ from ..engine.outcome import Outcome
 from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
+from . import meta
 from .model import Run, Trial, TrialRole, TrialState
 from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
 
@@ -153,6 +154,36 @@ class StudyStore:
 
     def set_meta_json(self, key: str, value: Any) -> None:
         self.set_meta(key, json.dumps(value, sort_keys=True))
+
+    def spec_doc(self) -> dict[str, Any] | None:
+        """The study spec as the tuner dumped it (StudySpec.from_store reads it); None when none is
+        stored (or what is stored is not a JSON object)."""
+        doc = self.get_meta_json(meta.SPEC)
+        return doc if isinstance(doc, dict) else None
+
+    def set_spec_doc(self, doc: dict[str, Any]) -> None:
+        self.set_meta_json(meta.SPEC, doc)
+
+    def final_plan(self) -> list[meta.PlannedTrial] | None:
+        """The validation boots planned when the search ended; None while it goes on."""
+        return meta.final_plan_from_json(self.get_meta_json(meta.FINAL_PLAN))
+
+    def set_final_plan(self, plan: list[meta.PlannedTrial]) -> None:
+        self.set_meta_json(meta.FINAL_PLAN, [[step.role.value, step.config_key] for step in plan])
+
+    def eta_log(self) -> list[meta.EtaEntry]:
+        """The ETA shown before each boot, oldest first; ValueError when an entry is unreadable."""
+        return [meta.EtaEntry.from_json(e) for e in self.get_meta_json(meta.ETA_LOG) or []]
+
+    def log_eta(self, entry: meta.EtaEntry) -> None:
+        self.set_meta_json(meta.ETA_LOG, [*(self.get_meta_json(meta.ETA_LOG) or []), entry.to_json()])
+
+    def verdict(self) -> meta.Verdict | None:
+        """The verdict of the last run that finished or stopped unpaused; None before one."""
+        return meta.verdict_from_json(self.get_meta_json(meta.VERDICT))
+
+    def set_verdict(self, verdict: meta.Verdict) -> None:
+        self.set_meta_json(meta.VERDICT, verdict.to_json())
 
     # --- trials -------------------------------------------------------------------------
 

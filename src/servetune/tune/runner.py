@@ -31,7 +31,7 @@ from ..engine.outcome import Outcome
 from ..engine.placement import Placement, plan_placements
 from ..errors import ServetuneError
 from ..search import Strategy, make_strategy
-from ..store import StudyStore, Trial, TrialRole
+from ..store import EtaEntry, PlannedTrial, StudyStore, Trial, TrialRole, Verdict
 from ..study.spec import StudySpec
 from . import analysis, bandwidth, capacity_trial, known
 from . import eta as eta_seed
@@ -129,8 +129,7 @@ class StudyRunner:
         if reason == "finished":
             eta_seed.record_took(self.store)
         if not self.paused:
-            self.store.set_meta_json("verdict", {"winner": result.winner.key if result.winner else None,
-                                                 "reason": result.winner_reason})
+            self.store.set_verdict(Verdict(result.winner.key if result.winner else None, result.winner_reason))
         return result
 
     # --- phases -------------------------------------------------------------------------
@@ -224,17 +223,18 @@ class StudyRunner:
         self.display.note(why)
 
     def _validate_finalists(self) -> None:
-        plan = self.store.get_meta_json("final_plan")
+        plan = self.store.final_plan()
         if plan is None:
             keys = analysis.pick_finalists(self.store, self.spec, self.spec.finalists)
             plan = []
             for key in keys:
-                plan += [[TrialRole.baseline_final, self.baseline_config.key()], [TrialRole.finalist, key]]
+                plan += [PlannedTrial(TrialRole.baseline_final, self.baseline_config.key()),
+                         PlannedTrial(TrialRole.finalist, key)]
             if not keys and self.spec.finalists > 0 and self._baseline_boot_variance_unknown():
                 # Every verdict carries boot-to-boot variance, learnt from a config booted twice;
                 # `finalists: 0` asks for no boot after the search, so it gets none.
-                plan = [[TrialRole.baseline_final, self.baseline_config.key()]]
-            self.store.set_meta_json("final_plan", plan)
+                plan = [PlannedTrial(TrialRole.baseline_final, self.baseline_config.key())]
+            self.store.set_final_plan(plan)
             if self.spec.finalists == 0:
                 self.display.note("finalists: 0: no candidate is re-validated on a fresh boot")
             elif not keys:
@@ -444,17 +444,15 @@ class StudyRunner:
         return count
 
     def _log_eta(self, trial: Trial, predicted_end: float) -> None:
-        log = self.store.get_meta_json("eta_log") or []
-        log.append({"trial_seq": trial.seq, "at": time.time(), "predicted_end": predicted_end})
-        self.store.set_meta_json("eta_log", log)
+        self.store.log_eta(EtaEntry(trial.seq, time.time(), predicted_end))
 
     # --- identity -----------------------------------------------------------------------
 
     def _check_same_study(self) -> None:
         new = self.spec.model_dump(mode="json")
-        stored = self.store.get_meta_json("spec")
+        stored = self.store.spec_doc()
         if stored is None:
-            self.store.set_meta_json("spec", new)
+            self.store.set_spec_doc(new)
             return
         old = _as_read_today(stored)
         # A key the stored spec lacks was added by a newer servetune: its default is not a change.
@@ -465,7 +463,7 @@ class StudyRunner:
                 f"{self.store.path}: this directory holds a different study (changed: {', '.join(changed)}); "
                 "use another --out directory, or restore the study file it was started with"
             )
-        self.store.set_meta_json("spec", new)
+        self.store.set_spec_doc(new)
 
 
 class _Pause(Exception):
