@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# The test suite: unit tests (two workers, one per core), then the fault-injection and end-to-end
-# tests against a real vLLM (CPU build) one at a time: they start real servers, send signals and
-# pin cores, and a second worker beside them would be noise in what they measure.
+# The test suite, in three pytest runs:
+#   1. unit tests, two workers (one per core);
+#   2. the fault-injection and end-to-end tests marked `concurrent` (they measure no time, pin no
+#      core and signal no tuner), two at a time: mostly real vLLM boots, which leave a core idle;
+#   3. the rest of them one at a time: they measure time, pin cores or send signals, and a second
+#      test beside them would be noise in what they check.
+# Then the suite's slowest tests and its real vLLM server boots (scripts/test_summary.py).
+# docs/development.md says what each tier costs and how to add a test without adding a boot.
 # With arguments, they go to one pytest run as they are (e.g. a file, -k, -n 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +15,15 @@ export PATH="$PWD/.venv/bin:$PATH"
 if [ "$#" -gt 0 ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
+reports=$(mktemp -d)
+export SERVETUNE_TEST_BOOT_LOG="$reports/boots.jsonl"  # every run appends its boots (tests/boot_log.py)
+summary() { .venv/bin/python scripts/test_summary.py "$SERVETUNE_TEST_BOOT_LOG" "$reports"/*.xml; rm -rf "$reports"; }
+trap summary EXIT
+
+# pytest exits 5 when a marker selects no test; that is not a failure here.
+run() { .venv/bin/python -m pytest "$@" || { status=$?; [ "$status" -eq 5 ] || exit "$status"; }; }
 # --dist loadfile: a file's tests share one worker (module fixtures, fake servers) as they would serially.
-.venv/bin/python -m pytest -n 2 --dist loadfile tests/unit
-exec .venv/bin/python -m pytest tests/faults tests/e2e
+run -n 2 --dist loadfile tests/unit --junitxml="$reports/unit.xml"
+# --dist loadgroup: tests of one xdist_group (a shared session fixture, e.g. the example study) share a worker.
+run -n 2 --dist loadgroup -m concurrent tests/faults tests/e2e --junitxml="$reports/concurrent.xml"
+run -m "not concurrent" tests/faults tests/e2e --junitxml="$reports/alone.xml"

@@ -25,6 +25,7 @@ from servetune.engine.config import Config
 from servetune.engine.launch import Server
 from servetune.engine.vllm import DEFAULT_COMMAND, VllmEngine
 from servetune.models.presets import make_model
+from tests import boot_log
 
 # A study measures the device's memory bandwidth at its start (tune/bandwidth.py): off in tests,
 # which run many small studies; the tests of the measurement turn it on themselves.
@@ -37,6 +38,9 @@ os.environ.pop("COLUMNS", None)
 # inherit it) need the handler a terminal gives.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# Every real vLLM boot of this run is logged, and counted at its end (tests/boot_log.py).
+_BOOT_LOG_CREATED = boot_log.install()
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_DIR = REPO / "models" / "tiny"
@@ -64,6 +68,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "vllm_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.vllm)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: its controller sums them all
+        return
+    counts = boot_log.boots_by_test(Path(os.environ[boot_log.LOG_ENV]), os.environ[boot_log.RUN_ENV])
+    terminalreporter.section("real vLLM server boots")
+    for line in boot_log.summary(counts):
+        terminalreporter.write_line(line)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _BOOT_LOG_CREATED and not hasattr(config, "workerinput"):
+        Path(os.environ[boot_log.LOG_ENV]).unlink(missing_ok=True)
 
 
 def tiny_model_dir() -> Path:

@@ -1,6 +1,7 @@
-"""`servetune ab` on real vLLM CPU builds: two versions side by side (0.32.0, the project's, and
-0.31.0 in a second venv that scripts/setup_second_vllm.sh makes), and an A/A run of one version
-that must find no significant difference. Two boots a side: each boot costs about a minute here."""
+"""`servetune ab`: two real vLLM CPU builds side by side (0.32.0, the project's, and 0.31.0 in a
+second venv that scripts/setup_second_vllm.sh makes), two boots a side (each about a minute here);
+and an A/A run of one engine that must find no significant difference, on the stand-in engine
+(tests/fakes/standin_engine.py): its subject is the A/B's alternation, comparisons and verdict."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from servetune.ab.analysis import analyze
 from servetune.ab.spec import load_ab
 from servetune.store import StudyStore
 from tests.conftest import EAGER, servetune, tiny_model_dir
+from tests.fakes.standin import STANDIN
 
 REPO = Path(__file__).resolve().parents[2]
 SECOND_VERSION = "0.31.0"
 SECOND_VENV = REPO / ".venv-vllm-b"
 API_SERVER = ["-m", "vllm.entrypoints.openai.api_server"]
-pytestmark = pytest.mark.vllm
+VLLM = ["python", *API_SERVER]
+STANDIN_COMMAND = ["python", str(STANDIN)]
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +37,11 @@ def second_vllm_python() -> str:
     return str(SECOND_VENV / "bin" / "python")
 
 
-def _ab_file(tmp_path: Path, b_command: list[str]) -> Path:
+def _ab_file(tmp_path: Path, a_command: list[str], b_command: list[str]) -> Path:
+    model = str(tiny_model_dir()) if a_command == VLLM else str(REPO / "models" / "standin")  # not read
     doc = {
         "name": "ab-cpu",
-        "engine": {"command": ["python", *API_SERVER], "model": str(tiny_model_dir()),
+        "engine": {"command": a_command, "model": model,
                    "args": {"load-format": "dummy", "max-model-len": 2048, "kv-cache-memory-bytes": "512MiB",
                             **EAGER},
                    "startup_timeout_s": 900, "pin_engine_core": True},
@@ -50,8 +54,8 @@ def _ab_file(tmp_path: Path, b_command: list[str]) -> Path:
     return path
 
 
-def _run(tmp_path: Path, b_command: list[str]):
-    path = _ab_file(tmp_path, b_command)
+def _run(tmp_path: Path, a_command: list[str], b_command: list[str]):
+    path = _ab_file(tmp_path, a_command, b_command)
     out = tmp_path / "out"
     done = servetune("ab", str(path), "--out", str(out), "--boots", "2", "--prefix-reuse-len", "1536",
                      "--prefix-reuse-pairs", "2")
@@ -63,8 +67,9 @@ def _run(tmp_path: Path, b_command: list[str]):
     return analyze(store, load_ab([path])), done.stdout
 
 
+@pytest.mark.vllm
 def test_two_vllm_versions_side_by_side(tmp_path: Path, second_vllm_python: str) -> None:
-    result, stdout = _run(tmp_path, [second_vllm_python, *API_SERVER])
+    result, stdout = _run(tmp_path, VLLM, [second_vllm_python, *API_SERVER])
     assert result.versions == {"A": ["0.32.0"], "B": [SECOND_VERSION]}  # from each boot's own log
     assert all(r.comparison is not None and r.comparison.n_baseline == r.comparison.n_candidate == 2
                for r in result.rows)
@@ -74,8 +79,9 @@ def test_two_vllm_versions_side_by_side(tmp_path: Path, second_vllm_python: str)
     assert "verdict: " in stdout
 
 
-def test_aa_same_version_finds_no_difference(tmp_path: Path) -> None:
-    result, stdout = _run(tmp_path, ["python", *API_SERVER])
+@pytest.mark.slow
+def test_aa_same_engine_finds_no_difference(tmp_path: Path) -> None:
+    result, stdout = _run(tmp_path, STANDIN_COMMAND, STANDIN_COMMAND)
     assert len([r for r in result.rows if r.comparison is not None]) == 6
     assert not [r for r in result.rows if r.verdict in ("better", "worse")], result.rows
     assert "no significant difference between B and A" in stdout

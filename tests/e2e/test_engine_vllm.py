@@ -40,6 +40,7 @@ def stream_completion(url: str, model: str, max_tokens: int = 8) -> list[dict]:
     return chunks
 
 
+@pytest.mark.concurrent  # boots and a few tokens: nothing timed
 def test_launch_facts_completion_overrides_and_teardown(tmp_path: Path) -> None:
     engine = tiny_engine(tmp_path)
     # Both flags are accepted by the CPU build's CLI and then overridden by its platform code.
@@ -79,12 +80,14 @@ def test_launch_facts_completion_overrides_and_teardown(tmp_path: Path) -> None:
     assert port_is_free(server.port)
 
 
+@pytest.mark.concurrent  # boots and a few tokens: nothing timed
 def test_unknown_flag_is_invalid_arg(tmp_path: Path) -> None:
     result = tiny_engine(tmp_path).start(tiny_config(no_such_flag_xyz=1), tmp_path / "bad.log")
     assert result.outcome is Outcome.invalid_arg and result.server is None
     assert any("unrecognized arguments: --no-such-flag-xyz" in line for line in result.evidence)
 
 
+@pytest.mark.concurrent  # boots and a few tokens: nothing timed
 def test_max_model_len_beyond_kv_cache_is_context_too_long(tmp_path: Path) -> None:
     config = tiny_config(kv_cache_memory_bytes="4M", max_model_len=16384)
     result = tiny_engine(tmp_path).start(config, tmp_path / "ctx.log")

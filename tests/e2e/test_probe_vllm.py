@@ -14,7 +14,8 @@ from servetune.engine.config import Config, render_flags
 from servetune.engine.outcome import Outcome
 from tests.conftest import EAGER, servetune, tiny_engine, tiny_model_dir
 
-pytestmark = pytest.mark.vllm
+# Boots, KV-cache sizes and preemption counts: nothing timed, no core pinned.
+pytestmark = [pytest.mark.vllm, pytest.mark.concurrent]
 
 MEMORY = "4M"  # vLLM reads "4M" as 4 MiB
 MARGIN = 256  # tokens beyond the answer: two of the CPU build's 128-token blocks

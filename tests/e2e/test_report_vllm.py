@@ -17,7 +17,8 @@ from servetune.tune import analysis
 from tests.conftest import ExampleStudy, servetune
 from tests.unit.report_study import chromium_check
 
-pytestmark = pytest.mark.vllm
+# The example study is shared with test_tune_vllm.py: one group, one worker, one study.
+pytestmark = [pytest.mark.vllm, pytest.mark.concurrent, pytest.mark.xdist_group("example_study")]
 SECTIONS = ("## Headline", "config", "## Trials", "## Per-parameter effects", "## Plots",
             "## Server-side evidence", "## Study cost")
 

@@ -27,6 +27,9 @@ STUDIES = Path(__file__).parent / "studies"
 pytestmark = pytest.mark.vllm
 
 
+# Its checks are of the study's shape, not of who won; the study is shared with test_report_vllm.py.
+@pytest.mark.concurrent
+@pytest.mark.xdist_group("example_study")
 def test_example_study_runs_to_a_verdict(example_study: ExampleStudy) -> None:
     spec = load_study(example_study.study_file)
     store = StudyStore.open_existing(example_study.out)
@@ -55,8 +58,8 @@ def test_example_study_runs_to_a_verdict(example_study: ExampleStudy) -> None:
     result = analysis.analyze(store, spec)
     assert result.baseline is not None and result.baseline.objective is not None
     assert result.winner_reason
-    verdict = store.get_meta_json("verdict")
-    assert verdict["reason"] == result.winner_reason
+    verdict = store.verdict()
+    assert verdict is not None and verdict.reason == result.winner_reason
     assert (example_study.out / "report.md").is_file() and (example_study.out / "report.html").is_file()
     assert baseline.key() == trials[0].config.key()
     status = servetune("status", str(example_study.out))

@@ -21,14 +21,15 @@ def check_two_slot_study(out: Path) -> list[Trial]:
     for slot in (0, 1):
         mine = [t for t in trials if t.slot == slot]
         assert mine and mine[0].role == "baseline"
-    assert {tuple(t.placement["cpus"]) for t in trials} == {(0,), (1,)}
+    assert {t.placement.cpus for t in trials if t.placement} == {(0,), (1,)} and all(t.placement for t in trials)
     candidates = [t.config.key() for t in trials if t.role == "candidate"]
     assert len(candidates) == len(set(candidates)) == 2
     first = [t for t in trials if t.role == "baseline"]
     assert max(t.started_at for t in first) < min(t.ended_at for t in first)  # at once, not one after the other
     for t in trials:
         assert len([r for r in store.runs(t.id) if r.outcome == "ok"]) == 2
-    assert store.get_meta_json("verdict")["reason"]
+    verdict = store.verdict()
+    assert verdict is not None and verdict.reason
     tokens = {t.launch_token for t in trials}
     for proc in psutil.process_iter():
         try:

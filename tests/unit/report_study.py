@@ -10,10 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from servetune.engine.config import Config
+from servetune.engine.outcome import Outcome
 from servetune.load.metrics import summarize
 from servetune.load.records import RequestRecord, RunResult
 from servetune.stats.compare import compare
 from servetune.stats.intervals import mean_ci
+from servetune.store import TrialRole
 from servetune.store.sqlite import StudyStore
 from servetune.study.metrics import higher_is_better
 from servetune.study.spec import StudySpec
@@ -66,7 +68,7 @@ def _records(rng: np.random.Generator, n: int, ttft_ms: float, itl_ms: float, ou
 
 def _trial(store: StudyStore, root: Path, role: str, config: Config, speed: float, rng: np.random.Generator,
            t0: float) -> int:
-    trial = store.begin_trial(role, config, {"max-num-seqs": config.flags.get("max-num-seqs")})
+    trial = store.begin_trial(TrialRole(role), config, {"max-num-seqs": config.flags.get("max-num-seqs")})
     store.record_boot(trial.id, healthy_at=trial.started_at + 80.0,
                       boot_facts={"vllm_version": "0.32.0", "kv_cache_tokens": 58240, "max_concurrency": 28.44,
                                   "startup_seconds": 80.0},
@@ -84,7 +86,7 @@ def _trial(store: StudyStore, root: Path, role: str, config: Config, speed: floa
             result = RunResult(scenario=scenario, summary=summarize(recs, duration), server_stats=stats,
                                records_path=path.name)
             store.record_run(trial.id, rep, result, started_at=t0, ended_at=t0 + duration + 2.0)
-    store.finish_trial(trial.id, "ok")
+    store.finish_trial(trial.id, Outcome.ok)
     return trial.id
 
 
@@ -99,8 +101,8 @@ def build_study(root: Path, *, with_winner: bool = True) -> tuple[StudyStore, St
     base_ids = [_trial(store, root, "baseline", BASE, 1.0, rng, t0)]
     fast_id = _trial(store, root, "candidate", FAST, 1.3 if with_winner else 1.0, rng, t0)
     same_id = _trial(store, root, "candidate", SAME, 1.0, rng, t0)
-    oom = store.begin_trial("candidate", OOM, {})
-    store.finish_trial(oom.id, "oom", detail="CUDA out of memory while profiling", log_tail=OOM_LOG)
+    oom = store.begin_trial(TrialRole.candidate, OOM, {})
+    store.finish_trial(oom.id, Outcome.oom, detail="CUDA out of memory while profiling", log_tail=OOM_LOG)
     base_ids.append(_trial(store, root, "baseline_check", BASE, 1.0, rng, t0))
     store.end_session(session, "done")
     end = store.sessions()[-1].ended_at

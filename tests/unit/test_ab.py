@@ -14,9 +14,10 @@ from servetune.ab.analysis import analyze
 from servetune.ab.render import markdown
 from servetune.ab.runner import AbRunner, boot_order
 from servetune.ab.spec import load_ab
+from servetune.engine.outcome import Outcome
 from servetune.errors import ServetuneError
 from servetune.load.records import RequestRecord, RunResult
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.tune.display import StudyDisplay
 from tests.fakes.standin import REPO, STANDIN, TINY_SCENARIO
 from tests.unit.cli_run import servetune
@@ -77,7 +78,7 @@ def _stored_ab(tmp_path: Path, b_scale: float, *, boots: int = 3, reps: int = 3)
     store = StudyStore.in_dir(tmp_path / "out")
     rng = np.random.default_rng(7)
     for side in boot_order(boots):
-        trial = store.begin_trial(f"ab_{side.lower()}", spec.side(side).baseline_config(), {"side": side})
+        trial = store.begin_trial(TrialRole(f"ab_{side.lower()}"), spec.side(side).baseline_config(), {"side": side})
         scale = b_scale if side == "B" else 1.0
         luck = np.exp(0.03 * rng.standard_normal())
         for rep in range(1, reps + 1):
@@ -85,7 +86,7 @@ def _stored_ab(tmp_path: Path, b_scale: float, *, boots: int = 3, reps: int = 3)
             store.record_run(trial.id, rep, RunResult(scenario="tiny", summary={
                 "output_throughput": 100 * scale * luck * noise, "mean_ttft_ms": 20 * luck * noise,
                 "mean_tpot_ms": 5 / scale * luck * noise}), started_at=0, ended_at=1)
-        store.finish_trial(trial.id, "ok")
+        store.finish_trial(trial.id, Outcome.ok)
     return store, spec
 
 
@@ -148,7 +149,7 @@ def test_ab_on_the_standin_alternates_resumes_and_finds_the_slower_side(tmp_path
     store = StudyStore.open_existing(out)
     # A tuner killed as it began the third boot: the trial is left running, its session gone.
     session = store.begin_session()
-    store.begin_trial("ab_a", spec.a.baseline_config(), {"side": "A"}, session_id=session)
+    store.begin_trial(TrialRole.ab_a, spec.a.baseline_config(), {"side": "A"}, session_id=session)
     store.end_session(session, "killed")
 
     result = _runner(spec, out, boots=2).run()  # resumed with one more boot a side

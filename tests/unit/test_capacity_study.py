@@ -23,7 +23,7 @@ from servetune.load import arrivals
 from servetune.load.records import RunResult, RunSummary
 from servetune.report.context import build as build_report_data
 from servetune.report.write import write_report
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.study.objective import Objective
 from servetune.study.spec import StudySpec
 from servetune.tune import capacity_trial, known
@@ -137,7 +137,7 @@ def test_a_killed_capacity_search_resumes_from_its_stored_levels(tmp_path: Path,
     spec = _spec(tmp_path)
     plan = TrialPlan(list(spec.scenarios), 1, 1, capacity=capacity_trial.plan_for(spec))
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("baseline", spec.baseline_config(), {})
+    trial = store.begin_trial(TrialRole.baseline, spec.baseline_config(), {})
     measured: list[float] = []
     real = capacity_trial.measure_level
 
@@ -170,7 +170,7 @@ def test_a_capacity_made_by_older_judgement_rules_is_estimated_again_from_its_le
     spec = _spec(tmp_path)
     plan = TrialPlan(list(spec.scenarios), 1, 1, capacity=capacity_trial.plan_for(spec))
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("baseline", spec.baseline_config(), {})
+    trial = store.begin_trial(TrialRole.baseline, spec.baseline_config(), {})
     with _servers() as urls:
         assert TrialExecutor(SlotsEngine(urls), store, tmp_path, None).run(
             trial, plan, enough=lambda t, r: True, progress=lambda *a: None) == "ok"

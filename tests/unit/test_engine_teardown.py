@@ -76,13 +76,13 @@ import psutil
 from pathlib import Path
 from servetune.engine.config import Config
 from servetune.engine.vllm import VllmEngine
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.tune.trial import TrialExecutor, TrialPlan
 out = Path(sys.argv[1])
 store = StudyStore.in_dir(out)
 session = store.begin_session(pid=os.getpid(), host=socket.gethostname(),
                               pid_create_time=psutil.Process().create_time())
-trial = store.begin_trial("baseline", Config(), {}, session_id=session)
+trial = store.begin_trial(TrialRole.baseline, Config(), {}, session_id=session)
 
 
 def killed(trial_id, *, pid, **recorded):

@@ -27,7 +27,7 @@ from servetune.load.bench import run_scenario
 from servetune.load.records import RequestRecord
 from servetune.load.scenario import Scenario
 from servetune.server_http import DIRECT
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.tune.trial import TrialExecutor, TrialPlan
 from tests.fakes.launch import SCRIPT, fake_server
 
@@ -145,7 +145,7 @@ SCENARIO = _small(stall_timeout_s=0.5)
 
 
 def _run_trial(executor: TrialExecutor, store: StudyStore, flags: dict[str, object]) -> str:
-    trial = store.begin_trial("candidate", Config.of(flags), {})  # type: ignore[arg-type]
+    trial = store.begin_trial(TrialRole.candidate, Config.of(flags), {})  # type: ignore[arg-type]
     return executor.run(trial, TrialPlan(scenarios=[SCENARIO], min_replicates=1, max_replicates=1),
                         enough=lambda t, reps: True, progress=lambda *a: None)
 

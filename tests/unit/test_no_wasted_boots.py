@@ -18,7 +18,7 @@ from servetune.engine.defaults import (
 from servetune.engine.equivalence import Booted, same_server
 from servetune.engine.outcome import Outcome
 from servetune.report.context import build as build_report_data
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.tune import analysis, known
 from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine
 from tests.fakes.counting_engine import spec as _spec
@@ -151,6 +151,6 @@ def test_the_interpreter_of_a_vllm_console_script_is_its_shebang(tmp_path: Path)
 def test_an_interrupted_candidate_is_called_unfinished_not_failed(tmp_path: Path) -> None:
     spec = _spec(tmp_path, {"max-model-len": 256}, {"enable-prefix-caching": [False]})
     _engine, store = _tune(tmp_path, spec, lambda url: CountingEngine(url, _prefix_caching_on_by_default))
-    left = store.begin_trial("candidate", Config(flags={"max-model-len": 128}), {"max-model-len": 128})  # left running
+    left = store.begin_trial(TrialRole.candidate, Config(flags={"max-model-len": 128}), {"max-model-len": 128})  # left running
     headline = build_report_data(analysis.analyze(store, spec), store).headline
     assert "0 failed to run" in headline and f"trial(s) #{left.id} unfinished" in headline, headline

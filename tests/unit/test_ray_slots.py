@@ -56,7 +56,7 @@ def test_a_ray_placement_names_its_node_in_the_label_and_the_store() -> None:
     assert place.label() == "slot 1 (node gpu7 (10.0.0.7), Ray node 3f2a1b9c; CUDA_VISIBLE_DEVICES=2,3)"
     assert place.describe() == {"slot": 1, "env": {"CUDA_VISIBLE_DEVICES": "2,3"}, "cpus": None,
                                 "node": "gpu7 (10.0.0.7)", "ray_node_id": "3f2a1b9c77", "worker_pid": "41"}
-    assert Placement.of(place.describe()) == place  # as the report reads it back from the store
+    assert Placement.from_described(place.describe()) == place  # as the report reads it back from the store
     assert Placement(0, cpus=(0, 1)).node_label() == ""  # the tuner's own host
 
 

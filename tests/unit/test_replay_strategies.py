@@ -17,7 +17,7 @@ from servetune.engine.outcome import Outcome
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
 from servetune.search import Grid
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.study.loader import load_study
 from servetune.study.spec import StudySpec
 from servetune.tune import known
@@ -59,7 +59,7 @@ def write_grid(root: Path, order: list[tuple[str, tuple[int, int], float]] = ORD
     failed_s = 0.0
     for role, (seqs, tokens), boot_s in order:
         params = {} if role.startswith("baseline") else {"max-num-seqs": seqs, "max-num-batched-tokens": tokens}
-        trial = store.begin_trial(role, SPEC.config_for(params), params)
+        trial = store.begin_trial(TrialRole(role), SPEC.config_for(params), params)
         truth = TRUTH[(seqs, tokens)]
         if isinstance(truth, Outcome):
             store.record_boot(trial.id, healthy_at=None, boot_facts=None, mismatches=[], log_path=None)
@@ -115,10 +115,10 @@ def test_the_table_holds_every_config_its_true_objective_and_recorded_time(grid)
 
 def test_trial_time_is_boot_plus_runs_and_nothing_for_a_trial_decided_without_a_boot(tmp_path: Path) -> None:
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("candidate", SPEC.config_for({"max-num-seqs": 16}), {"max-num-seqs": 16})
+    trial = store.begin_trial(TrialRole.candidate, SPEC.config_for({"max-num-seqs": 16}), {"max-num-seqs": 16})
     store.finish_trial(trial.id, Outcome.duplicate, detail="same as the baseline")
     assert trial_seconds(store.trial(trial.id)) == 0.0
-    booted = store.begin_trial("candidate", SPEC.config_for({"max-num-seqs": 64}), {"max-num-seqs": 64})
+    booted = store.begin_trial(TrialRole.candidate, SPEC.config_for({"max-num-seqs": 64}), {"max-num-seqs": 64})
     store.record_launch(booted.id, launch_token="t", log_path="x.log")
     store.record_boot(booted.id, healthy_at=booted.started_at + 30.0, boot_facts=None, mismatches=[], log_path=None)
     store.record_run(booted.id, 0, RunResult(scenario="s"), started_at=0.0, ended_at=7.5)

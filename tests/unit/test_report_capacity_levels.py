@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from servetune.engine.outcome import Outcome
 from servetune.load.records import RunResult
 from servetune.report import capacity as report_capacity
 from servetune.report.context import build as build_report_data
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
 from servetune.tune import analysis, capacity_trial
 from tests.fakes.records import closed_loop_records
@@ -35,7 +36,7 @@ def _store(tmp_path: Path) -> StudyStore:
     store = StudyStore.in_dir(tmp_path / "study")
     spec = _spec(tmp_path)
     store.set_meta_json("spec", spec.model_dump(mode="json"))   # as the tuner stores it; the report reads it
-    trial = store.begin_trial("baseline", spec.baseline_config(), {})
+    trial = store.begin_trial(TrialRole.baseline, spec.baseline_config(), {})
     store.record_boot(trial.id, healthy_at=trial.started_at + 1, boot_facts=None, mismatches=[], log_path=None)
     for replicate, users in enumerate(USERS, start=1):
         steady = 300.0 if users == USERS[0] else 1500.0
@@ -47,7 +48,7 @@ def _store(tmp_path: Path) -> StudyStore:
     store.record_run(trial.id, capacity_trial.CAPACITY_REPLICATE, RunResult(scenario="users", summary={
         "capacity": USERS[0], "capacity_low": USERS[0], "capacity_high": USERS[1], "load": "concurrency",
         "judgement": capacity_trial.JUDGEMENT}), started_at=0, ended_at=1)
-    store.finish_trial(trial.id, "ok")
+    store.finish_trial(trial.id, Outcome.ok)
     return store
 
 

@@ -11,6 +11,7 @@ import pytest
 from report_study import build_study
 
 from servetune.engine.config import Config
+from servetune.engine.outcome import Outcome
 from servetune.load.scenario import PRESETS as SCENARIO_PRESETS
 from servetune.load.scenario import Scenario
 from servetune.models.presets import PRESETS
@@ -25,7 +26,7 @@ from servetune.report.roofline import (
     kv_bytes_per_token,
     roofline_fraction,
 )
-from servetune.store.sqlite import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
 from servetune.tune import bandwidth
 from servetune.tune.analysis_types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
@@ -77,10 +78,10 @@ def _h200_study(tmp_path: Path) -> tuple[StudyStore, StudyAnalysis, dict]:
     fast_cfg = Config.of({"max-num-seqs": 64})
     ids = []
     for role, cfg in (("baseline", base_cfg), ("candidate", fast_cfg)):
-        trial = store.begin_trial(role, cfg, {})
+        trial = store.begin_trial(TrialRole(role), cfg, {})
         store.record_boot(trial.id, healthy_at=None, boot_facts={"model_load_gib": Q8B_GIB}, mismatches=[],
                           log_path=None)
-        store.finish_trial(trial.id, "ok")
+        store.finish_trial(trial.id, Outcome.ok)
         ids.append(trial.id)
 
     def result(cfg: Config, tid: int, tpot: float, is_baseline: bool) -> ConfigResult:

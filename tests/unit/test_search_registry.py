@@ -1,11 +1,23 @@
-"""The study's `strategy:` picks the strategy; `baseline` proposes nothing."""
+"""The study's `strategy:` picks the strategy, from those registered by name as engines are (a new
+strategy is one class plus one decorator); `baseline` proposes nothing."""
 
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 from search_synthetic import make_study
 
-from servetune.search import STRATEGIES, BaselineOnly, Grid, OneFactorAtATime, OptunaTPE, TrialView, make_strategy
+from servetune.search import (
+    STRATEGIES,
+    BaselineOnly,
+    Grid,
+    OneFactorAtATime,
+    OptunaTPE,
+    TrialView,
+    make_strategy,
+    register_strategy,
+    registry,
+)
 
 
 @pytest.mark.parametrize(
@@ -14,6 +26,28 @@ from servetune.search import STRATEGIES, BaselineOnly, Grid, OneFactorAtATime, O
 def test_make_strategy(name: str, cls: type) -> None:
     assert STRATEGIES[name] is cls
     assert type(make_strategy(make_study({"max-num-seqs": [4, 8]}, strategy=name))) is cls
+
+
+@pytest.fixture
+def strategies(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """The registry as it is, restored after the test (a toy strategy must not leak into others)."""
+    table = dict(registry.STRATEGIES)
+    monkeypatch.setattr(registry, "STRATEGIES", table)
+    return table
+
+
+def test_an_unknown_strategy_is_refused_when_the_study_is_read() -> None:
+    with pytest.raises(ValidationError, match="unknown strategy 'bayes'; known: baseline, grid, ofat, optuna"):
+        make_study({"max-num-seqs": [4, 8]}, strategy="bayes")
+
+
+def test_a_registered_strategy_is_a_study_files_choice(strategies: dict) -> None:
+    @register_strategy
+    class Reversed(Grid):
+        name = "reversed-grid"
+
+    assert strategies["reversed-grid"] is Reversed
+    assert type(make_strategy(make_study({"max-num-seqs": [4, 8]}, strategy="reversed-grid"))) is Reversed
 
 
 def test_baseline_proposes_nothing() -> None:

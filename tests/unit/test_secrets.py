@@ -14,10 +14,12 @@ from typer.testing import CliRunner
 from servetune.cli import app
 from servetune.engine.config import Config
 from servetune.engine.launch import launch, terminate
+from servetune.engine.outcome import Outcome
 from servetune.engine.vllm import VllmEngine
 from servetune.errors import ServetuneError
 from servetune.report import write_report
 from servetune.secrets import Redactor, Secrets, is_secret_name
+from servetune.store import TrialRole
 from servetune.store.sqlite import StudyStore
 from servetune.study.loader import parse_study
 
@@ -158,8 +160,8 @@ def test_a_failed_start_reports_the_log_masked(tmp_path: Path, monkeypatch: pyte
 def test_the_store_masks_trial_text_it_is_given(tmp_path: Path) -> None:
     store = StudyStore.in_dir(tmp_path)
     store.redact = Redactor(["hf_stored_4567"])
-    trial = store.begin_trial("baseline", Config(), {})
-    store.finish_trial(trial.id, "crashed", detail="died: token hf_stored_4567", log_tail="HF_TOKEN=hf_stored_4567")
+    trial = store.begin_trial(TrialRole.baseline, Config(), {})
+    store.finish_trial(trial.id, Outcome.crashed, detail="died: token hf_stored_4567", log_tail="HF_TOKEN=hf_stored_4567")
     row = store.trial(trial.id)
     assert (row.detail, row.log_tail) == ("died: token ***", "HF_TOKEN=***")
     store.close()
@@ -173,7 +175,7 @@ def test_the_report_masks_log_tails_of_a_store_that_holds_a_secret(tmp_path: Pat
     spec = store.get_meta_json("spec")
     store.set_meta_json("spec", {**spec, "engine": {**spec["engine"], "secret_env": ["HF_TOKEN"]}})
     oom = next(t for t in store.trials() if t.outcome == "oom")
-    store.finish_trial(oom.id, "oom", detail="out of memory (token hf_old_store_8901)",
+    store.finish_trial(oom.id, Outcome.oom, detail="out of memory (token hf_old_store_8901)",
                        log_tail=OOM_LOG + "ERROR [core.py:4] HF_TOKEN=hf_old_store_8901 was rejected\n")
     monkeypatch.setenv("HF_TOKEN", "hf_old_store_8901")
     paths = write_report(analysis, store, tmp_path / "report")

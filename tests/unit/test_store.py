@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import tarfile
 from pathlib import Path
@@ -9,23 +10,25 @@ from pathlib import Path
 import pytest
 
 from servetune.engine.config import Config
+from servetune.engine.outcome import Outcome
+from servetune.engine.placement import Placement
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
-from servetune.store import StudyStore
+from servetune.store import EtaEntry, PlannedTrial, StudyStore, TrialRole, Verdict
 from servetune.store.schema import SCHEMA_VERSION
 
 
 def test_trial_and_runs_round_trip(tmp_path):
     store = StudyStore.in_dir(tmp_path)
     config = Config.of({"max-num-seqs": 8, "enable-prefix-caching": False}, {"OMP_NUM_THREADS": 1})
-    trial = store.begin_trial("candidate", config, {"max-num-seqs": 8})
+    trial = store.begin_trial(TrialRole.candidate, config, {"max-num-seqs": 8})
     assert trial.status == "running" and trial.seq == 1
     store.record_server(trial.id, pid=123, pgid=123, create_time=1.5, log_path="logs/t.log")
     store.record_boot(trial.id, healthy_at=trial.started_at + 80, boot_facts={"kv_cache_tokens": 1024},
                       mismatches=[{"flag": "x"}], log_path=None)
     store.record_run(trial.id, 1, RunResult(scenario="chat", summary={"output_throughput": 12.5}),
                      started_at=10.0, ended_at=13.0)
-    store.finish_trial(trial.id, "ok")
+    store.finish_trial(trial.id, Outcome.ok)
 
     reopened = StudyStore.open_existing(tmp_path)
     (row,) = reopened.trials()
@@ -42,7 +45,7 @@ def test_trial_and_runs_round_trip(tmp_path):
 
 def test_a_run_is_recorded_once(tmp_path):
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("baseline", Config(), {})
+    trial = store.begin_trial(TrialRole.baseline, Config(), {})
     store.record_run(trial.id, 1, RunResult(scenario="a"), started_at=0, ended_at=1)
     with pytest.raises(sqlite3.IntegrityError):
         store.record_run(trial.id, 1, RunResult(scenario="a"), started_at=0, ended_at=1)
@@ -51,7 +54,7 @@ def test_a_run_is_recorded_once(tmp_path):
 
 def test_interrupted_trial_is_found_and_reopened(tmp_path):
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("candidate", Config.of({"a": 1}), {"a": 1})
+    trial = store.begin_trial(TrialRole.candidate, Config.of({"a": 1}), {"a": 1})
     store.record_server(trial.id, pid=99, pgid=99, create_time=2.0, log_path="x.log")
     store.record_run(trial.id, 1, RunResult(scenario="a"), started_at=0, ended_at=1)
     store.close()  # the process dies here
@@ -67,7 +70,7 @@ def test_interrupted_trial_is_found_and_reopened(tmp_path):
 
 def test_a_reopened_trial_keeps_its_earlier_boots_in_the_cost(tmp_path):
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("candidate", Config.of({"a": 1}), {"a": 1})
+    trial = store.begin_trial(TrialRole.candidate, Config.of({"a": 1}), {"a": 1})
     store.record_boot(trial.id, healthy_at=trial.started_at + 60, boot_facts=None, mismatches=[], log_path=None)
     store.reopen_trial(trial.id)          # killed after its boot: booted again
     store.reopen_trial(trial.id)          # killed while booting: that boot never became healthy
@@ -158,10 +161,39 @@ def test_a_store_from_a_newer_servetune_is_refused(tmp_path):
 def test_a_trial_keeps_its_slot_and_placement_out_of_the_config_key(tmp_path):
     store = StudyStore.in_dir(tmp_path)
     config = Config.of({"max-num-seqs": 4})
-    placement = {"slot": 1, "env": {"CUDA_VISIBLE_DEVICES": "1"}, "cpus": None}
-    trial = store.begin_trial("candidate", config, {"max-num-seqs": 4}, slot=1, placement=placement)
+    placement = Placement(1, {"CUDA_VISIBLE_DEVICES": "1"}, where={"node": "gpu7 (10.0.0.7)", "worker_pid": "41"})
+    trial = store.begin_trial(TrialRole.candidate, config, {"max-num-seqs": 4}, slot=1, placement=placement)
     again = store.trial(trial.id)
     assert (again.slot, again.placement) == (1, placement)
+    # Stored as the JSON object every version reads and writes (an older store's reads back the same).
+    raw = sqlite3.connect(tmp_path / "study.sqlite").execute("SELECT placement_json FROM trials").fetchone()[0]
+    assert json.loads(raw) == {"slot": 1, "env": {"CUDA_VISIBLE_DEVICES": "1"}, "cpus": None,
+                               "node": "gpu7 (10.0.0.7)", "worker_pid": "41"}
     assert again.config.key() == config.key() and "CUDA_VISIBLE_DEVICES" not in again.config.env
     store.move_trial(trial.id, slot=0, placement=None)
     assert (store.trial(trial.id).slot, store.trial(trial.id).placement) == (0, None)
+
+
+def test_the_meta_getters_read_and_write_the_json_every_version_keeps(tmp_path):
+    store = StudyStore.in_dir(tmp_path)
+    assert (store.spec_doc(), store.final_plan(), store.eta_log(), store.verdict()) == (None, None, [], None)
+    # As servetune has always written them:
+    store.set_meta_json("spec", {"name": "s"})
+    store.set_meta_json("final_plan", [["baseline_final", "k0"], ["finalist", "k1"]])
+    store.set_meta_json("eta_log", [{"trial_seq": 1, "at": 10.0, "predicted_end": 70.0}])
+    store.set_meta_json("verdict", {"winner": None, "reason": "no config beat the baseline"})
+    assert store.spec_doc() == {"name": "s"}
+    assert store.final_plan() == [PlannedTrial(TrialRole.baseline_final, "k0"), PlannedTrial(TrialRole.finalist, "k1")]
+    assert store.eta_log() == [EtaEntry(1, 10.0, 70.0)]
+    assert store.verdict() == Verdict(None, "no config beat the baseline")
+    # ... and written back in the same shapes.
+    store.set_final_plan([PlannedTrial(TrialRole.baseline_final, "k0")])
+    store.log_eta(EtaEntry(2, 20.0, 60.0))
+    store.set_verdict(Verdict("k1", "k1 is faster"))
+    assert store.get_meta_json("final_plan") == [["baseline_final", "k0"]]
+    assert store.get_meta_json("eta_log") == [{"trial_seq": 1, "at": 10.0, "predicted_end": 70.0},
+                                              {"trial_seq": 2, "at": 20.0, "predicted_end": 60.0}]
+    assert store.get_meta_json("verdict") == {"winner": "k1", "reason": "k1 is faster"}
+    store.set_meta_json("eta_log", [{"trial_seq": 1}])
+    with pytest.raises(ValueError, match="meta 'eta_log': unreadable entry"):
+        store.eta_log()

@@ -20,7 +20,7 @@ from servetune.engine.config import Config
 from servetune.engine.launch import Server, launch, new_launch_token, terminate
 from servetune.engine.ports import free_port
 from servetune.errors import ServetuneError
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
 from servetune.tune.display import StudyDisplay
 from servetune.tune.lock import StudyLock, TunerProcess
@@ -57,7 +57,7 @@ def live_trial(tmp_path: Path) -> Iterator[tuple[StudyStore, Server]]:
     store.set_meta_json("spec", SPEC.model_dump(mode="json"))
     me = TunerProcess.current()
     session = store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
-    trial = store.begin_trial("baseline", SPEC.baseline_config(), {}, session_id=session)
+    trial = store.begin_trial(TrialRole.baseline, SPEC.baseline_config(), {}, session_id=session)
     token = new_launch_token()
     store.record_launch(trial.id, launch_token=token, log_path="logs/t.log")
     server = launch([PY, "-c", "import time; time.sleep(600)"], {}, tmp_path / "logs" / "t.log", free_port(),
@@ -112,7 +112,7 @@ def test_recovery_stops_the_server_of_a_trial_whose_owner_is_gone(tmp_path: Path
     store = StudyStore.in_dir(tmp_path)
     # the dead tuner's pid with a creation time no live process has
     session = store.begin_session(pid=int(dead.stdout), host=socket.gethostname(), pid_create_time=1.0)
-    trial = store.begin_trial("baseline", Config(), {}, session_id=session)
+    trial = store.begin_trial(TrialRole.baseline, Config(), {}, session_id=session)
     token = new_launch_token()
     store.record_launch(trial.id, launch_token=token, log_path="t.log")
     server = launch([PY, "-c", "import time; time.sleep(600)"], {}, tmp_path / "t.log", free_port(),

@@ -115,7 +115,7 @@ ERRORS = [
     ("wrong type", "  startup_timeout_s: 600", "  startup_timeout_s: soon", "engine.startup_timeout_s: Input should be a valid number", "soon"),
     ("wrong type of replicates", "replicates: 3", "replicates: many", "replicates: expected a number of replicates", "many"),
     ("bad value", "budget: {trials: 12", "budget: {trials: 0", "budget.trials: Input should be greater than or equal to 1", "budget"),
-    ("bad strategy", "strategy: ofat ", "strategy: bayes ", "strategy: Input should be 'baseline', 'ofat', 'grid' or 'optuna'", "bayes"),
+    ("bad strategy", "strategy: ofat ", "strategy: bayes ", "strategy: unknown strategy 'bayes'; known: baseline, grid, ofat, optuna", "bayes"),
     ("bad range", "  max-num-seqs: [4, 32]", "  max-num-seqs: {low: 32, high: 4}", "space.max-num-seqs: low (32) must be below high (4)", "low: 32"),
     ("duplicate values", "  max-num-seqs: [4, 32]", "  max-num-seqs: [4, 4]", "space.max-num-seqs: the list of values has duplicates", "[4, 4]"),
     ("unknown preset", "preset: single-decode", "preset: single-decod",

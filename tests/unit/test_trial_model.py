@@ -24,9 +24,9 @@ BENCH_FIELDS = {"duration": 2.0, "completed": 8, "failed": 0, "request_throughpu
 
 def test_roles_states_and_outcomes_are_enums_that_equal_their_strings(tmp_path: Path) -> None:
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("candidate", parse_study(STUDY).baseline_config(), {})
+    trial = store.begin_trial(TrialRole.candidate, parse_study(STUDY).baseline_config(), {})
     assert trial.role is TrialRole.candidate and trial.state is TrialState.running and trial.outcome is None
-    store.finish_trial(trial.id, "ok")
+    store.finish_trial(trial.id, Outcome.ok)
     (done,) = store.trials("candidate")  # a plain string still selects
     assert done.outcome is Outcome.ok and done.state is TrialState.done and done.done
     assert done.role == "candidate" and done.status == "done" and done.outcome == "ok"
@@ -40,7 +40,7 @@ def test_the_run_summary_keeps_the_bench_field_names_and_reads_like_a_dict(tmp_p
     with pytest.raises(KeyError):
         summary["mean_ttft_ms"]
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("baseline", parse_study(STUDY).baseline_config(), {})
+    trial = store.begin_trial(TrialRole.baseline, parse_study(STUDY).baseline_config(), {})
     store.record_run(trial.id, 1, RunResult(scenario="a", summary=BENCH_FIELDS), started_at=0, ended_at=1)
     (raw,) = store._conn.execute("SELECT summary_json FROM runs").fetchone()
     assert json.loads(raw) == BENCH_FIELDS  # exactly the names written, no added keys
@@ -55,7 +55,7 @@ def _study(tmp_path: Path, candidates: int):
     _trial(store, spec, rng, "baseline", {}, 100)
     for i in range(candidates):
         _trial(store, spec, rng, "candidate", {"max-num-seqs": 8 + i}, 100)
-    current = store.begin_trial("candidate", spec.config_for({"max-num-seqs": 99}), {"max-num-seqs": 99})
+    current = store.begin_trial(TrialRole.candidate, spec.config_for({"max-num-seqs": 99}), {"max-num-seqs": 99})
     return spec, store, current
 
 
@@ -91,7 +91,7 @@ def test_a_commit_by_another_connection_is_seen(tmp_path: Path) -> None:
     reader = StudyStore.in_dir(tmp_path)
     assert reader.trials() == []
     writer = StudyStore.open_existing(tmp_path)
-    writer.begin_trial("baseline", spec.baseline_config(), {})
+    writer.begin_trial(TrialRole.baseline, spec.baseline_config(), {})
     assert [t.role for t in reader.trials()] == ["baseline"]
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from servetune.engine.outcome import Outcome
+from servetune.engine.placement import Placement
 from servetune.load.records import RunResult
 from servetune.report import write_report
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
 from servetune.tune import analysis
 
@@ -25,7 +27,7 @@ replicates: 4
 
 
 def _trial(store, spec, rng, role, params, mean, *, ttft=100.0, reps=4, noise=0.01, finish=True):
-    trial = store.begin_trial(role, spec.config_for(params), params)
+    trial = store.begin_trial(TrialRole(role), spec.config_for(params), params)
     for rep in range(1, reps + 1):
         for scenario, scale in (("a", 1.0), ("b", 3.0)):
             value = scale * mean * (1 + noise * rng.standard_normal())
@@ -33,7 +35,7 @@ def _trial(store, spec, rng, role, params, mean, *, ttft=100.0, reps=4, noise=0.
                 "output_throughput": value, "p99_ttft_ms": ttft, "mean_ttft_ms": ttft / 2,
             }), started_at=0, ended_at=1)
     if finish:
-        store.finish_trial(trial.id, "ok")
+        store.finish_trial(trial.id, Outcome.ok)
     return trial
 
 
@@ -241,7 +243,7 @@ def test_status_shows_which_slot_measured_each_trial_once_there_are_several(tmp_
     assert "slot" not in servetune("status", tmp_path).stdout   # one place: no column
     second = _trial(store, spec, rng, "baseline", {}, 100, noise=0.01)
     _on_slot(store, second, 1, 10.0)
-    store.move_trial(second.id, slot=1, placement={"slot": 1, "env": {}, "node": "gpu-b (10.0.0.2)"})
+    store.move_trial(second.id, slot=1, placement=Placement(1, where={"node": "gpu-b (10.0.0.2)"}))
     out = servetune("status", tmp_path)
     assert out.code == 0, out.stderr
     rows = {line.split("│")[1].strip(): line for line in out.stdout.splitlines() if line.count("│") > 3}
@@ -296,6 +298,6 @@ def test_a_study_stopped_in_its_finalist_trial_has_no_verdict_yet(tmp_path):
     assert "so far: no config beat the baseline significantly after re-validation" in md
     assert "## Recommended config so far (the baseline: nothing beat it yet, the study is unfinished)" in md
 
-    store.finish_trial(stopped.id, "ok")
+    store.finish_trial(stopped.id, Outcome.ok)
     md = write_report(analysis.analyze(store, spec), store, tmp_path / "report")["markdown"].read_text()
     assert "No verdict yet" not in md

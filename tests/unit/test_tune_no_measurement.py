@@ -9,8 +9,9 @@ import pytest
 from cli_run import servetune
 
 from servetune.engine.config import Config
+from servetune.engine.outcome import Outcome
 from servetune.load.records import RunResult
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
 from servetune.tune import analysis
 
@@ -65,10 +66,10 @@ def _ok_run(store: StudyStore, trial_id: int, replicate: int, value: float) -> N
 
 def _trial(store: StudyStore, role: str, config: Config, params: dict, outcome: str, values: list[float],
            detail: str | None = None) -> None:
-    trial = store.begin_trial(role, config, params)
+    trial = store.begin_trial(TrialRole(role), config, params)
     for rep, value in enumerate(values, 1):
         _ok_run(store, trial.id, rep, value)
-    store.finish_trial(trial.id, outcome, detail=detail)
+    store.finish_trial(trial.id, Outcome(outcome), detail=detail)
 
 
 def test_no_finalists_study_does_not_speak_of_re_validation(tmp_path: Path) -> None:

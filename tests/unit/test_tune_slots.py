@@ -21,7 +21,7 @@ from servetune.engine.outcome import Outcome
 from servetune.engine.placement import Placement, plan_placements
 from servetune.errors import ServetuneError
 from servetune.report import write_report
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
 from servetune.tune import analysis, known
 from servetune.tune.display import StudyDisplay
@@ -73,7 +73,7 @@ def test_two_slots_run_the_grid_once_each_and_reach_the_single_slot_verdict(tmp_
     # The slot's placement went to the engine and is on the trial, and is not part of the config.
     cpus = [p.cpus for p in engine.placements]
     assert all(c for c in cpus) and len(set(cpus)) == 2
-    assert {t.placement["slot"] for t in store.trials()} == {0, 1}
+    assert {t.placement.slot for t in store.trials() if t.placement} == {0, 1}
     baselines = {t.config.key() for t in store.trials() if t.role in analysis.BASELINE_ROLES}
     assert baselines == {_spec(tmp_path, 2).baseline_config().key()}
     assert [t.slot for t in one_store.trials()] == [0] * len(one_store.trials())
@@ -131,7 +131,7 @@ def test_a_due_check_waits_for_a_candidate_that_boots(tmp_path: Path) -> None:
 def test_running_candidates_are_in_the_history_the_strategy_sees(tmp_path: Path) -> None:
     spec = _spec(tmp_path, 2)
     store = StudyStore.in_dir(tmp_path)
-    store.begin_trial("candidate", spec.config_for({"max-num-seqs": 8}), {"max-num-seqs": 8}, slot=1)
+    store.begin_trial(TrialRole.candidate, spec.config_for({"max-num-seqs": 8}), {"max-num-seqs": 8}, slot=1)
     (view,) = analysis.history(store, spec)
     assert view.running and dict(view.params) == {"max-num-seqs": 8} and not view.usable
 

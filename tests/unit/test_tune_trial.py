@@ -8,7 +8,7 @@ from servetune.engine.base import StartResult
 from servetune.engine.config import Config
 from servetune.engine.launch import Server, StopReport
 from servetune.engine.outcome import Outcome
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.tune.trial import TrialExecutor, TrialPlan
 from tests.fakes.launch import fake_server
 
@@ -38,7 +38,7 @@ class LeakyEngine:
 
 def test_a_teardown_that_left_a_process_and_the_port_is_in_the_trial_detail(tmp_path: Path) -> None:
     store = StudyStore.in_dir(tmp_path)
-    trial = store.begin_trial("baseline", Config(), {})
+    trial = store.begin_trial(TrialRole.baseline, Config(), {})
     with fake_server(ttft_ms=1, itl_ms=1) as url:
         engine = LeakyEngine(url, store)
         outcome = TrialExecutor(engine, store, tmp_path, None).run(
@@ -68,12 +68,12 @@ def _too_long_trial(tmp_path: Path, estimate: int | None, baseline_memory: str) 
 
     store = StudyStore.in_dir(tmp_path)
     baseline = Config.of({"kv-cache-memory-bytes": baseline_memory, "max-model-len": 2048})
-    first = store.begin_trial("baseline", baseline, {})
+    first = store.begin_trial(TrialRole.baseline, baseline, {})
     facts = BootFacts(kv_cache_tokens=4096, max_concurrency=2.0, max_concurrency_tokens=2048)
     store.record_boot(first.id, healthy_at=1.0, boot_facts=facts.model_dump(mode="json"), mismatches=[],
                       log_path="logs/x.log")
-    store.finish_trial(first.id, "ok")
-    trial = store.begin_trial("candidate", Config.of({"kv-cache-memory-bytes": "4MiB", "max-model-len": 8192}), {})
+    store.finish_trial(first.id, Outcome.ok)
+    trial = store.begin_trial(TrialRole.candidate, Config.of({"kv-cache-memory-bytes": "4MiB", "max-model-len": 8192}), {})
     outcome = TrialExecutor(TooLongEngine(estimate), store, tmp_path, None).run(
         trial, TrialPlan([], 1, 1), enough=lambda t, r: True, progress=lambda *a: None,
         fits_of=lambda t, est: known.context_fit(store, t, est, baseline))

@@ -14,7 +14,7 @@ from ..stats.multiple import holm
 from ..stats.power import boots_needed
 from ..stats.types import Comparison, Interval
 from ..stats.verdict import label, verdict
-from ..store import RunRow, StudyStore, TrialRow
+from ..store import Run, StudyStore, Trial
 from ..study.metrics import higher_is_better
 from . import prefix_reuse
 from .spec import SIDES, AbSpec
@@ -120,7 +120,7 @@ def analyze(store: StudyStore, spec: AbSpec, metrics: Sequence[str] = DEFAULT_ME
     )
 
 
-def boot_values(trials: Sequence[TrialRow], ok_runs: Sequence[RunRow], scenario: str, metric: str) -> list[list[float]]:
+def boot_values(trials: Sequence[Trial], ok_runs: Sequence[Run], scenario: str, metric: str) -> list[list[float]]:
     """Per boot (trial), the metric's replicate values: positive and finite only (the log scale)."""
     out = []
     for trial in trials:
@@ -159,7 +159,7 @@ def _holm(rows: list[AbRow], alpha: float, min_effect_pct: float) -> list[AbRow]
     return out
 
 
-def _reuse(side: str, trials: Sequence[TrialRow], ok_runs: Sequence[RunRow], confidence: float) -> ReuseSide | None:
+def _reuse(side: str, trials: Sequence[Trial], ok_runs: Sequence[Run], confidence: float) -> ReuseSide | None:
     ids = {t.id for t in trials}
     cold: list[float] = []
     warm: list[float] = []

@@ -19,7 +19,7 @@ from ..engine.outcome import Outcome
 from ..errors import ServetuneError
 from ..load.records import RunResult
 from ..load.scenario import Scenario
-from ..store import StudyStore, TrialRow
+from ..store import StudyStore, Trial, TrialRole
 from ..tune.display import StudyDisplay
 from ..tune.lock import StudyLock, TunerProcess
 from ..tune.recovery import reclaim_unfinished
@@ -29,7 +29,7 @@ from . import prefix_reuse
 from .analysis import AbAnalysis, analyze
 from .spec import SIDES, AbSpec
 
-ROLES = {"A": "ab_a", "B": "ab_b"}
+ROLES = {"A": TrialRole.ab_a, "B": TrialRole.ab_b}
 SIDE_OF_ROLE = {role: side for side, role in ROLES.items()}
 META_KEY = "ab"
 BOOTS_MAY_CHANGE = "boots"  # a resumed A/B may get more boots, nothing else
@@ -43,7 +43,7 @@ def boot_order(boots: int) -> list[str]:
 class AbTrialExecutor(TrialExecutor):
     """A TrialExecutor that also measures the prefix-reuse pairs (a scenario of its own kind)."""
 
-    def _run_once(self, trial: TrialRow, url: str, api_key: str | None, model: str, scenario: Scenario,
+    def _run_once(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn) -> tuple[RunResult, float]:
         if not isinstance(scenario, prefix_reuse.PrefixReuse):
             return super()._run_once(trial, url, api_key, model, scenario, replicate, attempt, progress)
@@ -101,7 +101,7 @@ class AbRunner:
         scenarios = [*work.scenarios, *([self.reuse] if self.reuse else [])]
         return TrialPlan(scenarios=scenarios, min_replicates=work.replicates.max, max_replicates=work.replicates.max)
 
-    def _execute(self, trial: TrialRow) -> None:
+    def _execute(self, trial: Trial) -> None:
         side = SIDE_OF_ROLE[trial.role]
         total = len(boot_order(self.boots))
         self.display.trials(len([t for t in self.store.trials() if t.status == "done"]), total, None)
@@ -117,7 +117,7 @@ class AbRunner:
                               f"{len(self.store.runs(trial.id))} runs)")
         self.display.trials(len([t for t in self.store.trials() if t.status == "done"]), total, None)
 
-    def _on_progress(self, trial: TrialRow, side: str, scenario: str | None, replicate: int, done: int,
+    def _on_progress(self, trial: Trial, side: str, scenario: str | None, replicate: int, done: int,
                      total: int) -> None:
         self.display.trial_step(trial, side, scenario, replicate, done, total)
         now = time.monotonic()

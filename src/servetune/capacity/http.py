@@ -10,12 +10,12 @@ from typing import Literal
 
 import numpy as np
 
-from ..engine.outcome import Outcome
 from ..load import metrics
 from ..load.bench import run_scenario
 from ..load.client import Finished
 from ..load.records import RequestRecord, RunResult
 from ..load.scenario import Scenario
+from ..vocabulary import Outcome
 from .monitor import LevelMonitor
 from .search import LevelSample, Measure
 from .slo import Slo

@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         with store_errors(study_dir / StudyStore.FILENAME):
             store = StudyStore.open_existing(study_dir, read_only=True)
             try:
-                raw = store.get_meta_json("spec")
+                raw = store.spec_doc()
                 if raw is None:
                     raise ServetuneError(f"{study_dir}: the store holds no study spec (meta 'spec')")
                 try:

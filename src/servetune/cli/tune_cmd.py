@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..store import StudyStore, Trial, TrialRole
 from ..tune.display import StudyDisplay, format_duration
@@ -64,7 +63,7 @@ def register(app: typer.Typer) -> None:
     def status(out: Path = typer.Argument(..., help="study directory")) -> None:
         """Progress of a study from its store: trials done, the current one, ETA."""
         store = StudyStore.open_existing(out, read_only=True)
-        spec = store.get_meta_json("spec") or {}
+        spec = store.spec_doc() or {}
         trials = store.trials()
         runs = store.runs()
         done = [t for t in trials if t.done]
@@ -72,7 +71,7 @@ def register(app: typer.Typer) -> None:
         eta = estimate(trials, runs)
         table = Table(title=escape(f"study {spec.get('name', out)}"))
         # Which slot (and node, on Ray) measured a trial matters once there is more than one place.
-        by_slot = len({t.slot for t in trials}) > 1 or any((t.placement or {}).get("node") for t in trials)
+        by_slot = len({t.slot for t in trials}) > 1 or any(t.placement and t.placement.node for t in trials)
         for col in ("#", "role", "config", *(("slot",) if by_slot else ()), "outcome", "boot s", "runs"):
             table.add_column(col)
         base_cfg = next((t.config for t in trials if t.role is TrialRole.baseline), None)
@@ -105,9 +104,9 @@ def register(app: typer.Typer) -> None:
             console.print(escape(analysis.power_line(analysis.study_power(store, study))))
         if first := first_estimate_summary(store):
             console.print(escape(first))
-        verdict = store.get_meta_json("verdict")
+        verdict = store.verdict()
         if verdict:
-            console.print(f"verdict: {escape(str(verdict.get('reason')))}")
+            console.print(f"verdict: {escape(verdict.reason)}")
 
 
 def _ray_slots() -> ModuleType:
@@ -158,5 +157,5 @@ def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None, ra
 
 
 def _slot_cell(trial: Trial) -> str:
-    node = Placement.of(trial.placement or {}).node_label()
+    node = trial.placement.node_label() if trial.placement else None
     return escape(f"{trial.slot} ({node})" if node else str(trial.slot))

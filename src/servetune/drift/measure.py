@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..capacity.http import request_values
-from ..engine.outcome import Outcome
 from ..load.bench import run_scenario
 from ..report.requests import read_records
+from ..vocabulary import Outcome
 from .analysis import METRICS
 from .protocol import DriftProtocol, Phase
 

@@ -11,6 +11,7 @@ anything unknown makes two configs different, never the same.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,3 +124,22 @@ def same_memory(a: Config, b: Config) -> bool:
         return False
     flags = (set(a.flags) | set(b.flags)) - _NOT_MEMORY - {"max-model-len"}
     return all(a.flags.get(f) == b.flags.get(f) for f in flags)
+
+
+def fitting_length(config: Config, estimate: int | None, booted: list[Booted]) -> str | None:
+    """For a study's config that failed context_too_long: the --max-model-len that would fit, from
+    vLLM's estimate in its own boot, else from the KV cache a booted config with the same memory
+    settings logged (about X·Y tokens fit one request). None when neither is known."""
+    if estimate is not None:
+        return f"fits: --max-model-len {estimate} (vLLM's estimate for these memory settings)"
+    for other in booted:
+        facts = other.facts
+        if facts is None or not same_memory(config, other.config):
+            continue
+        tokens = facts.kv_cache_tokens
+        if facts.max_concurrency is not None and facts.max_concurrency_tokens:
+            tokens = math.floor(facts.max_concurrency * facts.max_concurrency_tokens)
+        if tokens:
+            return (f"fits: about --max-model-len {tokens} (the KV cache of {other.name}, same memory settings, "
+                    f"holds {tokens:,} tokens; `servetune probe context` finds the exact length)")
+    return None

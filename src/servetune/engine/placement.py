@@ -7,7 +7,7 @@ engine config, so it stays out of `Config.key()` and is recorded on the trial in
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +37,17 @@ class Placement:
         return {**out, **self.where}
 
     @classmethod
-    def of(cls, described: dict[str, Any]) -> Placement:
-        """The placement `describe()` wrote (as the store keeps it)."""
+    def from_described(cls, described: Mapping[str, Any]) -> Placement:
+        """The placement whose `describe()` this is (as the store keeps it)."""
         cpus = described.get("cpus")
         where = {k: str(v) for k, v in described.items() if k not in ("slot", "env", "cpus") and v is not None}
-        return cls(int(described.get("slot", 0)), dict(described.get("env") or {}), tuple(cpus) if cpus else None,
+        return cls(int(described.get("slot") or 0), dict(described.get("env") or {}), tuple(cpus) if cpus else None,
                    where)
+
+    @property
+    def node(self) -> str | None:
+        """The machine's name and address when it is not the tuner's own (a Ray slot's node)."""
+        return self.where.get("node")
 
     def node_label(self) -> str:
         """Which machine: its name and address, and on Ray the node (several raylets may share a

@@ -25,9 +25,8 @@ import aiohttp
 import numpy as np
 
 from .. import server_http
-from ..engine.outcome import Outcome, for_http_status
-from ..engine.server_metrics import VLLM_METRIC_NAMES, MetricNames
 from ..errors import ServetuneError
+from ..vocabulary import VLLM_METRIC_NAMES, MetricNames, Outcome, for_http_status
 from . import arrivals, client, health, metrics
 from .dataset import RequestSpec, request_specs
 from .prompts import LocalTokenizer, PromptFactory, RemoteTokenizer, Tokenizer

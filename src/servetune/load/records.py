@@ -7,7 +7,7 @@ from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..engine.outcome import Outcome
+from ..vocabulary import Outcome
 
 
 class SummaryLike(Protocol):

@@ -17,7 +17,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from .. import server_http
-from ..engine.server_metrics import VLLM_METRIC_NAMES, MetricNames
+from ..vocabulary import VLLM_METRIC_NAMES, MetricNames
 from . import speculative_metrics
 
 # vLLM's names: the default for a server of unknown kind (bench, capacity); a study's engine passes its own.

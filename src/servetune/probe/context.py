@@ -20,7 +20,6 @@ from pydantic import BaseModel, Field
 
 from ..engine.base import Engine, StartResult
 from ..engine.config import Config
-from ..engine.equivalence import Booted, same_memory
 from ..engine.outcome import Outcome
 from ..errors import ServetuneError
 
@@ -195,22 +194,3 @@ def engine_boot(engine: Engine, config: Config, log_dir: Path) -> BootFn:
         return probe_boot(length, result)
 
     return boot
-
-
-def fitting_length(config: Config, estimate: int | None, booted: list[Booted]) -> str | None:
-    """For a study's config that failed context_too_long: the --max-model-len that would fit, from
-    vLLM's estimate in its own boot, else from the KV cache a booted config with the same memory
-    settings logged (about X·Y tokens fit one request). None when neither is known."""
-    if estimate is not None:
-        return f"fits: --max-model-len {estimate} (vLLM's estimate for these memory settings)"
-    for other in booted:
-        facts = other.facts
-        if facts is None or not same_memory(config, other.config):
-            continue
-        tokens = facts.kv_cache_tokens
-        if facts.max_concurrency is not None and facts.max_concurrency_tokens:
-            tokens = math.floor(facts.max_concurrency * facts.max_concurrency_tokens)
-        if tokens:
-            return (f"fits: about --max-model-len {tokens} (the KV cache of {other.name}, same memory settings, "
-                    f"holds {tokens:,} tokens; `servetune probe context` finds the exact length)")
-    return None

@@ -17,7 +17,7 @@ import numpy as np
 from ..capacity.search import LevelResult
 from ..capacity.slo import Judgement, Slo, slo_from_key, slos_from_limits, statistic
 from ..engine.placement import server_gpus
-from ..store.sqlite import RunRow, TrialRow
+from ..store import Run, Trial
 from ..study.metrics import CAPACITY
 from ..study.spec import ObjectiveSpec
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
@@ -72,11 +72,11 @@ def usd_per_million_tokens(price_per_gpu_hour: float, gpu_count: int, output_tok
     return price_per_gpu_hour * gpu_count / (output_tokens_per_s * 3600.0) * 1e6
 
 
-def _capacity_runs(c: ConfigResult, runs_by_trial: Mapping[int, list[RunRow]], scenario: str) -> list[RunRow]:
+def _capacity_runs(c: ConfigResult, runs_by_trial: Mapping[int, list[Run]], scenario: str) -> list[Run]:
     return current_capacity_runs([r for t in c.trial_ids for r in runs_by_trial.get(t, [])], scenario)
 
 
-def build_capacity(analysis: StudyAnalysis, trials: Sequence[TrialRow], objective: ObjectiveSpec,
+def build_capacity(analysis: StudyAnalysis, trials: Sequence[Trial], objective: ObjectiveSpec,
                    price_per_gpu_hour: float | None, study_dir: Path) -> CapacityView | None:
     """None unless the study maximised capacity."""
     if analysis.objective_metric != CAPACITY:
@@ -122,7 +122,7 @@ def _plotted_metric(limits: Mapping[str, float], metric: str) -> str:
     return next((k for k in limits if k.endswith(f"_{metric}_ms")), f"p99_{metric}_ms")
 
 
-def _judge_boots(analysis: StudyAnalysis, trials: Sequence[TrialRow], objective: ObjectiveSpec,
+def _judge_boots(analysis: StudyAnalysis, trials: Sequence[Trial], objective: ObjectiveSpec,
                  study_dir: Path) -> dict[int, dict[str, _BootLevels]]:
     """Every boot's levels judged again from their stored records, once for the table and the
     curves alike: a closed loop's first wave is left out of both, as it is of the verdicts (a run
@@ -130,7 +130,7 @@ def _judge_boots(analysis: StudyAnalysis, trials: Sequence[TrialRow], objective:
     alpha = 1.0 - analysis.confidence
     out: dict[int, dict[str, _BootLevels]] = {}
     for trial in trials:
-        by_scenario: dict[str, list[RunRow]] = {}
+        by_scenario: dict[str, list[Run]] = {}
         for r in trial.runs:
             if is_level_run(r.summary):
                 by_scenario.setdefault(r.scenario, []).append(r)
@@ -146,7 +146,7 @@ def _label(c: ConfigResult, analysis: StudyAnalysis) -> str:
     return c.label if c.is_baseline or base_cfg is None else c.config.label(base_cfg)
 
 
-def _level_tables(analysis: StudyAnalysis, trials: Sequence[TrialRow],
+def _level_tables(analysis: StudyAnalysis, trials: Sequence[Trial],
                   judged: Mapping[int, Mapping[str, _BootLevels]]) -> list[LevelTable]:
     """Per scenario, each boot's levels as today's judgement pools and judges them: the same
     verdicts the capacity Runs were (re-)estimated from, so a reader can follow every bound."""

@@ -86,7 +86,7 @@ def _study_side(path: Path) -> Side:
 
     store = StudyStore.open_existing(path, read_only=True)
     try:
-        raw = store.get_meta_json("spec")
+        raw = store.spec_doc()
         try:
             spec = StudySpec.from_store(raw)
         except ValueError as exc:

@@ -11,7 +11,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from ..engine.config import Config
 from ..engine.outcome import Outcome
 from ..engine.placement import Placement
 from ..secrets import Redactor
-from ..store import Run, StudyStore, Trial, TrialState
+from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
 from ..study.metrics import higher_is_better
 from ..study.spec import ObjectiveSpec
 from ..tune import bandwidth
@@ -164,8 +164,7 @@ def explaining_lines(log_tail: str | None, limit: int = 8) -> list[str]:
 
 
 def _spec(store: StudyStore) -> dict[str, Any]:
-    spec = store.get_meta_json("spec")
-    return spec if isinstance(spec, dict) else {}
+    return store.spec_doc() or {}
 
 
 def _objective(spec: dict[str, Any]) -> ObjectiveSpec:
@@ -283,7 +282,7 @@ def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> 
 
 
 def _slot_label(t: Trial) -> str:
-    return Placement.of({**(t.placement or {}), "slot": t.slot}).label()
+    return replace(t.placement, slot=t.slot).label() if t.placement else Placement(t.slot).label()
 
 
 def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
@@ -414,19 +413,20 @@ def _cost(analysis: StudyAnalysis, store: StudyStore, trials: list[Trial], runs:
     other = c.get("other_s", max(wall - boot - measure, 0.0))
     eta_err, note = c.get("eta_error_pct"), ""
     if eta_err is None:
-        eta_err, note = _eta_accuracy(store.get_meta_json("eta_log"), store)
+        eta_err, note = _eta_accuracy(store)
     return CostView(wall, boot, measure, other, sum(t.boots for t in trials), len(runs), eta_err, note)
 
 
 _UNFINISHED = ("interrupted", "paused")   # a session's end reasons that leave the study to resume
 
 
-def _eta_accuracy(eta_log: Any, store: StudyStore) -> tuple[float | None, str]:
-    """Error of the first ETA, in % of the time that really remained then (positive: too late).
-
-    `eta_log`: the runner's list of {"trial_seq", "at", "predicted_end"} (unix times).
-    """
-    if not isinstance(eta_log, list) or not eta_log:
+def _eta_accuracy(store: StudyStore) -> tuple[float | None, str]:
+    """Error of the first ETA, in % of the time that really remained then (positive: too late)."""
+    try:
+        eta_log: list[EtaEntry] | None = store.eta_log()
+    except ValueError:
+        eta_log = None  # said once the study is known to be finished
+    if eta_log == []:
         return None, "no ETA log stored"
     sessions = store.sessions()
     if not sessions or sessions[-1].ended_at is None:
@@ -434,10 +434,9 @@ def _eta_accuracy(eta_log: Any, store: StudyStore) -> tuple[float | None, str]:
     if sessions[-1].end_reason in _UNFINISHED:
         # its first ETA was for the whole study; the time so far is not what it predicted
         return None, f"study not finished (its last session was {sessions[-1].end_reason})"
-    try:
-        preds = sorted((float(e["at"]), float(e["predicted_end"])) for e in eta_log)
-    except (KeyError, TypeError, ValueError):
+    if eta_log is None:
         return None, "ETA log unreadable"
+    preds = sorted((e.at, e.predicted_end) for e in eta_log)
     # An ETA predicts the tuner's remaining running time; a study resumed days later did not
     # take those days, so only the time inside sessions after the estimate counts as actual.
     judged = [(pred - at, actual) for at, pred in preds
@@ -505,7 +504,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         configs=_config_lines(analysis), diff=diff, deployment=dep,
         snippets=snippets(dep) if dep is not None else None,
         trials=[_trial_view(t, base_cfg, redact) for t in trials],
-        slotted=len({t.slot for t in trials}) > 1 or any((t.placement or {}).get("node") for t in trials),
+        slotted=len({t.slot for t in trials}) > 1 or any(t.placement is not None and t.placement.node for t in trials),
         param_effects=_param_effects(analysis), importances=importances,
         plots=figures, evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),

@@ -5,7 +5,7 @@ from .baseline import BaselineOnly
 from .grid import Grid, gray_order
 from .ofat import OneFactorAtATime
 from .optuna_tpe import OptunaTPE
-from .registry import STRATEGIES, make_strategy
+from .registry import STRATEGIES, make_strategy, register_strategy, strategy_names
 
 __all__ = [
     "STRATEGIES",
@@ -20,4 +20,6 @@ __all__ = [
     "Tried",
     "gray_order",
     "make_strategy",
+    "register_strategy",
+    "strategy_names",
 ]

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .base import Proposal, SearchBase, TrialView
+from .registry import register_strategy
 
 
+@register_strategy
 class BaselineOnly(SearchBase):
     name = "baseline"
 

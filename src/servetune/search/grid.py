@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .base import Proposal, SearchBase, TrialView, Tried
+from .registry import register_strategy
 
 
 def gray_order(radices: Sequence[int], reverse: bool = False) -> Iterator[tuple[int, ...]]:
@@ -33,6 +34,7 @@ def gray_order(radices: Sequence[int], reverse: bool = False) -> Iterator[tuple[
             yield (d, *tail)
 
 
+@register_strategy
 class Grid(SearchBase):
     name = "grid"
     enumerates = True

@@ -17,8 +17,10 @@ from typing import Any
 from ..engine.config import Config
 from ..stats import compare_many, winners
 from .base import Proposal, SearchBase, TrialView, Tried
+from .registry import register_strategy
 
 
+@register_strategy
 class OneFactorAtATime(SearchBase):
     name = "ofat"
     enumerates = True

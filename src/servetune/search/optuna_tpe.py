@@ -34,6 +34,7 @@ from ..engine.outcome import Outcome
 from ..study.spec import StudySpec
 from .base import Proposal, SearchBase, TrialView, Tried
 from .grid import Grid
+from .registry import register_strategy
 
 _FAILED = 2.0
 _SLO_BREACH = 1.0
@@ -41,6 +42,7 @@ _BROKEN_RULE = 1.0
 _CONSTRAINT = "servetune"
 
 
+@register_strategy
 class OptunaTPE(SearchBase):
     name = "optuna"
 

@@ -1,17 +1,27 @@
-"""Strategy names (the study's `strategy:` key) -> strategy classes."""
+"""Strategy names (the study's `strategy:` key) -> strategy classes, registered as engines are
+(engine/registry.py): a module defines its strategy class and decorates it with
+`register_strategy`, which files it under the class's `name`."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from ..study.spec import StudySpec
 from .base import SearchBase, Strategy
-from .baseline import BaselineOnly
-from .grid import Grid
-from .ofat import OneFactorAtATime
-from .optuna_tpe import OptunaTPE
 
-STRATEGIES: dict[str, type[SearchBase]] = {
-    cls.name: cls for cls in (BaselineOnly, OneFactorAtATime, Grid, OptunaTPE)
-}
+STRATEGIES: dict[str, type[SearchBase]] = {}
+
+_S = TypeVar("_S", bound=type[SearchBase])
+
+
+def register_strategy(cls: _S) -> _S:
+    """Class decorator: `strategy: <cls.name>` in a study builds this class."""
+    STRATEGIES[cls.name] = cls
+    return cls
+
+
+def strategy_names() -> list[str]:
+    return sorted(STRATEGIES)
 
 
 def make_strategy(study: StudySpec) -> Strategy:

@@ -1,6 +1,8 @@
 """The study store: one SQLite file per study, written atomically per run, read as Trial records."""
 
-from .model import BASELINE_ROLES, Run, RunRow, Trial, TrialRole, TrialRow, TrialState
+from .meta import EtaEntry, PlannedTrial, Verdict
+from .model import BASELINE_ROLES, Run, Trial, TrialRole, TrialState
 from .sqlite import StudyStore
 
-__all__ = ["BASELINE_ROLES", "Run", "RunRow", "StudyStore", "Trial", "TrialRole", "TrialRow", "TrialState"]
+__all__ = ["BASELINE_ROLES", "EtaEntry", "PlannedTrial", "Run", "StudyStore", "Trial", "TrialRole", "TrialState",
+           "Verdict"]

@@ -15,6 +15,7 @@ from typing import Any
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..engine.placement import Placement
 from ..load.records import RunSummary
 
 
@@ -100,7 +101,7 @@ class Trial:
     launch_token: str | None = None  # in the server's env; recorded before the spawn
     runs: tuple[Run, ...] = ()       # in the order they were measured
     slot: int = 0                    # the slot that runs it (a store from before slots: 0)
-    placement: dict[str, Any] | None = None  # that slot's GPUs/CPUs, as engine.placement describes them
+    placement: Placement | None = None  # that slot's GPUs/CPUs (None: a store from before slots)
     earlier_boots: int = 0           # healthy boots before the current one (reopened after a kill)
     earlier_boot_s: float = 0.0      # their launch-to-healthy seconds (a store from before: 0, unknown)
 
@@ -135,7 +136,3 @@ class Trial:
     def ok_runs(self) -> list[Run]:
         return [r for r in self.runs if r.ok]
 
-
-# The names the rest of the code knew these records by.
-TrialRow = Trial
-RunRow = Run

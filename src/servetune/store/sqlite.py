@@ -26,9 +26,11 @@ from urllib.parse import quote
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.outcome import Outcome
+from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
-from .model import Run, RunRow, Trial, TrialRole, TrialRow, TrialState  # noqa: F401  (the names other modules import from here)
+from . import meta
+from .model import Run, Trial, TrialRole, TrialState
 from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
 
 
@@ -153,11 +155,41 @@ class StudyStore:
     def set_meta_json(self, key: str, value: Any) -> None:
         self.set_meta(key, json.dumps(value, sort_keys=True))
 
+    def spec_doc(self) -> dict[str, Any] | None:
+        """The study spec as the tuner dumped it (StudySpec.from_store reads it); None when none is
+        stored (or what is stored is not a JSON object)."""
+        doc = self.get_meta_json(meta.SPEC)
+        return doc if isinstance(doc, dict) else None
+
+    def set_spec_doc(self, doc: dict[str, Any]) -> None:
+        self.set_meta_json(meta.SPEC, doc)
+
+    def final_plan(self) -> list[meta.PlannedTrial] | None:
+        """The validation boots planned when the search ended; None while it goes on."""
+        return meta.final_plan_from_json(self.get_meta_json(meta.FINAL_PLAN))
+
+    def set_final_plan(self, plan: list[meta.PlannedTrial]) -> None:
+        self.set_meta_json(meta.FINAL_PLAN, [[step.role.value, step.config_key] for step in plan])
+
+    def eta_log(self) -> list[meta.EtaEntry]:
+        """The ETA shown before each boot, oldest first; ValueError when an entry is unreadable."""
+        return [meta.EtaEntry.from_json(e) for e in self.get_meta_json(meta.ETA_LOG) or []]
+
+    def log_eta(self, entry: meta.EtaEntry) -> None:
+        self.set_meta_json(meta.ETA_LOG, [*(self.get_meta_json(meta.ETA_LOG) or []), entry.to_json()])
+
+    def verdict(self) -> meta.Verdict | None:
+        """The verdict of the last run that finished or stopped unpaused; None before one."""
+        return meta.verdict_from_json(self.get_meta_json(meta.VERDICT))
+
+    def set_verdict(self, verdict: meta.Verdict) -> None:
+        self.set_meta_json(meta.VERDICT, verdict.to_json())
+
     # --- trials -------------------------------------------------------------------------
 
-    def begin_trial(self, role: TrialRole | str, config: Config, params: dict[str, Any], *,
+    def begin_trial(self, role: TrialRole, config: Config, params: dict[str, Any], *,
                     session_id: int | None = None, slot: int = 0,
-                    placement: dict[str, Any] | None = None) -> Trial:
+                    placement: Placement | None = None) -> Trial:
         now = time.time()
         self._cached = None
         with self._conn:
@@ -166,8 +198,8 @@ class StudyStore:
             cur = self._conn.execute(
                 "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at, session_id,"
                 " slot, placement_json) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-                (seq, str(TrialRole(role)), config.key(), config.canonical_json(), json.dumps(params, sort_keys=True),
-                 now, session_id, slot, _dumps(placement)),
+                (seq, role.value, config.key(), config.canonical_json(), json.dumps(params, sort_keys=True),
+                 now, session_id, slot, _dumps_placement(placement)),
             )
         return self.trial(_inserted_id(cur))
 
@@ -190,11 +222,11 @@ class StudyStore:
                     " log_path = COALESCE(?, log_path) WHERE id = ?",
                     (healthy_at, _dumps(facts_json), json.dumps(mismatches), log_path, trial_id))
 
-    def finish_trial(self, trial_id: int, outcome: Outcome | str, *, detail: str | None = None,
+    def finish_trial(self, trial_id: int, outcome: Outcome, *, detail: str | None = None,
                      log_tail: str | None = None) -> None:
         detail, log_tail = (None if x is None else self.redact(x) for x in (detail, log_tail))
         self._write("UPDATE trials SET status = 'done', outcome = ?, detail = ?, log_tail = COALESCE(?, log_tail),"
-                    " ended_at = ? WHERE id = ?", (str(Outcome(outcome)), detail, log_tail, time.time(), trial_id))
+                    " ended_at = ? WHERE id = ?", (outcome.value, detail, log_tail, time.time(), trial_id))
 
     def reopen_trial(self, trial_id: int, *, session_id: int | None = None) -> None:
         """A trial interrupted by a kill: keep its runs, clear the dead server, boot it again
@@ -207,10 +239,10 @@ class StudyStore:
                     " started_at = ?, healthy_at = NULL, session_id = ? WHERE id = ?",
                     (time.time(), session_id, trial_id))
 
-    def move_trial(self, trial_id: int, *, slot: int, placement: dict[str, Any] | None) -> None:
+    def move_trial(self, trial_id: int, *, slot: int, placement: Placement | None) -> None:
         """A reopened trial runs on `slot` (its own, or another when the study has fewer now)."""
         self._write("UPDATE trials SET slot = ?, placement_json = ? WHERE id = ?",
-                    (slot, _dumps(placement), trial_id))
+                    (slot, _dumps_placement(placement), trial_id))
 
     def trial(self, trial_id: int) -> Trial:
         found = next((t for t in self._study() if t.id == trial_id), None)
@@ -312,6 +344,15 @@ def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
 
+def _dumps_placement(placement: Placement | None) -> str | None:
+    return None if placement is None else _dumps(placement.describe())
+
+
+def _loads_placement(raw: str | None) -> Placement | None:
+    described = _loads(raw)
+    return None if described is None else Placement.from_described(described)
+
+
 def _loads(raw: str | None, default: Any = None) -> Any:
     return default if raw is None else json.loads(raw)
 
@@ -331,7 +372,7 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
         server_create_time=row["server_create_time"], started_at=row["started_at"],
         healthy_at=row["healthy_at"], ended_at=row["ended_at"],
         session_id=_optional(row, "session_id"), launch_token=_optional(row, "launch_token"),
-        runs=runs, slot=_optional(row, "slot") or 0, placement=_loads(_optional(row, "placement_json")),
+        runs=runs, slot=_optional(row, "slot") or 0, placement=_loads_placement(_optional(row, "placement_json")),
         earlier_boots=_optional(row, "earlier_boots") or 0, earlier_boot_s=_optional(row, "earlier_boot_s") or 0.0,
     )
 

@@ -37,7 +37,6 @@ from .space import ENV_PREFIX, Parameter, env_var, is_number, json_field, normal
 STORED = "stored"
 
 Loc = tuple[Any, ...]
-StrategyName = Literal["baseline", "ofat", "grid", "optuna"]
 DEFAULT_COMMAND = ["python", "-m", "vllm.entrypoints.openai.api_server"]
 MAX_REPLICATES = 1000  # more runs on one boot is a typo, not a plan
 # Flags the engine layer sets itself from dedicated fields.
@@ -336,7 +335,7 @@ class StudySpec(_Strict):
     constraints: list[Constraint] = Field(default_factory=list)
     scenarios: list[ScenarioEntry] = Field(min_length=1)
     objective: ObjectiveSpec = Field(default_factory=lambda: ObjectiveSpec(maximize="output_throughput"))
-    strategy: StrategyName = "ofat"
+    strategy: str = "ofat"  # a registered strategy (search/registry.py)
     replicates: Replicates = Field(default_factory=Replicates)
     budget: Budget = Field(default_factory=Budget)
     parallel: Parallel = Field(default_factory=Parallel)
@@ -351,6 +350,14 @@ class StudySpec(_Strict):
     price_per_gpu_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     # The device's memory bandwidth, measured once at the study's start for the report's decode roofline.
     measure_bandwidth: bool = True
+
+    @field_validator("strategy")
+    @classmethod
+    def _registered_strategy(cls, name: str) -> str:
+        from ..search.registry import strategy_names  # the strategies import this module's types
+        if name not in strategy_names():
+            raise ValueError(f"unknown strategy {name!r}; known: {', '.join(strategy_names())}")
+        return name
 
     @field_validator("space")
     @classmethod

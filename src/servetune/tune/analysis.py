@@ -248,7 +248,7 @@ def pick_finalists(store: StudyStore, spec: StudySpec, k: int) -> list[str]:
 def planned_trial_count(store: StudyStore, spec: StudySpec) -> int:
     """Trials this study is expected to run in all: done + what the budget and plan still allow."""
     trials = store.trials()
-    plan = store.get_meta_json("final_plan")
+    plan = store.final_plan()
     candidates = len([t for t in trials if t.role is TrialRole.candidate])
     if plan is not None:  # search over
         return len([t for t in trials if not t.role.is_validation]) + len(plan)

@@ -25,7 +25,7 @@ from ..capacity.slo import Slo
 from ..engine.outcome import Outcome
 from ..load.records import RunResult, RunSummary, SummaryLike
 from ..load.scenario import Scenario
-from ..store import RunRow, StudyStore, TrialRow
+from ..store import Run, StudyStore, Trial
 from ..study.metrics import CAPACITY
 from ..study.objective import Objective
 from ..study.spec import StudySpec
@@ -81,9 +81,9 @@ def is_level_run(summary: SummaryLike) -> bool:
     return LEVEL_KEY in summary
 
 
-def current_capacity_runs(runs: Sequence[RunRow], scenario: str) -> list[RunRow]:
+def current_capacity_runs(runs: Sequence[Run], scenario: str) -> list[Run]:
     """The scenario's capacity Runs, one per trial: its latest attempt (a re-estimate supersedes)."""
-    latest: dict[int, RunRow] = {}
+    latest: dict[int, Run] = {}
     for r in runs:
         if (r.scenario == scenario and r.replicate == CAPACITY_REPLICATE and r.outcome == str(Outcome.ok)
                 and not is_level_run(r.summary) and CAPACITY in r.summary
@@ -117,7 +117,7 @@ def refresh_estimates(store: StudyStore, spec: StudySpec, study_dir: Path) -> li
     return refreshed
 
 
-def judged_levels(level_runs: list[RunRow], slos: list[Slo], alpha: float, study_dir: Path) -> list[LevelResult]:
+def judged_levels(level_runs: list[Run], slos: list[Slo], alpha: float, study_dir: Path) -> list[LevelResult]:
     """One boot's stored level runs of one scenario pooled per level, as the search pooled them,
     judged by today's rules; in the order the levels were first measured."""
     by_level: dict[float, list[LevelSample]] = {}
@@ -150,7 +150,7 @@ LevelProgress = Callable[[str, int, int, int], None]
 RecordRun = Callable[[int, RunResult, float], None]
 
 
-def measure_capacity(store: StudyStore, trial: TrialRow, scenarios: list[Scenario], plan: CapacityPlan,
+def measure_capacity(store: StudyStore, trial: Trial, scenarios: list[Scenario], plan: CapacityPlan,
                      server: Server, *, runs_dir: Path, study_dir: Path, tokenizer_dir: Path | None,
                      record: RecordRun, progress: LevelProgress) -> tuple[str, str | None]:
     """Search every scored scenario's capacity on this boot; (outcome, detail) of the trial."""
@@ -179,8 +179,8 @@ class _LevelRuns:
     the trial stored are handed back in their order, then each level is a Run on this server,
     committed as it ends."""
 
-    def __init__(self, trial: TrialRow, scenario: Scenario, slos: list[Slo], plan: CapacityPlan, server: Server,
-                 runs: list[RunRow], *, runs_dir: Path, study_dir: Path, tokenizer_dir: Path | None,
+    def __init__(self, trial: Trial, scenario: Scenario, slos: list[Slo], plan: CapacityPlan, server: Server,
+                 runs: list[Run], *, runs_dir: Path, study_dir: Path, tokenizer_dir: Path | None,
                  record: RecordRun, progress: LevelProgress) -> None:
         self.trial, self.scenario, self.slos, self.plan, self.server = trial, scenario, slos, plan, server
         self.runs_dir, self.tokenizer_dir, self.record, self.progress = runs_dir, tokenizer_dir, record, progress
@@ -220,7 +220,7 @@ class _LevelRuns:
 
 
 def capacity_summary(est: CapacityEstimate, kind: LoadKind, slos: list[Slo], levels_measured: int,
-                     requests: int, level_runs: list[RunRow]) -> RunSummary:
+                     requests: int, level_runs: list[Run]) -> RunSummary:
     """The capacity Run's summary: the capacity with its interval (the search's, this boot only),
     and the output tokens per second served at it (for the cost per token)."""
     return RunSummary.model_validate({
@@ -237,7 +237,7 @@ def capacity_summary(est: CapacityEstimate, kind: LoadKind, slos: list[Slo], lev
     })
 
 
-def _output_throughput_at(capacity: float, kind: LoadKind, level_runs: list[RunRow]) -> float | None:
+def _output_throughput_at(capacity: float, kind: LoadKind, level_runs: list[Run]) -> float | None:
     """Output tokens/s at the capacity: an open loop serves what it is offered (the capacity in
     req/s times the tokens a request got); a closed loop what its runs at that concurrency measured."""
     if capacity <= 0:
@@ -251,7 +251,7 @@ def _output_throughput_at(capacity: float, kind: LoadKind, level_runs: list[RunR
     return fmean(at) if at else None
 
 
-def _stored_samples(runs: list[RunRow], study_dir: Path) -> list[LevelSample]:
+def _stored_samples(runs: list[Run], study_dir: Path) -> list[LevelSample]:
     """The measured levels of earlier boots of this trial, in the order they were measured."""
     out = []
     for run in sorted(runs, key=lambda r: r.replicate):

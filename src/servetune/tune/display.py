@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from ..store import TrialRow
+from ..store import Trial
 
 
 class StudyDisplay:
@@ -32,7 +32,7 @@ class StudyDisplay:
             self._requests.append(self._progress.add_task("run", total=1, info="", visible=False))
         self._slot_names = names if len(names) > 1 else []
 
-    def _line(self, trial: TrialRow) -> tuple[TaskID, str]:
+    def _line(self, trial: Trial) -> tuple[TaskID, str]:
         task = self._requests[trial.slot % len(self._requests)]
         where = f"{self._slot_names[trial.slot]}: " if trial.slot < len(self._slot_names) else ""
         return task, f"{where}#{trial.seq} {trial.role}"
@@ -48,7 +48,7 @@ class StudyDisplay:
         info = f"ETA {format_duration(eta_s)}" if eta_s is not None else ""
         self._progress.update(self._trials, completed=done, total=max(total, done, 1), info=info)
 
-    def trial_step(self, trial: TrialRow, label: str, scenario: str | None, replicate: int,
+    def trial_step(self, trial: Trial, label: str, scenario: str | None, replicate: int,
                    done: int, total: int) -> None:
         task, description = self._line(trial)
         if scenario is None:

@@ -26,7 +26,7 @@ from statistics import median
 from typing import Any
 
 from ..load.scenario import Scenario
-from ..store import RunRow, StudyStore, TrialRow
+from ..store import Run, StudyStore, Trial
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 
@@ -64,7 +64,7 @@ class Eta:
             for s in scenarios)
 
 
-def estimate(trials: list[TrialRow], runs: list[RunRow], seed: Eta | None = None,
+def estimate(trials: list[Trial], runs: list[Run], seed: Eta | None = None,
              whole_trials: bool = False) -> Eta:
     """Medians of what was measured; `whole_trials` (capacity studies): also each scenario's
     measuring time per finished trial."""
@@ -88,7 +88,7 @@ def estimate(trials: list[TrialRow], runs: list[RunRow], seed: Eta | None = None
     )
 
 
-def for_study(spec: StudySpec, trials: list[TrialRow], runs: list[RunRow], seed: Eta | None) -> Eta:
+def for_study(spec: StudySpec, trials: list[Trial], runs: list[Run], seed: Eta | None) -> Eta:
     return estimate(trials, runs, seed, whole_trials=Objective(spec).is_capacity)
 
 

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults, read_engine_defaults
-from ..engine.equivalence import Booted, duplicate_detail, known_to_fail
+from ..engine.equivalence import Booted, duplicate_detail, fitting_length, known_to_fail
 from ..engine.outcome import Outcome
-from ..probe.context import fitting_length
-from ..store import StudyStore, TrialRow
+from ..store import StudyStore, Trial
 
 DEFAULTS_META = "engine_defaults"
 NOT_BOOTED = (Outcome.duplicate, Outcome.skipped)
@@ -33,12 +32,12 @@ def engine_defaults(store: StudyStore, command: list[str],
     return defaults
 
 
-def was_booted(trial: TrialRow) -> bool:
+def was_booted(trial: Trial) -> bool:
     """False for a trial decided without a boot (a launch token is written before every spawn)."""
     return not (trial.outcome in NOT_BOOTED and trial.launch_token is None)
 
 
-def _name(trial: TrialRow, baseline: Config) -> str:
+def _name(trial: Trial, baseline: Config) -> str:
     label = trial.config.label(baseline)
     return f"the baseline (#{trial.seq})" if label == "baseline" else f"#{trial.seq} ({label})"
 
@@ -67,13 +66,13 @@ def before_boot(store: StudyStore, config: Config, baseline: Config, defaults: E
     return (Outcome.skipped, doomed) if doomed else None
 
 
-def after_boot(store: StudyStore, trial: TrialRow, facts: BootFacts, baseline: Config,
+def after_boot(store: StudyStore, trial: Trial, facts: BootFacts, baseline: Config,
                defaults: EngineDefaults) -> str | None:
     """Why the booted `trial` runs as a measured config (its boot log against theirs), or None."""
     detail = duplicate_detail(trial.config, facts, measured(store, baseline, excluding=trial.id), defaults)
     return None if detail is None else f"{detail} (effective engine config from the boot logs; not measured)"
 
 
-def context_fit(store: StudyStore, trial: TrialRow, estimate: int | None, baseline: Config) -> str | None:
+def context_fit(store: StudyStore, trial: Trial, estimate: int | None, baseline: Config) -> str | None:
     """The max-model-len that would fit `trial`'s memory settings (it failed context_too_long)."""
     return fitting_length(trial.config, estimate, measured(store, baseline, excluding=trial.id))

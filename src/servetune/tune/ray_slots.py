@@ -44,7 +44,7 @@ import pickle
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
@@ -57,7 +57,7 @@ from ..engine.config import Config
 from ..engine.outcome import Outcome
 from ..engine.placement import _GPU_FLAGS, Placement, plan_placements, server_gpus
 from ..errors import ServetuneError
-from ..store import StudyStore, TrialRow
+from ..store import StudyStore, Trial
 from ..study.spec import StudySpec
 from .recovery import Leftovers
 from .slots import Driver, Finished, LiveServers, SlotCalls, SlotLost, SlotStopped, resolve_call
@@ -207,7 +207,7 @@ class _SlotActor:
                                                 live=self._live)
         return self._placement
 
-    def run(self, trial: TrialRow, plan: TrialPlan, duplicates: bool) -> Outcome | None:
+    def run(self, trial: Trial, plan: TrialPlan, duplicates: bool) -> Outcome | None:
         """The trial to its end; None when the study stopped it (it stays `running`, to be resumed)."""
         self._idle.clear()
         self._trial_id = trial.id
@@ -283,7 +283,7 @@ class RaySlots:
         self._broken: BaseException | None = None  # the pump's connection to the cluster failed
         # Each slot index the store has seen, with where it measured: a slot on the same node and
         # GPUs takes that index back (its baseline holds), another gets a fresh one (its own baseline).
-        self._seen: dict[int, dict[str, Any]] = {t.slot: dict(t.placement or {}) for t in store.trials()}
+        self._seen: dict[int, Placement | None] = {t.slot: t.placement for t in store.trials()}
         actors = [self._start_actor() for _ in range(slots)]
         wheres = _share_cpus([self._ready(f"slot {n}", actor) for n, actor in enumerate(actors)], gpus)
         for actor, where in zip(actors, wheres):
@@ -335,11 +335,11 @@ class RaySlots:
                                            if i not in self._seen and i not in self._actors)
         placement: Placement = ray.get(actor.assign.remote(slot, where.env, where.cpus))
         self._actors[slot] = actor
-        self._seen[slot] = placement.describe()
+        self._seen[slot] = placement
         self.placements.append(placement)
         return placement
 
-    def submit(self, slot: int, trial: TrialRow, plan: TrialPlan, calls: SlotCalls) -> None:
+    def submit(self, slot: int, trial: Trial, plan: TrialPlan, calls: SlotCalls) -> None:
         if self._broken is not None:
             raise ServetuneError(f"--ray: lost the Ray cluster: {_first_line(self._broken)}")
         with self._lock:
@@ -364,13 +364,13 @@ class RaySlots:
             ray.kill(actor)
             raise SlotLost(_first_line(exc)) from None
 
-    def stop_leftovers(self, trial: TrialRow, leftovers: Leftovers) -> bool:
+    def stop_leftovers(self, trial: Trial, leftovers: Leftovers) -> bool:
         """On the host the trial ran on: here when the trial has no Ray node or this host is its
         host, else by a task pinned to a live node of that host (`nodes_of_host`: a raylet that
         died leaves its host, and the trial's server, running). The first node that answers has
         seen the host's processes. A host with no live node is out of reach until the study is
         resumed with a node there."""
-        place = trial.placement or {}
+        place = trial.placement.where if trial.placement else {}
         if not place.get("ray_node_id"):
             return leftovers.stop()
         own = ray.get_runtime_context().get_node_id()
@@ -497,7 +497,7 @@ def _share_cpus(wheres: list[Placement], gpus: int) -> list[Placement]:
     return out
 
 
-def nodes_of_host(place: dict[str, Any], nodes: list[dict[str, Any]], own: str) -> list[str]:
+def nodes_of_host(place: Mapping[str, str], nodes: list[dict[str, Any]], own: str) -> list[str]:
     """Live Ray nodes (ids, from `ray.nodes()`) on the host where a trial placed at `place` ran,
     in the order to try them: the driver's own node, others of that host, and last the node the
     trial ran on (the one likely to have died, while Ray may still count it alive)."""
@@ -513,10 +513,9 @@ def _pinned(node: str) -> NodeAffinitySchedulingStrategy:
     return NodeAffinitySchedulingStrategy(node, soft=False)
 
 
-def _same_place(seen: dict[str, Any], where: Placement) -> bool:
+def _same_place(seen: Placement | None, where: Placement) -> bool:
     """The same node and the same GPUs: a baseline measured there holds for this slot."""
-    return bool(seen.get("node")) and seen.get("node") == where.where.get("node") \
-        and dict(seen.get("env") or {}) == where.env
+    return seen is not None and bool(seen.node) and seen.node == where.node and seen.env == where.env
 
 
 def _portable(exc: BaseException) -> BaseException:

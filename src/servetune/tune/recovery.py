@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..engine import stop_if_ours
 from ..errors import ServetuneError
-from ..store import StudyStore, TrialRow
+from ..store import StudyStore, Trial
 from .lock import describe_holder, session_is_live
 
 
@@ -31,7 +31,7 @@ class Leftovers:
     created_before: float | None
 
     @classmethod
-    def of(cls, store: StudyStore, trial: TrialRow) -> Leftovers:
+    def of(cls, store: StudyStore, trial: Trial) -> Leftovers:
         owner = store.session(trial.session_id) if trial.session_id is not None else None
         return cls(trial.server_pid, trial.server_pgid, trial.server_create_time, trial.launch_token,
                    owner.last_seen if owner is not None else None)
@@ -42,11 +42,11 @@ class Leftovers:
                             created_before=self.created_before)
 
 
-StopFn = Callable[[TrialRow, Leftovers], bool]
+StopFn = Callable[[Trial, Leftovers], bool]
 
 
 def reclaim_unfinished(store: StudyStore, session_id: int, note: Callable[[str], None],
-                       stop: StopFn = lambda _trial, leftovers: leftovers.stop()) -> list[TrialRow]:
+                       stop: StopFn = lambda _trial, leftovers: leftovers.stop()) -> list[Trial]:
     """Stop the leftovers of every unfinished trial (with `stop`: on this host, or where the
     trial ran) and reopen it under `session_id`; returns the reopened trials, to be run again
     (their stored runs count)."""
@@ -62,7 +62,7 @@ def reclaim_unfinished(store: StudyStore, session_id: int, note: Callable[[str],
     return reopened
 
 
-def _refuse_if_owner_lives(store: StudyStore, trial: TrialRow, session_id: int) -> None:
+def _refuse_if_owner_lives(store: StudyStore, trial: Trial, session_id: int) -> None:
     if trial.session_id is None or trial.session_id == session_id:
         return
     owner = store.session(trial.session_id)

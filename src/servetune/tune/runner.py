@@ -31,7 +31,7 @@ from ..engine.outcome import Outcome
 from ..engine.placement import Placement, plan_placements
 from ..errors import ServetuneError
 from ..search import Strategy, make_strategy
-from ..store import StudyStore, TrialRole, TrialRow
+from ..store import EtaEntry, PlannedTrial, StudyStore, Trial, TrialRole, Verdict
 from ..study.spec import StudySpec
 from . import analysis, bandwidth, capacity_trial, known, plan
 from . import eta as eta_seed
@@ -90,7 +90,7 @@ class StudyRunner:
         self._slots: SlotBackend | None = None
         self._lost: set[int] = set()                 # slots whose worker or node went away
         self._busy: dict[int, int] = {}              # slot -> id of the trial running there
-        self._resumes: list[TrialRow] = []           # trials a killed tuner left, to run first
+        self._resumes: list[Trial] = []           # trials a killed tuner left, to run first
         self._queued: dict[int, list[Work]] = {}     # a finalist waits for its baseline on the same slot
         self._search_over = False
         self._strategy: Strategy | None = None
@@ -129,8 +129,7 @@ class StudyRunner:
         if reason == "finished":
             eta_seed.record_took(self.store)
         if not self.paused:
-            self.store.set_meta_json("verdict", {"winner": result.winner.key if result.winner else None,
-                                                 "reason": result.winner_reason})
+            self.store.set_verdict(Verdict(result.winner.key if result.winner else None, result.winner_reason))
         return result
 
     # --- phases -------------------------------------------------------------------------
@@ -182,7 +181,7 @@ class StudyRunner:
         self._strategy = make_strategy(self.spec)
         self._keep_slots_busy(self._search_work)
 
-    def _search_work(self, slot: int) -> TrialRow | Work | None:
+    def _search_work(self, slot: int) -> Trial | Work | None:
         """What `slot` runs next in the search: its resumed trial, its own baseline, a baseline
         re-measurement, or the strategy's next candidate; None for nothing now."""
         resumed = self._pop_resume(slot)
@@ -225,17 +224,18 @@ class StudyRunner:
         self.display.note(why)
 
     def _validate_finalists(self) -> None:
-        plan = self.store.get_meta_json("final_plan")
+        plan = self.store.final_plan()
         if plan is None:
             keys = analysis.pick_finalists(self.store, self.spec, self.spec.finalists)
             plan = []
             for key in keys:
-                plan += [[TrialRole.baseline_final, self.baseline_config.key()], [TrialRole.finalist, key]]
+                plan += [PlannedTrial(TrialRole.baseline_final, self.baseline_config.key()),
+                         PlannedTrial(TrialRole.finalist, key)]
             if not keys and self.spec.finalists > 0 and self._baseline_boot_variance_unknown():
                 # Every verdict carries boot-to-boot variance, learnt from a config booted twice;
                 # `finalists: 0` asks for no boot after the search, so it gets none.
-                plan = [[TrialRole.baseline_final, self.baseline_config.key()]]
-            self.store.set_meta_json("final_plan", plan)
+                plan = [PlannedTrial(TrialRole.baseline_final, self.baseline_config.key())]
+            self.store.set_final_plan(plan)
             if self.spec.finalists == 0:
                 self.display.note("finalists: 0: no candidate is re-validated on a fresh boot")
             elif not keys:
@@ -246,7 +246,7 @@ class StudyRunner:
         left: list[Work] = [(role, configs[key].config, configs[key].params) for role, key in plan[len(handed_out):]]
         self._keep_slots_busy(lambda slot: self._final_work(slot, left))
 
-    def _final_work(self, slot: int, left: list[Work]) -> TrialRow | Work | None:
+    def _final_work(self, slot: int, left: list[Work]) -> Trial | Work | None:
         """The next re-validation boot for `slot`. A finalist runs on the slot that has just booted
         the baseline for it, right after it: the comparison it is made for."""
         resumed = self._pop_resume(slot)
@@ -292,29 +292,29 @@ class StudyRunner:
                 work = next_work(slot)
                 if work is None:
                     break
-                if isinstance(work, TrialRow):
+                if isinstance(work, Trial):
                     self._dispatch(slot, work)
                 else:
                     self._start_trial(*work, slot=slot)  # a trial decided without a boot leaves the slot free
 
     def _start_trial(self, role: str, config: Config, params: dict[str, Any], *, slot: int) -> None:
         self._pause_if_no_time()
-        trial = self.store.begin_trial(role, config, params, session_id=self._session, slot=slot,
-                                       placement=self._placement(slot).describe())
+        trial = self.store.begin_trial(TrialRole(role), config, params, session_id=self._session, slot=slot,
+                                       placement=self._placement(slot))
         self._dispatch(slot, trial)
 
-    def _pop_resume(self, slot: int) -> TrialRow | None:
+    def _pop_resume(self, slot: int) -> Trial | None:
         """A trial left by a killed tuner on this slot, or on one this study does not have now (fewer
         slots, a slot lost mid-trial, a Ray slot now elsewhere): any free slot takes that one."""
         live = {p.slot for p in self._live_slots()}
         for i, trial in enumerate(self._resumes):
             if trial.slot == slot or trial.slot not in live:
                 del self._resumes[i]
-                self.store.move_trial(trial.id, slot=slot, placement=self._placement(slot).describe())
+                self.store.move_trial(trial.id, slot=slot, placement=self._placement(slot))
                 return self.store.trial(trial.id)
         return None
 
-    def _dispatch(self, slot: int, trial: TrialRow) -> None:
+    def _dispatch(self, slot: int, trial: Trial) -> None:
         self._update_overview()
         label = self._label(trial.config)
         is_candidate = trial.role is TrialRole.candidate
@@ -387,7 +387,7 @@ class StudyRunner:
         if not self._live_slots():
             raise ServetuneError("every slot of the study was lost; run the same command again to resume")
 
-    def _on_progress(self, trial: TrialRow, label: str, scenario: str | None, replicate: int,
+    def _on_progress(self, trial: Trial, label: str, scenario: str | None, replicate: int,
                      done: int, total: int) -> None:
         self.display.trial_step(trial, label, scenario, replicate, done, total)
         now = time.monotonic()
@@ -444,18 +444,16 @@ class StudyRunner:
                 count += 1
         return count
 
-    def _log_eta(self, trial: TrialRow, predicted_end: float) -> None:
-        log = self.store.get_meta_json("eta_log") or []
-        log.append({"trial_seq": trial.seq, "at": time.time(), "predicted_end": predicted_end})
-        self.store.set_meta_json("eta_log", log)
+    def _log_eta(self, trial: Trial, predicted_end: float) -> None:
+        self.store.log_eta(EtaEntry(trial.seq, time.time(), predicted_end))
 
     # --- identity -----------------------------------------------------------------------
 
     def _check_same_study(self) -> None:
         new = self.spec.model_dump(mode="json")
-        stored = self.store.get_meta_json("spec")
+        stored = self.store.spec_doc()
         if stored is None:
-            self.store.set_meta_json("spec", new)
+            self.store.set_spec_doc(new)
             return
         old = _as_read_today(stored)
         # A key the stored spec lacks was added by a newer servetune: its default is not a change.
@@ -466,7 +464,7 @@ class StudyRunner:
                 f"{self.store.path}: this directory holds a different study (changed: {', '.join(changed)}); "
                 "use another --out directory, or restore the study file it was started with"
             )
-        self.store.set_meta_json("spec", new)
+        self.store.set_spec_doc(new)
 
 
 class _Pause(Exception):

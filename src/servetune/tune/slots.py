@@ -33,7 +33,7 @@ from ..engine.launch import Server, StopReport
 from ..engine.placement import Placement
 
 if TYPE_CHECKING:
-    from ..store import StudyStore, TrialRow
+    from ..store import StudyStore, Trial
     from .recovery import Leftovers
     from .trial import TrialExecutor, TrialPlan
 
@@ -187,7 +187,7 @@ class LiveServers:
 class SlotBackend(Protocol):
     placements: list[Placement]
 
-    def submit(self, slot: int, trial: TrialRow, plan: TrialPlan, calls: SlotCalls) -> None:
+    def submit(self, slot: int, trial: Trial, plan: TrialPlan, calls: SlotCalls) -> None:
         """Run `trial` on `slot`; its calls go to the driver, which hears of its end (`Finished`)."""
         ...
 
@@ -195,7 +195,7 @@ class SlotBackend(Protocol):
         """Stop every slot's server now and give up their trials (they stay `running`)."""
         ...
 
-    def stop_leftovers(self, trial: TrialRow, leftovers: Leftovers) -> bool:
+    def stop_leftovers(self, trial: Trial, leftovers: Leftovers) -> bool:
         """Stop what an abandoned trial left running (`leftovers`), where it ran; True when something was."""
         ...
 
@@ -222,7 +222,7 @@ class ThreadSlots:
         self._executors = {p.slot: executor.on_slot(proxy, None if single else p, live=live)  # type: ignore[arg-type]
                            for p in placements}
 
-    def submit(self, slot: int, trial: TrialRow, plan: TrialPlan, calls: SlotCalls) -> None:
+    def submit(self, slot: int, trial: Trial, plan: TrialPlan, calls: SlotCalls) -> None:
         executor, driver = self._executors[slot], self.driver
 
         def run() -> None:
@@ -239,7 +239,7 @@ class ThreadSlots:
         self._threads[slot] = thread
         thread.start()
 
-    def stop_leftovers(self, trial: TrialRow, leftovers: Leftovers) -> bool:
+    def stop_leftovers(self, trial: Trial, leftovers: Leftovers) -> bool:
         return leftovers.stop()  # every trial of this backend ran on this host
 
     def replacement(self, lost: int) -> Placement:

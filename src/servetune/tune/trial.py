@@ -23,7 +23,7 @@ from ..engine.placement import Placement
 from ..load.bench import run_scenario
 from ..load.records import RunResult
 from ..load.scenario import Scenario
-from ..store import StudyStore, TrialRow
+from ..store import StudyStore, Trial
 from ..study.spec import StudySpec
 from . import capacity_trial
 from .slots import LiveServers
@@ -37,14 +37,14 @@ ENDS_TRIAL = frozenset({Outcome.crashed, Outcome.stalled, Outcome.run_timeout, O
                         Outcome.bad_response})
 
 # (trial, scenario name, replicate, done requests, total requests); None scenario = booting
-ProgressFn = Callable[[TrialRow, str | None, int, int, int], None]
+ProgressFn = Callable[[Trial, str | None, int, int, int], None]
 # Decides after each full replicate whether more are needed: (trial, replicates done) -> stop?
-EnoughFn = Callable[[TrialRow, int], bool]
+EnoughFn = Callable[[Trial, int], bool]
 # After a healthy boot: why this server runs as a config already measured (then it is not
 # measured), or None.
-DuplicateFn = Callable[[TrialRow, BootFacts], str | None]
+DuplicateFn = Callable[[Trial, BootFacts], str | None]
 # After a context_too_long boot (the trial, vLLM's estimate or None): the length that would fit.
-FitsFn = Callable[[TrialRow, int | None], str | None]
+FitsFn = Callable[[Trial, int | None], str | None]
 # A slot's named call to the driver (tune/slots.py SlotCalls): call waits for the answer, post does not.
 CallFn = Callable[..., Any]
 
@@ -96,7 +96,7 @@ class TrialExecutor:
                    port=spec.engine.port,
                    launch_flags={"served-model-name": served_name} if served_name else None)
 
-    def run_calling(self, trial: TrialRow, plan: TrialPlan, *, call: CallFn, post: CallFn,
+    def run_calling(self, trial: Trial, plan: TrialPlan, *, call: CallFn, post: CallFn,
                     duplicates: bool) -> Outcome:
         """`run` on a slot: its decisions are the driver's SlotCalls, reached by name through
         `call(name, *args)` (waits for the answer) and `post` (progress; does not wait)."""
@@ -108,7 +108,7 @@ class TrialExecutor:
             fits_of=lambda t, estimate: call("fits_of", t, estimate),
         )
 
-    def run(self, trial: TrialRow, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn,
+    def run(self, trial: Trial, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn,
             duplicate_of: DuplicateFn | None = None, fits_of: FitsFn | None = None) -> Outcome:
         """Run the trial to its end and return its outcome. Failures are outcomes, never raised."""
         log_path = self._log_path(trial)
@@ -164,7 +164,7 @@ class TrialExecutor:
         self.store.finish_trial(trial.id, outcome, detail=detail, log_tail=log_tail)
         return outcome
 
-    def _measure(self, trial: TrialRow, plan: TrialPlan, server, api_key: str | None, enough: EnoughFn,
+    def _measure(self, trial: Trial, plan: TrialPlan, server, api_key: str | None, enough: EnoughFn,
                  progress: ProgressFn) -> tuple[Outcome, str | None]:
         try:
             model = served_model_name(server.url, api_key)
@@ -196,7 +196,7 @@ class TrialExecutor:
                 break
         return Outcome.ok, None
 
-    def _measure_capacity(self, trial: TrialRow, plan: TrialPlan, capacity: capacity_trial.CapacityPlan, server,
+    def _measure_capacity(self, trial: Trial, plan: TrialPlan, capacity: capacity_trial.CapacityPlan, server,
                           api_key: str | None, model: str, progress: ProgressFn) -> tuple[Outcome, str | None]:
         def record(replicate: int, result: RunResult, started_at: float) -> None:
             self.store.record_run(trial.id, replicate, _relative(result, self.out_dir), started_at=started_at,
@@ -210,7 +210,7 @@ class TrialExecutor:
             record=record, progress=lambda name, n, d, t: progress(trial, name, n, d, t))
         return Outcome(outcome), detail
 
-    def _run_once(self, trial: TrialRow, url: str, api_key: str | None, model: str, scenario: Scenario,
+    def _run_once(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn) -> tuple[RunResult, float]:
         self.engine.before_run(url, api_key)  # the engine's own reset between runs (vLLM: its prefix cache)
         started_at = time.time()
@@ -227,7 +227,7 @@ class TrialExecutor:
         )
         return result, started_at
 
-    def _log_path(self, trial: TrialRow) -> Path:
+    def _log_path(self, trial: Trial) -> Path:
         logs = self.out_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         path = logs / f"trial{trial.seq:03d}-{trial.role}.log"

@@ -1,0 +1,60 @@
+"""What a study keeps in its store's meta table, one JSON value a key, and the types the store's
+getters hand out for them (`StudyStore.spec_doc`, `final_plan`, `eta_log`, `verdict`): the keys
+and their JSON shapes are read and written here alone, so stores of older and newer versions
+read the same."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .model import TrialRole
+
+SPEC = "spec"              # the study spec as dumped (StudySpec.from_store reads it)
+FINAL_PLAN = "final_plan"  # [[role, config key], ...]: the validation boots, planned once when the search ends
+ETA_LOG = "eta_log"        # [{"trial_seq", "at", "predicted_end"}, ...]: the ETA shown before each boot (unix times)
+VERDICT = "verdict"        # {"winner": config key or null, "reason"}: the last finished run's verdict
+
+
+class PlannedTrial(NamedTuple):
+    """A validation boot of the final plan (stored as a [role, config key] pair)."""
+
+    role: TrialRole
+    config_key: str
+
+
+@dataclass(frozen=True)
+class EtaEntry:
+    """The study's predicted end when trial `trial_seq` was about to boot, at `at` (unix times)."""
+
+    trial_seq: int
+    at: float
+    predicted_end: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"trial_seq": self.trial_seq, "at": self.at, "predicted_end": self.predicted_end}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> EtaEntry:
+        """ValueError when `raw` is not an entry as the runner writes them."""
+        try:
+            return cls(int(raw["trial_seq"]), float(raw["at"]), float(raw["predicted_end"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"meta '{ETA_LOG}': unreadable entry {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class Verdict:
+    winner: str | None  # the winning config's key; None: nothing beat the baseline
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"winner": self.winner, "reason": self.reason}
+
+
+def final_plan_from_json(raw: Any) -> list[PlannedTrial] | None:
+    return None if raw is None else [PlannedTrial(TrialRole(role), str(key)) for role, key in raw]
+
+
+def verdict_from_json(raw: Any) -> Verdict | None:
+    return None if not raw else Verdict(raw.get("winner"), str(raw.get("reason")))
