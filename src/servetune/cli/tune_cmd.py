@@ -95,6 +95,12 @@ def register(app: typer.Typer) -> None:
         console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
         if spec:
             console.print(escape(analysis.power_line(analysis.study_power(store, study))))
+            if store.get_meta_json("final_plan") is not None:
+                from ..tune import revalidation, verdict_rule
+
+                look = revalidation.next_look(analysis.analyze(store, study), study,
+                                              verdict_rule.revalidation_cap(store))
+                console.print(escape(look.line()))
         if first := first_estimate_summary(store):
             console.print(escape(first))
         verdict = store.get_meta_json("verdict")

@@ -20,7 +20,8 @@ throughput, ...) pool the baseline's boots of all slots.
 Every verdict rests on a two-level model (stats.hierarchy): boots nested in configs, the
 boot-to-boot variance estimated from every config booted more than once (the baseline and its
 re-measurements always are) and used for single-boot configs too. A config measured on one boot
-can only be promising / not promising; better / worse needs boots on both sides.
+can only be promising / not promising; better / worse needs boots on both sides, and is tested
+at the selection-calibrated critical value of the design the study ran (tune/verdict_rule.py).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from .analysis_types import (
 )
 from .capacity_trial import is_level_run
 from .eta import for_study, next_trial_s, stored_seed
+from .verdict_rule import Judged, StudyDesign, judge, revalidation_cap
 
 REPORTED_METRICS = (
     "output_throughput", "request_throughput", "total_token_throughput",
@@ -297,17 +299,18 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
 
     metric_boots = {key: _metric_boots(group) for key, group in groups.items()}
     metric_components = _metric_components(metric_boots)
+    design = study_design(groups, spec, baseline_key, revalidation_cap(store))
 
     configs: list[ConfigResult] = []
     for key, group in groups.items():
         configs.append(_config_result(key, group, spec, reference, metric_boots, metric_components,
-                                      baseline_key))
+                                      baseline_key, design))
     configs.sort(key=lambda c: (not c.is_baseline, min(c.trial_ids)))
     baseline = next((c for c in configs if c.is_baseline), None)
 
     components = objective_components(configs)
     if baseline is not None and baseline.objective_boots:
-        _objective_effects([c for c in configs if not c.is_baseline], baseline, spec, components)
+        _objective_effects([c for c in configs if not c.is_baseline], baseline, spec, components, design)
     winner, reason = _winner(configs, spec)
     if winner is None and not components.known and any(c.objective_boots for c in configs if not c.is_baseline):
         remedy = ("with finalists: 0 nothing is re-booted; finalists >= 1 or a smaller baseline_every boots "
@@ -328,6 +331,17 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
         confidence=_confidence(spec),
         components=components,
     )
+
+
+def study_design(groups: dict[str, list[_Measured]], spec: StudySpec, baseline_key: str, max_boots: int) -> StudyDesign:
+    """The design the verdict is calibrated for: candidates measured in the search, the baseline's
+    boots before the finalists were picked, the study's finalists and re-validation cap."""
+    screened = sum(1 for key, group in groups.items() if key != baseline_key
+                   and any(m.by_scenario and m.trial.role is TrialRole.candidate for m in group))
+    screen_boots = sum(1 for m in groups.get(baseline_key, []) if m.by_scenario
+                       and m.trial.role is not TrialRole.baseline_final)
+    return StudyDesign(screened=max(screened, 1), finalists=spec.finalists,
+                       baseline_screen_boots=max(screen_boots, 1), max_boots=max_boots)
 
 
 def _confidence(spec: StudySpec) -> float:
@@ -378,7 +392,7 @@ def _metric_samples(group: list[_Measured]) -> dict[str, dict[str, list[float]]]
 def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference: SlotReferences,
                    metric_boots: dict[str, MetricBoots],
                    metric_components: dict[tuple[str, str], stats.VarianceComponents],
-                   baseline_key: str) -> ConfigResult:
+                   baseline_key: str, design: StudyDesign) -> ConfigResult:
     is_baseline = key == baseline_key
     first = group[0].trial
     outcomes = [m.trial.outcome for m in group if m.trial.done and m.trial.outcome is not None]
@@ -404,7 +418,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
                 base = metric_boots.get(baseline_key, {}).get(name)
                 cand = metric_boots[key].get(name)
                 if base and cand and metric_components[name].known:
-                    result.effects[metric] = _effect(metric, base, cand, metric_components[name], spec)
+                    result.effects[metric] = _effect(metric, base, cand, metric_components[name], spec, design)
         scenarios[scenario.name] = result
     return ConfigResult(
         key=key,
@@ -426,56 +440,56 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
 
 
 def _objective_effects(candidates: list[ConfigResult], baseline: ConfigResult, spec: StudySpec,
-                       components: stats.VarianceComponents) -> None:
-    """Objective vs baseline for every candidate (two-level model), Holm-corrected across all of them.
+                       components: stats.VarianceComponents, design: StudyDesign) -> None:
+    """Objective vs baseline for every candidate (two-level model) under the verdict rule.
 
     Replicates on one boot share that boot's luck (placement, compile, thermal state), so every
-    comparison carries the study's boot-to-boot variance once per boot of each side. The
-    candidate's objective becomes its ratio to the baseline with that CI, and the baseline's is
-    1 by construction."""
+    comparison carries the study's boot-to-boot variance once per boot of each side. A config
+    judged boot against boot is tested at the selection-calibrated critical value (no correction
+    over single-boot candidates, which can never be named winner). The candidate's objective
+    becomes its ratio to the baseline with that CI, and the baseline's is 1 by construction."""
     baseline.objective = Estimate(1.0, math.nan, math.nan, len(baseline.objective_samples))
     if not components.known:
         return
-    comparable = [c for c in candidates if c.objective_boots]
-    comparisons = [stats.compare_boots(baseline.objective_boots, c.objective_boots, components,
-                                       higher_is_better=True, confidence=_confidence(spec))
-                   for c in comparable]
-    adjusted: list[float] = stats.holm([cmp.p_value for cmp in comparisons]).tolist() if comparisons else []
-    for config, cmp, p_adj in zip(comparable, comparisons, adjusted):
-        config.objective_effect = _to_effect("objective", cmp, float(p_adj), spec,
+    calibrated = design.for_components(components)
+    for config in (c for c in candidates if c.objective_boots):
+        judged = judge(baseline.objective_boots, config.objective_boots, components, calibrated,
+                       higher_is_better=True, alpha=spec.alpha)
+        cmp = judged.comparison
+        config.objective_effect = _to_effect("objective", judged, spec,
                                              boots=min(len(config.objective_boots), len(baseline.objective_boots)))
         config.objective = Estimate(1.0 + cmp.effect_pct / 100.0, 1.0 + cmp.ci_low_pct / 100.0,
                                     1.0 + cmp.ci_high_pct / 100.0, len(config.objective_samples))
 
 
-def _to_effect(metric: str, cmp: stats.Comparison, p_adjusted: float | None, spec: StudySpec, *,
-               boots: int) -> Effect:
-    v = stats.verdict(cmp, alpha=spec.alpha, adjusted_p=p_adjusted, min_effect_pct=spec.min_effect_pct)
+def _to_effect(metric: str, judged: Judged, spec: StudySpec, *, boots: int) -> Effect:
+    cmp = judged.comparison
+    v = stats.verdict(cmp, alpha=spec.alpha, adjusted_p=judged.p_adjusted, min_effect_pct=spec.min_effect_pct)
     return Effect(metric=metric, effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
-                  ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=p_adjusted,
-                  verdict=stats.label(v, boots), unit="boot" if boots >= 2 else "single_boot")
+                  ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=judged.p_adjusted,
+                  verdict=stats.label(v, boots), unit="boot" if boots >= 2 else "single_boot",
+                  t=judged.t, critical=judged.critical)
 
 
 def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult | None, str]:
-    # Only re-validated configs may win; a study with `finalists: 0` opts out of re-validation.
-    finalists = [c for c in configs if c.is_finalist] if spec.finalists > 0 else \
-        [c for c in configs if not c.is_baseline]
+    """Only re-validated configs may win: a candidate measured on one boot carries that boot's luck
+    and the luck of being picked for it. `finalists: 0` screens only, so it names no winner."""
+    if spec.finalists == 0:
+        promising = [c for c in configs if c.objective_effect is not None and c.objective_effect.verdict == "promising"]
+        return None, (f"finalists: 0 screens only, so no winner is named: {len(promising)} promising candidate(s) "
+                      "would need re-validation on fresh boots (finalists >= 1) to be proven better")
+    finalists = [c for c in configs if c.is_finalist]
     if not finalists:
         tried = len([c for c in configs if not c.is_baseline])
         return None, f"no config beat the baseline: {tried} tried, none was good enough to re-validate"
-    needs_boots = spec.finalists > 0  # re-validated: judged boot against boot
-    # (config, its objective effect): the effect narrowed to present
     good = [(c, c.objective_effect) for c in finalists if c.feasible and c.objective_effect is not None
-            and c.objective_effect.verdict == "better"
-            and (c.objective_effect.unit == "boot" or not needs_boots)]
+            and c.objective_effect.verdict == "better" and c.objective_effect.unit == "boot"]
     if not good:
-        judged = (f"after re-validation ({len(finalists)} finalist(s)" if needs_boots else
-                  f"({len(finalists)} candidate(s) screened without re-validation, finalists: 0")
-        return None, (f"no config beat the baseline significantly {judged}, Holm-corrected alpha {spec.alpha}, "
-                      f"minimum effect {spec.min_effect_pct:g} %)")
+        return None, (f"no config beat the baseline significantly after re-validation ({len(finalists)} finalist(s), "
+                      f"selection-calibrated alpha {spec.alpha}, minimum effect {spec.min_effect_pct:g} %)")
     best, eff = max(good, key=lambda g: g[0].objective.estimate if g[0].objective else -math.inf)
     return best, (f"objective {eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}] vs baseline, "
-                  f"Holm-adjusted p = {eff.p_adjusted:.3g} (at least {spec.min_effect_pct:g} % needed), "
+                  f"selection-calibrated p = {eff.p_adjusted:.3g} (at least {spec.min_effect_pct:g} % needed), "
                   "every SLO met")
 
 
@@ -497,10 +511,10 @@ def _unmeasured_baseline_reason(store: StudyStore, configs: list[ConfigResult], 
 
 
 def _effect(metric: str, base: list[list[float]], cand: list[list[float]], components: stats.VarianceComponents,
-            spec: StudySpec) -> Effect:
-    cmp = stats.compare_boots(base, cand, components, higher_is_better=higher_is_better(metric),
-                              confidence=_confidence(spec))
-    return _to_effect(metric, cmp, None, spec, boots=min(len(base), len(cand)))
+            spec: StudySpec, design: StudyDesign) -> Effect:
+    judged = judge(base, cand, components, design.for_components(components),
+                   higher_is_better=higher_is_better(metric), alpha=spec.alpha)
+    return _to_effect(metric, judged, spec, boots=min(len(base), len(cand)))
 
 
 def _estimate(values: list[float], spec: StudySpec) -> Estimate:

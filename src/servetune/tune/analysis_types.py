@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,10 +31,13 @@ class Effect:
     ci_low_pct: float
     ci_high_pct: float
     p_value: float
-    p_adjusted: float | None      # Holm-adjusted across all configs compared (objective only)
+    p_adjusted: float | None      # selection-calibrated (stats/pipeline.py) when judged boot against boot;
+                                  # None for a screening comparison (a side has one boot)
     verdict: str                  # better | worse | no_difference (>= 2 boots on both sides);
                                   # promising | not_promising | no_difference (a single boot)
     unit: str = "single_boot"     # boot: judged boot against boot; single_boot: a side has one boot
+    t: float = math.nan           # improvement / se on the log scale (positive: better)
+    critical: float = math.nan    # the t a winner needs in this study's design (NaN: screening)
 
 
 @dataclass

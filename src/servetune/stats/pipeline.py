@@ -1,0 +1,175 @@
+"""The finalist test, calibrated for the selection: the null of the whole screen -> finalists ->
+re-validation -> verdict pipeline, simulated for the design a study actually ran.
+
+A study screens m candidates on one boot each, re-validates the best k (those whose screening
+estimate beats the baseline) on fresh boots, reuses their screening boot in the verdict, and may
+boot the leading finalist and the baseline again, pair after pair, until it is decided
+(``extra_looks``). Testing each finalist at a plain t critical value ignores that it was picked
+for its lucky screening boot; Holm over all m pays for tests that cannot succeed. Instead the
+statistic of the verdict, ``T = (mean log finalist - mean log baseline) / se`` with the study's
+boot-level pooled variance (``hierarchy.compare_boots``), is simulated under the global null
+(every candidate as good as the baseline) through the same selection, variance pooling and looks,
+and the critical value is the (1 - alpha) quantile of the largest T any finalist reaches at any
+look. A winner is named when a finalist's T reaches it: the false-winner rate is alpha for this
+design, spent in full rather than a fraction of it. The same constant boundary at every look is
+a Pocock-type group-sequential boundary; stopping early for futility only lowers the rate.
+
+With one value a boot T is studentised by a variance of the same boots, so its null does not
+depend on the unknown boot variance. With replicates it depends on the ratio of replicate to boot
+variance; the study's estimate of that ratio is used (plug-in). Replicate noise enters as its
+sufficient statistic: under normality the pooled within-boot sum of squares is
+``rep_var * chi2(rep_df)``, independent of the boot means.
+
+Simulations are seeded by the design and cached: the same design gives the same critical value,
+in well under a second.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from numpy.typing import NDArray
+
+SIMULATIONS = 20_000
+_MAX_SD_RATIO = 100.0    # a boot variance estimated at 0: the replicate noise is all there is
+
+
+@dataclass(frozen=True)
+class Design:
+    """What a study ran, as far as the verdict's null distribution depends on it."""
+
+    screened: int                  # m: candidates measured on one screening boot each
+    finalists: int = 2             # k: the most finalists re-validated
+    baseline_screen_boots: int = 1  # the baseline's boots before the finalists were picked
+    fresh_boots: int = 1           # fresh boots per finalist, each paired with a baseline boot
+    extra_looks: int = 0           # further (leader, baseline) boot pairs until decided: the looks - 1
+    replicates: int = 1            # per boot
+    sd_ratio: float = 0.0          # replicate sd / boot sd (log scale); 0 with one replicate
+
+    def key(self) -> tuple[int, int, int, int, int, int, float]:
+        """Hashable, with the ratio rounded so that nearby estimates share a simulation."""
+        ratio = 0.0 if self.replicates <= 1 else float(f"{min(max(self.sd_ratio, 0.0), _MAX_SD_RATIO):.2g}")
+        return (max(self.screened, 1), max(self.finalists, 1), max(self.baseline_screen_boots, 1),
+                max(self.fresh_boots, 1), max(self.extra_looks, 0), max(self.replicates, 1), ratio)
+
+
+def null_max_t(design: Design, simulations: int = SIMULATIONS) -> NDArray[np.float64]:
+    """Sorted draws of the largest T of any finalist at any look, under the global null (-inf where
+    no candidate beat the baseline's screening estimate: no finalist, no winner). Seeded by the
+    design, so the same design always gives the same draws."""
+    return _null_max_t(design.key(), simulations)
+
+
+def critical_value(design: Design, alpha: float, simulations: int = SIMULATIONS) -> float:
+    """The T a finalist must reach for a winner: the (1 - alpha) quantile of ``null_max_t``."""
+    draws = null_max_t(design, simulations)
+    return float(np.quantile(draws, 1.0 - alpha, method="higher"))
+
+
+def calibrated_p(t: float, design: Design, simulations: int = SIMULATIONS) -> float:
+    """P(max T >= |t|) under the null of this design: the finalist's selection-aware p-value. Used
+    for either sign: a finalist was picked for looking better, so for looking worse it is conservative."""
+    if math.isnan(t):
+        return math.nan
+    draws = null_max_t(design, simulations)
+    above = draws.size - int(np.searchsorted(draws, abs(t), side="left"))
+    return (above + 1) / (draws.size + 1)
+
+
+@lru_cache(maxsize=256)
+def _null_max_t(key: tuple[int, int, int, int, int, int, float], simulations: int) -> NDArray[np.float64]:
+    m, k, b0, fresh, extra, reps, ratio = key
+    rng = np.random.default_rng([*key[:6], int(ratio * 1000), simulations])
+    return np.sort(simulate_max_t(rng, m=m, k=k, b0=b0, fresh=fresh, extra=extra, reps=reps,
+                                  sd_ratio=ratio, effects=np.zeros(m), n=simulations)[0])
+
+
+def simulate_max_t(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, extra: int, reps: int,
+                   sd_ratio: float, effects: NDArray[np.float64], n: int,
+                   ) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
+    """Run ``n`` studies of the pipeline with the candidates' true log effects ``effects`` (boot sd 1):
+    per study, the largest T of a finalist over the looks, and which candidate reached it (-1: none).
+
+    Looks: after the fixed re-validation, the finalist with the largest T and the baseline get one
+    boot each, ``extra`` times; T of every finalist is taken at every look."""
+    boot_sd = math.sqrt(1.0 + sd_ratio**2 / reps)         # sd of a boot's mean of replicates
+    rows = np.arange(n)
+    screen = effects[None, :] + boot_sd * rng.standard_normal((n, m))
+    base = list(boot_sd * rng.standard_normal((b0, n)))
+    order = np.argsort(-screen, axis=1)[:, :k]             # the best k by the screening estimate ...
+    fin_screen = np.take_along_axis(screen, order, axis=1)
+    chosen = fin_screen > np.mean(base, axis=0)[:, None]   # ... that beat the baseline's
+    n_fin = chosen.sum(axis=1)
+    kk = order.shape[1]
+    fin_effect = effects[order]
+    # Per finalist slot: sum, sum of squares and count of its boot means (screening boot included).
+    s1, s2, cnt = fin_screen.copy(), fin_screen**2, np.ones((n, kk))
+    for _ in range(fresh):
+        x = fin_effect + boot_sd * rng.standard_normal((n, kk))
+        s1 += np.where(chosen, x, 0.0)
+        s2 += np.where(chosen, x**2, 0.0)
+        cnt += chosen
+        for j in range(kk):        # a baseline boot paired with each finalist's fresh boot
+            base.append(np.where(chosen[:, j], boot_sd * rng.standard_normal(n), np.nan))
+    # Replicate noise: its pooled sum of squares over every boot, grown with each look's two boots.
+    rep_df = (m + b0 + fresh * n_fin) * (reps - 1)
+    rep_ss = sd_ratio**2 * rng.chisquare(np.maximum(rep_df, 1)) if reps > 1 else np.zeros(n)
+    best = np.full(n, -np.inf)
+    who = np.full(n, -1)
+    t = np.full((n, kk), -np.inf)
+    for look in range(extra + 1):
+        if look:
+            leader = np.argmax(t, axis=1)
+            has = n_fin > 0
+            x = fin_effect[rows, leader] + boot_sd * rng.standard_normal(n)
+            s1[rows, leader] += np.where(has, x, 0.0)
+            s2[rows, leader] += np.where(has, x**2, 0.0)
+            cnt[rows, leader] += has
+            base.append(np.where(has, boot_sd * rng.standard_normal(n), np.nan))
+            if reps > 1:
+                rep_ss = rep_ss + np.where(has, sd_ratio**2 * rng.chisquare(2 * (reps - 1), n), 0.0)
+                rep_df = rep_df + 2 * (reps - 1) * has
+        rep_var = rep_ss / np.maximum(rep_df, 1)
+        t = _t_of_finalists(np.array(base), s1, s2, cnt, chosen, rep_var / reps)
+        top = np.argmax(t, axis=1)
+        value = t[rows, top]
+        better = value > best
+        best = np.where(better, value, best)
+        who = np.where(better, order[rows, top], who)
+    return best, who
+
+
+def _t_of_finalists(base: NDArray[np.float64], s1: NDArray[np.float64], s2: NDArray[np.float64],
+                    cnt: NDArray[np.float64], chosen: NDArray[np.bool_],
+                    rep_noise: NDArray[np.float64]) -> NDArray[np.float64]:
+    """T of every finalist slot (-inf where none), as compare_boots computes it from the pooled
+    variance components: var(diff) = max(boot-mean var, rep var / reps) * (1/n_c + 1/n_b)."""
+    nb = np.sum(~np.isnan(base), axis=0)
+    base_mean = np.nanmean(base, axis=0)
+    boot_ss = np.nansum((base - base_mean) ** 2, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fin_ss = np.where(chosen, s2 - s1**2 / cnt, 0.0)
+        boot_ss = boot_ss + fin_ss.sum(axis=1)
+        boot_df = (nb - 1) + np.where(chosen, cnt - 1, 0).sum(axis=1)
+        per_boot = np.maximum(boot_ss / boot_df, rep_noise)   # boot_var floored at 0
+        se = np.sqrt(per_boot[:, None] * (1.0 / cnt + 1.0 / nb[:, None]))
+        t = (s1 / cnt - base_mean[:, None]) / se
+    return np.where(chosen & (se > 0), t, -np.inf)
+
+
+def detection_power(effect_log: float, se_now: float, design_boots: tuple[int, int], boots_then: tuple[int, int],
+                    critical: float) -> float:
+    """Chance that a finalist whose true log effect is ``effect_log`` reaches ``critical`` once it and
+    the baseline have ``boots_then`` (candidate, baseline) boots instead of ``design_boots`` now, the
+    per-boot variance as now (normal approximation: what the next boot pairs would buy)."""
+    from scipy import stats as sps
+
+    if not (math.isfinite(effect_log) and math.isfinite(se_now) and se_now > 0):
+        return math.nan
+    (nc, nb), (nc2, nb2) = design_boots, boots_then
+    per_boot = se_now**2 / (1.0 / nc + 1.0 / nb)
+    se_then = math.sqrt(per_boot * (1.0 / nc2 + 1.0 / nb2))
+    return float(sps.norm.sf(critical - effect_log / se_then))

@@ -1,0 +1,82 @@
+"""The study's verdict rule: comparisons judged boot against boot get the selection-calibrated
+test of the design the study ran (stats/pipeline.py); single-boot ones stay screening results.
+
+A candidate measured on one boot is only promising or not (its plain p-value ranks it for
+re-validation, no correction: it cannot be named winner). A config with boots on both sides —
+a finalist — is tested at the critical value of the whole screen -> finalist -> re-validation
+pipeline, its p-value the null chance of any finalist reaching its T at any look, and its
+interval ``exp(d ± c * se) - 1`` at that critical value, so the interval excludes 0 exactly when
+the verdict is better or worse. The headline and every per-scenario metric follow this one rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .. import stats
+from ..stats.pipeline import Design, calibrated_p, critical_value
+from ..store import StudyStore
+from ..study.spec import StudySpec
+
+LEGACY_MAX_BOOTS = 2   # a study started before re-validation until decided: screening boot + one fresh
+
+
+@dataclass(frozen=True)
+class StudyDesign:
+    """The pipeline a study runs, before the variance ratio of a metric is known."""
+
+    screened: int                # candidates measured during the search
+    finalists: int               # the study's `finalists`
+    baseline_screen_boots: int   # the baseline's boots before the finalists were picked
+    max_boots: int               # the leading finalist's cap (re-validation until decided)
+
+    def for_components(self, c: stats.VarianceComponents) -> Design:
+        reps = round(1.0 / c.mean_inv_reps) if math.isfinite(c.mean_inv_reps) and c.mean_inv_reps > 0 else 1
+        if reps <= 1 or not c.rep_df:
+            ratio = 0.0
+        else:
+            ratio = math.sqrt(c.rep_var / c.boot_var) if c.boot_var > 0 else math.inf
+        return Design(screened=self.screened, finalists=max(self.finalists, 1),
+                      baseline_screen_boots=self.baseline_screen_boots, fresh_boots=1,
+                      extra_looks=max(self.max_boots - 2, 0), replicates=reps, sd_ratio=ratio)
+
+
+def revalidation_cap(store: StudyStore) -> int:
+    """The cap the study started with (written before its first boot), or the fixed design of a
+    study that began before re-validation until decided existed."""
+    meta = store.get_meta_json("revalidation")
+    return int(meta["max_boots"]) if isinstance(meta, dict) and "max_boots" in meta else LEGACY_MAX_BOOTS
+
+
+def record_cap(store: StudyStore, spec: StudySpec) -> None:
+    """Fix the cap at the study's start; a study already in its final phase keeps its old design."""
+    if store.get_meta_json("revalidation") is None and store.get_meta_json("final_plan") is None:
+        store.set_meta_json("revalidation", {"max_boots": spec.revalidation.max_boots})
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A comparison under the verdict rule, with what re-validation needs to decide."""
+
+    comparison: stats.Comparison
+    p_adjusted: float | None    # selection-calibrated; None for a screening (single-boot) comparison
+    t: float                    # improvement / se on the log scale (positive: better)
+    se: float
+    critical: float             # the T a winner needs (NaN for a screening comparison)
+
+
+def judge(baseline: stats.hierarchy.Boots, candidate: stats.hierarchy.Boots, components: stats.VarianceComponents,
+          design: Design | None, *, higher_is_better: bool, alpha: float) -> Judged:
+    cmp = stats.compare_boots(baseline, candidate, components, higher_is_better=higher_is_better,
+                              confidence=1.0 - alpha)
+    d, se = stats.log_difference(baseline, candidate, components)
+    sign = 1.0 if higher_is_better else -1.0
+    t = sign * d / se if se > 0 else (math.copysign(math.inf, sign * d) if d else 0.0)
+    if design is None or min(len(baseline), len(candidate)) < 2 or not components.known:
+        return Judged(cmp, None, t, se, math.nan)
+    c = critical_value(design, alpha)
+    calibrated = cmp.model_copy(update={
+        "ci_low_pct": 100.0 * math.expm1(d - c * se), "ci_high_pct": 100.0 * math.expm1(d + c * se),
+        "test": "selection-calibrated"})
+    return Judged(calibrated, calibrated_p(t, design), t, se, c)
