@@ -451,9 +451,8 @@ def _objective_effects(candidates: list[ConfigResult], baseline: ConfigResult, s
     baseline.objective = Estimate(1.0, math.nan, math.nan, len(baseline.objective_samples))
     if not components.known:
         return
-    calibrated = design.for_components(components)
     for config in (c for c in candidates if c.objective_boots):
-        judged = judge(baseline.objective_boots, config.objective_boots, components, calibrated,
+        judged = judge(baseline.objective_boots, config.objective_boots, components, design.calibrated(),
                        higher_is_better=True, alpha=spec.alpha)
         cmp = judged.comparison
         config.objective_effect = _to_effect("objective", judged, spec,
@@ -468,7 +467,7 @@ def _to_effect(metric: str, judged: Judged, spec: StudySpec, *, boots: int) -> E
     return Effect(metric=metric, effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
                   ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=judged.p_adjusted,
                   verdict=stats.label(v, boots), unit="boot" if boots >= 2 else "single_boot",
-                  t=judged.t, critical=judged.critical)
+                  t=judged.t, critical=judged.critical, level=judged.level, df=judged.df)
 
 
 def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult | None, str]:
@@ -512,7 +511,7 @@ def _unmeasured_baseline_reason(store: StudyStore, configs: list[ConfigResult], 
 
 def _effect(metric: str, base: list[list[float]], cand: list[list[float]], components: stats.VarianceComponents,
             spec: StudySpec, design: StudyDesign) -> Effect:
-    judged = judge(base, cand, components, design.for_components(components),
+    judged = judge(base, cand, components, design.calibrated(),
                    higher_is_better=higher_is_better(metric), alpha=spec.alpha)
     return _to_effect(metric, judged, spec, boots=min(len(base), len(cand)))
 

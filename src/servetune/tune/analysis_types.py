@@ -37,7 +37,9 @@ class Effect:
                                   # promising | not_promising | no_difference (a single boot)
     unit: str = "single_boot"     # boot: judged boot against boot; single_boot: a side has one boot
     t: float = math.nan           # improvement / se on the log scale (positive: better)
-    critical: float = math.nan    # the t a winner needs in this study's design (NaN: screening)
+    critical: float = math.nan    # the t a winner needs in this study's design, at these df (NaN: screening)
+    level: float = math.nan       # the nominal one-sided p a winner needs in this design
+    df: int = 0                   # boot-level df behind the comparison's variance
 
 
 @dataclass

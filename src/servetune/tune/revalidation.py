@@ -62,8 +62,9 @@ def next_look(result: StudyAnalysis, spec: StudySpec, cap: int) -> NextLook:
     d = math.log1p(eff.effect_pct / 100.0)
     se = d / eff.t if eff.t else math.nan
     more = max(cap - boots, 0)
-    power_next = detection_power(d, se, (boots, base_boots), (boots + 1, base_boots + 1), eff.critical)
-    power_cap = detection_power(d, se, (boots, base_boots), (boots + more, base_boots + more), eff.critical)
+    now = (boots, base_boots)
+    power_next = detection_power(d, se, now, (boots + 1, base_boots + 1), eff.df, eff.level)
+    power_cap = detection_power(d, se, now, (boots + more, base_boots + more), eff.df, eff.level)
     look = NextLook(None, "", leader.label, boots, cap, power_next, power_cap)
     if boots >= cap:
         return _with(look, None, f"undecided at the cap (revalidation.max_boots: {cap})")

@@ -257,8 +257,10 @@ class StudyRunner:
         """The leading finalist to boot again with the baseline (re-validation until decided), or None."""
         look = revalidation.next_look(analysis.analyze(self.store, self.spec), self.spec,
                                       verdict_rule.revalidation_cap(self.store))
+        if look.leader is None:    # nothing re-validated (finalists: 0, no finalist): nothing to say
+            return None
         if look.key is not None and not self._time_left_for_pair():
-            self.display.note(f"{look.line()}; but the wall-clock budget leaves no time for another boot pair")
+            self.display.note(escape(f"{look.line()}; but the wall-clock budget leaves no time for another boot pair"))
             return None
         self.display.note(escape(look.line()))
         return look.key

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from .. import stats
-from ..stats.pipeline import Design, calibrated_p, critical_value
+from ..stats.pipeline import Design, calibrated_p, critical_level, critical_t
 from ..store import StudyStore
 from ..study.spec import StudySpec
 
@@ -31,15 +31,15 @@ class StudyDesign:
     baseline_screen_boots: int   # the baseline's boots before the finalists were picked
     max_boots: int               # the leading finalist's cap (re-validation until decided)
 
-    def for_components(self, c: stats.VarianceComponents) -> Design:
-        reps = round(1.0 / c.mean_inv_reps) if math.isfinite(c.mean_inv_reps) and c.mean_inv_reps > 0 else 1
-        if reps <= 1 or not c.rep_df:
-            ratio = 0.0
-        else:
-            ratio = math.sqrt(c.rep_var / c.boot_var) if c.boot_var > 0 else math.inf
+    def calibrated(self) -> Design:
+        """The design the critical value is simulated for. With replicates the null of T depends on
+        the replicate/boot variance ratio, and the critical value falls as the ratio grows
+        (benchmarks/verdict_calibration.py prints it on a grid): plugging in the ratio a study
+        estimates from 2-3 boot-level df named false winners in 10 % of studies, so the least
+        favourable ratio, 0 (all noise boot to boot, as with one value a boot), is used for every study."""
         return Design(screened=self.screened, finalists=max(self.finalists, 1),
                       baseline_screen_boots=self.baseline_screen_boots, fresh_boots=1,
-                      extra_looks=max(self.max_boots - 2, 0), replicates=reps, sd_ratio=ratio)
+                      extra_looks=max(self.max_boots - 2, 0))
 
 
 def revalidation_cap(store: StudyStore) -> int:
@@ -63,7 +63,9 @@ class Judged:
     p_adjusted: float | None    # selection-calibrated; None for a screening (single-boot) comparison
     t: float                    # improvement / se on the log scale (positive: better)
     se: float
-    critical: float             # the T a winner needs (NaN for a screening comparison)
+    critical: float = math.nan  # the t a winner needs at these df (NaN for a screening comparison)
+    level: float = math.nan     # the nominal one-sided p a winner needs in this design, at any df
+    df: int = 0                 # boot-level df of the variance behind se
 
 
 def judge(baseline: stats.hierarchy.Boots, candidate: stats.hierarchy.Boots, components: stats.VarianceComponents,
@@ -74,9 +76,10 @@ def judge(baseline: stats.hierarchy.Boots, candidate: stats.hierarchy.Boots, com
     sign = 1.0 if higher_is_better else -1.0
     t = sign * d / se if se > 0 else (math.copysign(math.inf, sign * d) if d else 0.0)
     if design is None or min(len(baseline), len(candidate)) < 2 or not components.known:
-        return Judged(cmp, None, t, se, math.nan)
-    c = critical_value(design, alpha)
+        return Judged(cmp, None, t, se)
+    level, df = critical_level(design, alpha), components.boot_df
+    c = critical_t(level, df)
     calibrated = cmp.model_copy(update={
         "ci_low_pct": 100.0 * math.expm1(d - c * se), "ci_high_pct": 100.0 * math.expm1(d + c * se),
         "test": "selection-calibrated"})
-    return Judged(calibrated, calibrated_p(t, design), t, se, c)
+    return Judged(calibrated, calibrated_p(t, df, design), t, se, c, level, df)
