@@ -218,11 +218,13 @@ def _headline(analysis: StudyAnalysis) -> str:
             p = eff.p_adjusted if eff.p_adjusted is not None else eff.p_value
             return (f"Winner: {label} improves {analysis.objective_name} by {eff.effect_pct:+.1f} % "
                     f"({_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, "
-                    f"Holm-adjusted p = {p:.3g}) "
+                    f"selection-calibrated p = {p:.3g}) "
                     f"over the baseline.{so_far}")
         return f"Winner: {label}.{so_far}"
     known = f", {len(not_run)} not booted (already known)" if not_run else ""
     tally = (f"{len(tried) - len(not_run)} candidate config(s) tried, {len(failed)} failed to run{known}")
+    if analysis.winner_reason.startswith("finalists: 0"):
+        return f"No winner named: {analysis.winner_reason}."
     if unfinished:
         return (f"No verdict yet: {stopped}. So far {tally}, none improved {analysis.objective_name} "
                 "significantly while meeting every SLO.")

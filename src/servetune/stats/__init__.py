@@ -19,7 +19,13 @@ from servetune.stats.calibration import (
     simulate_false_positive_rate,
 )
 from servetune.stats.compare import compare, compare_percentile, fieller_ratio_ci
-from servetune.stats.hierarchy import VarianceComponents, compare_boots, log_difference, variance_components
+from servetune.stats.hierarchy import (
+    VarianceComponents,
+    compare_boots,
+    log_difference,
+    log_mean_se,
+    variance_components,
+)
 from servetune.stats.intervals import hierarchical_bootstrap_ci, log_t_ci, mean_ci
 from servetune.stats.multiple import holm
 from servetune.stats.power import boots_needed, detectable_effect_pct
@@ -32,7 +38,8 @@ __all__ = [
     "aa_boot_calibration", "aa_false_positive_rate", "assess", "boots_needed", "compare", "compare_boots",
     "compare_many",
     "compare_percentile", "detectable_effect_pct", "empirical_sampler", "fieller_ratio_ci",
-    "hierarchical_bootstrap_ci", "holm", "label", "log_difference", "log_t_ci", "mean_ci", "normal_sampler",
+    "hierarchical_bootstrap_ci", "holm", "label", "log_difference", "log_mean_se", "log_t_ci", "mean_ci",
+    "normal_sampler",
     "rate_interval", "replication_decision", "simulate_boot_false_positive_rate",
     "simulate_false_positive_rate", "variance_components",
     "verdict", "winners",

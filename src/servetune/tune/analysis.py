@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -52,7 +52,7 @@ from .analysis_types import (
     ScenarioResult,
     StudyAnalysis,
 )
-from .capacity_trial import is_level_run
+from .capacity_trial import censored_value, censoring, is_level_run
 from .eta import for_study, next_trial_s, stored_seed
 from .verdict_rule import Judged, StudyDesign, judge, revalidation_cap
 
@@ -66,22 +66,40 @@ REPORTED_METRICS = (
 
 @dataclass(frozen=True)
 class _Measured:
-    """Usable runs of one trial: {scenario: {replicate: summary}}."""
+    """Usable runs of one trial: {scenario: {replicate: summary}}, and which scenarios' capacity
+    is censored on this boot (right: at least the value; left: at most)."""
 
     trial: Trial
     by_scenario: dict[str, dict[int, RunSummary]]
     server: dict[str, dict[int, dict]]
+    censored: dict[str, str] = field(default_factory=dict)
+
+    def objective_censoring(self, scenarios: Sequence[str]) -> str:
+        """How this boot's objective is censored: it grows with each scenario's capacity, so a
+        lower bound of one makes it a lower bound (right), an upper bound an upper one (left)."""
+        return combine_censoring(self.censored.get(s, "") for s in scenarios)
+
+
+def combine_censoring(kinds: Iterable[str]) -> str:
+    present = {k for kind in kinds for k in (("right", "left") if kind == "both" else (kind,)) if k}
+    return "both" if len(present) == 2 else next(iter(present), "")
 
 
 def _measured(trial: Trial) -> _Measured:
     by_scenario: dict[str, dict[int, RunSummary]] = defaultdict(dict)
     server: dict[str, dict[int, dict]] = defaultdict(dict)
+    censored: dict[str, str] = {}
     for run in trial.runs:
         # A capacity search's load levels are not replicates: its capacity Run stands for them.
         if run.ok and not is_level_run(run.summary):
-            by_scenario[run.scenario][run.replicate] = run.summary
+            summary = run.summary
+            kind = censoring(summary) if CAPACITY in summary else ""
+            if kind:   # the bound stands for the value; the statistics are told which side it bounds
+                summary = summary.model_copy(update={CAPACITY: censored_value(summary)})
+                censored[run.scenario] = kind
+            by_scenario[run.scenario][run.replicate] = summary
             server[run.scenario][run.replicate] = run.server_stats
-    return _Measured(trial, dict(by_scenario), dict(server))
+    return _Measured(trial, dict(by_scenario), dict(server), censored)
 
 
 # --- the baseline reference, drift-aware --------------------------------------------------
@@ -298,13 +316,14 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
         groups[m.trial.config.key()].append(m)
 
     metric_boots = {key: _metric_boots(group) for key, group in groups.items()}
-    metric_components = _metric_components(metric_boots)
+    metric_censored = {key: _metric_censoring(group) for key, group in groups.items()}
+    metric_components = _metric_components(metric_boots, metric_censored)
     design = study_design(groups, spec, baseline_key, revalidation_cap(store))
 
     configs: list[ConfigResult] = []
     for key, group in groups.items():
-        configs.append(_config_result(key, group, spec, reference, metric_boots, metric_components,
-                                      baseline_key, design))
+        configs.append(_config_result(key, group, spec, reference, (metric_boots, metric_censored),
+                                      metric_components, baseline_key, design))
     configs.sort(key=lambda c: (not c.is_baseline, min(c.trial_ids)))
     baseline = next((c for c in configs if c.is_baseline), None)
 
@@ -350,30 +369,54 @@ def _confidence(spec: StudySpec) -> float:
 
 
 def objective_components(configs: list[ConfigResult]) -> stats.VarianceComponents:
-    """Boot and replicate variance of the objective, from every measured config."""
-    return stats.variance_components([c.objective_boots for c in configs if c.objective_boots])
+    """Boot and replicate variance of the objective, from every measured config's uncensored boots
+    (a capacity that is only a bound is no value to measure spread with)."""
+    return stats.variance_components([b for b in (_exact(c.objective_boots, c.objective_censored) for c in configs)
+                                      if b])
+
+
+def _exact(boots: list[list[float]], censored: Sequence[str]) -> list[list[float]]:
+    """The boots whose value is a value, not a bound (censored lists align with boots; a missing one: exact)."""
+    return [b for i, b in enumerate(boots) if not (censored[i] if i < len(censored) else "")]
 
 
 # --- boots of one config, per metric --------------------------------------------------------
 
 MetricBoots = dict[tuple[str, str], list[list[float]]]   # (scenario, metric) -> per boot, replicate values
+MetricCensoring = dict[tuple[str, str], list[str]]       # (scenario, metric) -> per boot, "" / right / left
 
 
 def _metric_boots(group: list[_Measured]) -> MetricBoots:
     out: MetricBoots = defaultdict(list)
     for m in group:
-        for scenario, reps in m.by_scenario.items():
-            for metric in REPORTED_METRICS:
-                values = [float(s[metric]) for s in reps.values() if _finite(s.get(metric)) and s[metric] > 0]
-                if values:
-                    out[(scenario, metric)].append(values)
+        for scenario, metric, values in _boot_values(m):
+            out[(scenario, metric)].append(values)
     return dict(out)
 
 
-def _metric_components(metric_boots: dict[str, MetricBoots]) -> dict[tuple[str, str], stats.VarianceComponents]:
-    """Per (scenario, metric): variance components over every config's boots."""
+def _metric_censoring(group: list[_Measured]) -> MetricCensoring:
+    """Aligned with _metric_boots: which boots' values are bounds (a censored capacity)."""
+    out: MetricCensoring = defaultdict(list)
+    for m in group:
+        for scenario, metric, _ in _boot_values(m):
+            out[(scenario, metric)].append(m.censored.get(scenario, "") if metric == CAPACITY else "")
+    return dict(out)
+
+
+def _boot_values(m: _Measured) -> Iterator[tuple[str, str, list[float]]]:
+    for scenario, reps in m.by_scenario.items():
+        for metric in REPORTED_METRICS:
+            values = [float(s[metric]) for s in reps.values() if _finite(s.get(metric)) and s[metric] > 0]
+            if values:
+                yield scenario, metric, values
+
+
+def _metric_components(metric_boots: dict[str, MetricBoots], censored: dict[str, MetricCensoring],
+                       ) -> dict[tuple[str, str], stats.VarianceComponents]:
+    """Per (scenario, metric): variance components over every config's uncensored boots."""
     names = {name for boots in metric_boots.values() for name in boots}
-    return {name: stats.variance_components([b[name] for b in metric_boots.values() if name in b])
+    return {name: stats.variance_components([exact for key, b in metric_boots.items() if name in b
+                                             if (exact := _exact(b[name], censored[key][name]))])
             for name in names}
 
 
@@ -390,14 +433,18 @@ def _metric_samples(group: list[_Measured]) -> dict[str, dict[str, list[float]]]
 
 
 def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference: SlotReferences,
-                   metric_boots: dict[str, MetricBoots],
+                   boots_and_censoring: tuple[dict[str, MetricBoots], dict[str, MetricCensoring]],
                    metric_components: dict[tuple[str, str], stats.VarianceComponents],
                    baseline_key: str, design: StudyDesign) -> ConfigResult:
     is_baseline = key == baseline_key
+    metric_boots, metric_censored = boots_and_censoring
     first = group[0].trial
     outcomes = [m.trial.outcome for m in group if m.trial.done and m.trial.outcome is not None]
     ok = any(o is Outcome.ok for o in outcomes)
-    per_boot = [s for s in (objective_samples(m, spec, reference) for m in group) if s and min(s) > 0]
+    scored = Objective(spec).scored_scenarios
+    boots = [(s, m.objective_censoring(scored)) for m in group
+             if (s := objective_samples(m, spec, reference)) and min(s) > 0]
+    per_boot = [s for s, _ in boots]
     samples = [x for s in per_boot for x in s]
     metrics = _metric_samples(group)
     scenarios: dict[str, ScenarioResult] = {}
@@ -406,7 +453,10 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         result = ScenarioResult(
             scenario=scenario.name,
             replicates=max((len(v) for v in values.values()), default=0),
-            metrics={k: _estimate(v, spec) for k, v in values.items()},
+            metrics={k: _metric_estimate(v, metric_boots[key].get((scenario.name, k)),
+                                         metric_censored[key].get((scenario.name, k), []),
+                                         metric_components.get((scenario.name, k)), spec)
+                     for k, v in values.items()},
             server=_server_means(group, scenario.name),
         )
         result.slo_violations = Objective(spec).slo_violations(
@@ -418,7 +468,10 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
                 base = metric_boots.get(baseline_key, {}).get(name)
                 cand = metric_boots[key].get(name)
                 if base and cand and metric_components[name].known:
-                    result.effects[metric] = _effect(metric, base, cand, metric_components[name], spec, design)
+                    censored = _effect_censoring(metric_censored[baseline_key].get(name, []),
+                                                 metric_censored[key].get(name, []))
+                    result.effects[metric] = _effect(metric, base, cand, metric_components[name], spec, design,
+                                                     censored)
         scenarios[scenario.name] = result
     return ConfigResult(
         key=key,
@@ -432,6 +485,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         objective=_estimate(samples, spec) if samples else None,
         objective_samples=samples,
         objective_boots=per_boot,
+        objective_censored=[c for _, c in boots],
         boot_samples=[float(np.mean(s)) for s in per_boot],
         feasible=ok and not any(s.slo_violations for s in scenarios.values()),
         is_baseline=is_baseline,
@@ -455,19 +509,34 @@ def _objective_effects(candidates: list[ConfigResult], baseline: ConfigResult, s
         judged = judge(baseline.objective_boots, config.objective_boots, components, design.calibrated(),
                        higher_is_better=True, alpha=spec.alpha)
         cmp = judged.comparison
-        config.objective_effect = _to_effect("objective", judged, spec,
+        censored = _effect_censoring(baseline.objective_censored, config.objective_censored)
+        config.objective_effect = _to_effect("objective", judged, spec, censored,
                                              boots=min(len(config.objective_boots), len(baseline.objective_boots)))
         config.objective = Estimate(1.0 + cmp.effect_pct / 100.0, 1.0 + cmp.ci_low_pct / 100.0,
-                                    1.0 + cmp.ci_high_pct / 100.0, len(config.objective_samples))
+                                    1.0 + cmp.ci_high_pct / 100.0, len(config.objective_samples), censored)
 
 
-def _to_effect(metric: str, judged: Judged, spec: StudySpec, *, boots: int) -> Effect:
+def _effect_censoring(baseline: Sequence[str], candidate: Sequence[str]) -> str:
+    """How a higher-is-better effect computed from bounds is censored: a candidate at least its
+    value or a baseline at most its own make the effect a lower bound (right); the other way, an
+    upper bound (left)."""
+    flip = {"right": "left", "left": "right", "both": "both", "": ""}
+    return combine_censoring([*candidate, *(flip[k] for k in baseline)])
+
+
+def _to_effect(metric: str, judged: Judged, spec: StudySpec, censored: str = "", *, boots: int) -> Effect:
+    """The effect and its label. On bounds (a censored capacity) a label is kept only where the
+    bound errs against it: better on a lower bound of the effect, worse on an upper one."""
     cmp = judged.comparison
     v = stats.verdict(cmp, alpha=spec.alpha, adjusted_p=judged.p_adjusted, min_effect_pct=spec.min_effect_pct)
+    if v is not stats.Verdict.no_difference and censored:
+        ratio_up = (v is stats.Verdict.better) == cmp.higher_is_better   # the verdict says candidate > baseline
+        if censored != ("right" if ratio_up else "left"):
+            v = stats.Verdict.no_difference
     return Effect(metric=metric, effect_pct=cmp.effect_pct, ci_low_pct=cmp.ci_low_pct,
                   ci_high_pct=cmp.ci_high_pct, p_value=cmp.p_value, p_adjusted=judged.p_adjusted,
                   verdict=stats.label(v, boots), unit="boot" if boots >= 2 else "single_boot",
-                  t=judged.t, critical=judged.critical, level=judged.level, df=judged.df)
+                  t=judged.t, critical=judged.critical, level=judged.level, df=judged.df, censored=censored)
 
 
 def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult | None, str]:
@@ -510,10 +579,27 @@ def _unmeasured_baseline_reason(store: StudyStore, configs: list[ConfigResult], 
 
 
 def _effect(metric: str, base: list[list[float]], cand: list[list[float]], components: stats.VarianceComponents,
-            spec: StudySpec, design: StudyDesign) -> Effect:
+            spec: StudySpec, design: StudyDesign, censored: str) -> Effect:
     judged = judge(base, cand, components, design.calibrated(),
                    higher_is_better=higher_is_better(metric), alpha=spec.alpha)
-    return _to_effect(metric, judged, spec, boots=min(len(base), len(cand)))
+    return _to_effect(metric, judged, spec, censored, boots=min(len(base), len(cand)))
+
+
+def _metric_estimate(values: list[float], boots: list[list[float]] | None, censored: list[str],
+                     components: stats.VarianceComponents | None, spec: StudySpec) -> Estimate:
+    """A config's metric: the mean over replicates with, once the study knows its boot variance, the
+    interval from the pooled variance on the log scale (a time or a throughput stays positive; two
+    boots' own 1-df interval is no interval); else the replicates' log-t interval. Censored boots
+    make it a bound (no interval: the variance of a bound is not the value's)."""
+    kind = combine_censoring(censored)
+    if kind:
+        return Estimate(float(np.mean(values)), math.nan, math.nan, len(values), kind)
+    if boots and components is not None and components.known:
+        se = stats.log_mean_se(boots, components)
+        t = float(scipy_stats.t.ppf(0.5 + _confidence(spec) / 2, components.boot_df))
+        mean = float(np.mean(values))
+        return Estimate(mean, mean * math.exp(-t * se), mean * math.exp(t * se), len(values))
+    return _estimate(values, spec)
 
 
 def _estimate(values: list[float], spec: StudySpec) -> Estimate:
