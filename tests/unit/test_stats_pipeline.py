@@ -27,8 +27,9 @@ def test_the_simulated_t_is_the_one_compare_boots_computes() -> None:
     s1 = np.array([[logs(f).sum() for f in finalists]])
     s2 = np.array([[(logs(f) ** 2).sum() for f in finalists]])
     cnt = np.array([[2.0, 3.0]])
-    t, _, _, df = pipeline._t_of_finalists(logs(base)[:, None], s1, s2, cnt, np.array([[True, True]]),
-                                           np.zeros(1))
+    b = logs(base)
+    sums = pipeline._Sums(np.array([b.sum()]), np.array([(b**2).sum()]), np.array([float(b.size)]))
+    t, _, _, df = pipeline._t_of_finalists(sums, s1, s2, cnt, np.array([[True, True]]), np.zeros(1))
     assert t[0] == pytest.approx(expected)
     assert df[0] == c.boot_df == 2 + 1 + 2
 

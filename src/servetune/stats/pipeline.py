@@ -128,10 +128,12 @@ def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, e
     boot_sd = math.sqrt(1.0 + sd_ratio**2 / reps)         # sd of a boot's mean of replicates
     rows = np.arange(n)
     screen = effects[None, :] + boot_sd * rng.standard_normal((n, m))
-    base = list(boot_sd * rng.standard_normal((b0, n)))
+    first = boot_sd * rng.standard_normal((b0, n))
+    # The baseline's boots as running sums (sum, sum of squares, count): each look is O(n k).
+    base = _Sums(first.sum(axis=0), (first**2).sum(axis=0), np.full(n, float(b0)))
     order = np.argsort(-screen, axis=1)[:, :k]             # the best k by the screening estimate ...
     fin_screen = np.take_along_axis(screen, order, axis=1)
-    chosen = fin_screen > np.mean(base, axis=0)[:, None]   # ... that beat the baseline's
+    chosen = fin_screen > (base.s1 / base.count)[:, None]   # ... that beat the baseline's
     n_fin = chosen.sum(axis=1)
     kk = order.shape[1]
     fin_effect = effects[order]
@@ -143,7 +145,7 @@ def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, e
         s2 += np.where(chosen, x**2, 0.0)
         cnt += chosen
         for j in range(kk):        # a baseline boot paired with each finalist's fresh boot
-            base.append(np.where(chosen[:, j], boot_sd * rng.standard_normal(n), np.nan))
+            base.add(boot_sd * rng.standard_normal(n), chosen[:, j])
     # Replicate noise: its pooled sum of squares over every boot, grown with each look's two boots.
     rep_df = (m + b0 + fresh * n_fin) * (reps - 1)
     rep_ss = sd_ratio**2 * rng.chisquare(np.maximum(rep_df, 1)) if reps > 1 else np.zeros(n)
@@ -158,13 +160,12 @@ def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, e
             s1[rows, leader] += np.where(active, x, 0.0)
             s2[rows, leader] += np.where(active, x**2, 0.0)
             cnt[rows, leader] += active
-            base.append(np.where(active, boot_sd * rng.standard_normal(n), np.nan))
+            base.add(boot_sd * rng.standard_normal(n), active)
             if reps > 1:
                 rep_ss = rep_ss + np.where(active, sd_ratio**2 * rng.chisquare(2 * (reps - 1), n), 0.0)
                 rep_df = rep_df + 2 * (reps - 1) * active
         rep_var = rep_ss / np.maximum(rep_df, 1)
-        base_now = np.array(base)
-        t, se, per_boot, df = _t_of_finalists(base_now, s1, s2, cnt, chosen, rep_var / reps)
+        t, se, per_boot, df = _t_of_finalists(base, s1, s2, cnt, chosen, rep_var / reps)
         top = np.argmax(t, axis=1)
         value = t[rows, top]
         nominal = np.where(np.isfinite(value), stdtr(df, -np.where(np.isfinite(value), value, 0.0)), 1.0)
@@ -172,7 +173,7 @@ def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, e
         best = np.where(better, nominal, best)
         who = np.where(better, order[rows, top], who)
         if critical is not None:
-            nb = np.sum(~np.isnan(base_now), axis=0)
+            nb = base.count
             nc = cnt[rows, top]
             more = cap - nc
             se_cap = np.sqrt(per_boot * (1.0 / (nc + more) + 1.0 / (nb + more)))
@@ -182,15 +183,29 @@ def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, e
     return Simulated(best, who)
 
 
-def _t_of_finalists(base: NDArray[np.float64], s1: NDArray[np.float64], s2: NDArray[np.float64],
+@dataclass
+class _Sums:
+    """Per simulated study: the sum, sum of squares and count of the baseline's boot means."""
+
+    s1: NDArray[np.float64]
+    s2: NDArray[np.float64]
+    count: NDArray[np.float64]
+
+    def add(self, x: NDArray[np.float64], where: NDArray[np.bool_]) -> None:
+        self.s1 += np.where(where, x, 0.0)
+        self.s2 += np.where(where, x**2, 0.0)
+        self.count += where
+
+
+def _t_of_finalists(base: _Sums, s1: NDArray[np.float64], s2: NDArray[np.float64],
                     cnt: NDArray[np.float64], chosen: NDArray[np.bool_], rep_noise: NDArray[np.float64],
                     ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """T and se of every finalist slot (T -inf where none), the per-boot variance and the boot df, as
     compare_boots computes them from the pooled variance components:
     var(diff) = max(boot-mean var, rep var / reps) * (1/n_c + 1/n_b)."""
-    nb = np.sum(~np.isnan(base), axis=0)
-    base_mean = np.nanmean(base, axis=0)
-    boot_ss = np.nansum((base - base_mean) ** 2, axis=0)
+    nb = base.count
+    base_mean = base.s1 / nb
+    boot_ss = np.maximum(base.s2 - base.s1 * base_mean, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         fin_ss = np.where(chosen, s2 - s1**2 / cnt, 0.0)
         boot_ss = boot_ss + fin_ss.sum(axis=1)

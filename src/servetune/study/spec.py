@@ -336,7 +336,7 @@ class Revalidation(_Strict):
     (stats/pipeline.py), so the cap is fixed when the study starts. 2: no boot beyond the first
     re-validation."""
 
-    max_boots: int = Field(default=5, ge=2, le=50,
+    max_boots: int = Field(default=5, ge=2, le=20,
                            description="most boots the leading finalist gets (screening boot included)")
 
 
