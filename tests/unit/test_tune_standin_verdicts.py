@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from servetune.engine.config import Config
+from servetune.report.context import build as build_report_data
 from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
 from servetune.tune import known
@@ -81,3 +82,5 @@ def test_an_undecided_leader_is_booted_again_with_the_baseline(tmp_path: Path) -
     leader = max((c for c in result.configs if c.is_finalist), key=lambda c: len(c.objective_boots))
     assert 2 < len(leader.objective_boots) <= 5
     assert [r for r, _ in plan[4:]] == ["baseline_final", "finalist"] * ((len(plan) - 4) // 2)
+    reason = build_report_data(result, store).winner_reason   # the report says where re-validation stands
+    assert "Re-validation: leader" in reason and "next boot pair would prove it better with chance" in reason
