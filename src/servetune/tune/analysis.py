@@ -543,9 +543,11 @@ def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult 
     """Only re-validated configs may win: a candidate measured on one boot carries that boot's luck
     and the luck of being picked for it. `finalists: 0` screens only, so it names no winner."""
     if spec.finalists == 0:
-        promising = [c for c in configs if c.objective_effect is not None and c.objective_effect.verdict == "promising"]
-        return None, (f"finalists: 0 screens only, so no winner is named: {len(promising)} promising candidate(s) "
-                      "would need re-validation on fresh boots (finalists >= 1) to be proven better")
+        labels = [c.objective_effect.verdict for c in configs if not c.is_baseline and c.objective_effect is not None]
+        screened, promising = labels, [v for v in labels if v == "promising"]
+        return None, (f"finalists: 0 screens only, so no winner is named: {len(screened)} candidate(s) screened, "
+                      f"{len(promising)} promising; a promising one needs re-validation on fresh boots "
+                      "(finalists >= 1) to be proven better")
     finalists = [c for c in configs if c.is_finalist]
     if not finalists:
         tried = len([c for c in configs if not c.is_baseline])
