@@ -219,10 +219,12 @@ def _headline(analysis: StudyAnalysis) -> str:
         so_far = f" So far: {stopped}." if unfinished else ""
         if eff is not None:
             p = eff.p_adjusted if eff.p_adjusted is not None else eff.p_value
-            return (f"Winner: {label} improves {analysis.objective_name} by {eff.effect_pct:+.1f} % "
-                    f"({_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, "
-                    f"selection-calibrated p = {p:.3g}) "
-                    f"over the baseline.{so_far}")
+            interval = (f"{_level(analysis)} % lower bound {eff.ci_low_pct:+.1f} %: a censored capacity"
+                        if eff.censored == "right" else
+                        f"{_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %")
+            return (f"Winner: {label} improves {analysis.objective_name} by "
+                    f"{'at least ' if eff.censored == 'right' else ''}{eff.effect_pct:+.1f} % "
+                    f"({interval}, selection-calibrated p = {p:.3g}) over the baseline.{so_far}")
         return f"Winner: {label}.{so_far}"
     known = f", {len(not_run)} not booted (already known)" if not_run else ""
     tally = (f"{len(tried) - len(not_run)} candidate config(s) tried, {len(failed)} failed to run{known}")

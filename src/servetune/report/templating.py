@@ -42,8 +42,12 @@ def estimate(e: Estimate | None) -> str:
 def effect(e: Effect | None) -> str:
     if e is None or not _finite(e.effect_pct):
         return "–"
+    if e.censored in ("right", "left"):   # a bound: only its own side of the interval holds
+        side = e.ci_low_pct if e.censored == "right" else e.ci_high_pct
+        end = f" ({'lower' if e.censored == 'right' else 'upper'} bound {side:+.1f})" if _finite(side) else ""
+        return f"{_BOUND[e.censored]}{e.effect_pct:+.1f} %{end}"
     ci = f" [{e.ci_low_pct:+.1f}, {e.ci_high_pct:+.1f}]" if _finite(e.ci_low_pct) and _finite(e.ci_high_pct) else ""
-    return f"{_BOUND.get(e.censored, '')}{e.effect_pct:+.1f} %{ci}"
+    return f"{e.effect_pct:+.1f} %{ci}"
 
 
 def pvalue(e: Effect | None) -> str:

@@ -558,7 +558,9 @@ def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult 
         return None, (f"no config beat the baseline significantly after re-validation ({len(finalists)} finalist(s), "
                       f"selection-calibrated alpha {spec.alpha}, minimum effect {spec.min_effect_pct:g} %)")
     best, eff = max(good, key=lambda g: g[0].objective.estimate if g[0].objective else -math.inf)
-    return best, (f"objective {eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}] vs baseline, "
+    shown = (f"at least {eff.effect_pct:+.1f}% (lower bound {eff.ci_low_pct:+.1f}: a censored capacity)"
+             if eff.censored == "right" else f"{eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}]")
+    return best, (f"objective {shown} vs baseline, "
                   f"selection-calibrated p = {eff.p_adjusted:.3g} (at least {spec.min_effect_pct:g} % needed), "
                   "every SLO met")
 
