@@ -31,14 +31,14 @@ FAST = 8   # the max-num-seqs whose server streams faster
 
 
 def _study(tmp_path: Path, name: str, slowdown: Callable[[Config], float], *, seed: int, boot_sd: float,
-           max_boots: int = 4) -> tuple[StudyAnalysis, StudyStore]:
+           max_boots: int = 4, finalists: int = 2) -> tuple[StudyAnalysis, StudyStore]:
     spec = StudySpec.model_validate({
         "name": name,
         "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(tmp_path / "m"),
                    "args": {"max-model-len": 256}},
         "space": {"max-num-seqs": [2, 4, FAST, 16]},
         "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 4, "warmups": 0}],
-        "strategy": "grid", "replicates": 1, "finalists": 2, "revalidation": {"max_boots": max_boots},
+        "strategy": "grid", "replicates": 1, "finalists": finalists, "revalidation": {"max_boots": max_boots},
         "measure_bandwidth": False,
     })
     with paced_server(1.0, ITL_MS) as (url, fake):
@@ -50,11 +50,15 @@ def _study(tmp_path: Path, name: str, slowdown: Callable[[Config], float], *, se
 
 
 def _fast(config: Config) -> float:
-    return 1 / 1.4 if config.flags.get("max-num-seqs") == FAST else 1.0
+    return 1 / 1.3 if config.flags.get("max-num-seqs") == FAST else 1.0
 
 
 def test_the_truly_faster_config_is_named_in_most_studies(tmp_path: Path) -> None:
-    winners = [_study(tmp_path, f"fast{seed}", _fast, seed=seed, boot_sd=0.05)[0].winner for seed in (1, 2, 3)]
+    # +30 % at a boot sd of 6 %, one finalist: on its one re-validation pair Holm over the 4 screened
+    # candidates (the rule before) named it in 1 of these 3 studies; the calibrated test, booting the
+    # leader again until decided, names it in most.
+    winners = [_study(tmp_path, f"fast{seed}", _fast, seed=seed, boot_sd=0.06, max_boots=5, finalists=1)[0].winner
+               for seed in (1, 2, 3)]
     named = [w for w in winners if w is not None and w.config.flags.get("max-num-seqs") == FAST]
     assert len(named) >= 2, [w.label if w else None for w in winners]
     assert all(w is None or w.config.flags.get("max-num-seqs") == FAST for w in winners)
