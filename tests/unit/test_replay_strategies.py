@@ -80,7 +80,7 @@ def write_grid(root: Path, order: list[tuple[str, tuple[int, int], float]] = ORD
 
 def table_of(root: Path) -> GridTable:
     store = StudyStore.open_existing(root, read_only=True)
-    spec = StudySpec.from_store(store.get_meta_json("spec"))
+    spec = StudySpec.from_store(store.spec_doc())
     return GridTable.from_store(store, spec)
 
 
@@ -237,7 +237,7 @@ def test_a_grid_study_run_by_the_tuner_on_fake_servers_replays(tmp_path: Path) -
         runner.run()
     store = StudyStore.open_existing(tmp_path / "study", read_only=True)
     assert [t.role for t in store.trials()] == ["baseline", "candidate", "candidate", "baseline_check", "candidate"]
-    table = GridTable.from_store(store, StudySpec.from_store(store.get_meta_json("spec")))
+    table = GridTable.from_store(store, StudySpec.from_store(store.spec_doc()))
     assert table.best.key == fast.key() and table.targets(2.0) == {fast.key()}
     assert table.grid_boots == len(engine.started) == 5
     assert table.grid_s == pytest.approx(sum(trial_seconds(t) for t in store.trials())) and table.grid_s > 0

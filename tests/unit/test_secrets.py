@@ -172,7 +172,7 @@ def test_the_report_masks_log_tails_of_a_store_that_holds_a_secret(tmp_path: Pat
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A store written before secrets were masked: the report masks the study's secrets it can see."""
     store, analysis = build_study(tmp_path)
-    spec = store.get_meta_json("spec")
+    spec = store.spec_doc()
     store.set_meta_json("spec", {**spec, "engine": {**spec["engine"], "secret_env": ["HF_TOKEN"]}})
     oom = next(t for t in store.trials() if t.outcome == "oom")
     store.finish_trial(oom.id, Outcome.oom, detail="out of memory (token hf_old_store_8901)",

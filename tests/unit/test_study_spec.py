@@ -134,6 +134,10 @@ ERRORS = [
     ("reserved engine arg", "{load-format: dummy", "{port: 8000, load-format: dummy", "set engine.port instead of args.port", "port: 8000"),
     ("duplicate scenario name", "name: burst", "name: single-decode", "scenarios[1].name: scenario name 'single-decode' is used twice", "name: single-decode"),
     ("duplicate key", "replicates: 3", "replicates: 3\nreplicates: 4", "replicates: duplicate key (first given on line", "replicates: 4"),
+    ("re-validation cap under 2", "replicates: 3", "replicates: 3\nrevalidation: {max_boots: 1}",
+     "revalidation.max_boots: Input should be greater than or equal to 2", "max_boots: 1"),
+    ("unknown re-validation key", "replicates: 3", "replicates: 3\nrevalidation: {max_boot: 4}",
+     "revalidation.max_boot: unknown key 'max_boot' (did you mean 'max_boots'?)", "max_boot: 4"),
     ("yaml syntax", "budget: {trials: 12, wall_minutes: 90}", "budget: {trials: 12, wall_minutes: 90", "invalid YAML", None),
 ]
 

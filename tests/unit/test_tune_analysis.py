@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from servetune.engine.outcome import Outcome
 from servetune.engine.placement import Placement
@@ -182,10 +183,17 @@ def test_interval_level_follows_alpha(tmp_path):
     result = analysis.analyze(store, spec)
     assert result.confidence == pytest.approx(0.9)
     base = result.baseline.scenarios["a"].metrics["output_throughput"]
-    values = [x for boot in analysis._metric_boots(analysis._all_measured(store)[:3])[("a", "output_throughput")]
-              for x in boot]
-    ninety = stats.log_t_ci(values, 0.9)
-    assert (base.low, base.high) == pytest.approx((ninety.low, ninety.high))
+    name = ("a", "output_throughput")
+    groups: dict[str, list] = {}
+    for m in analysis._all_measured(store):
+        groups.setdefault(m.trial.config.key(), []).append(m)
+    boots = {k: analysis._metric_boots(g) for k, g in groups.items()}
+    pooled = analysis._metric_components(boots, {k: analysis._metric_censoring(g) for k, g in groups.items()})[name]
+    # A config's interval rests on the study's pooled boot variance (log scale), at the study's alpha.
+    own = boots[spec.baseline_config().key()][name]
+    half = stats.log_mean_se(own, pooled) * scipy_stats.t.ppf(0.95, pooled.boot_df)
+    mean = np.mean([x for boot in own for x in boot])
+    assert (base.low, base.high) == pytest.approx((mean * np.exp(-half), mean * np.exp(half)))
     effect = next(c for c in result.configs if not c.is_baseline).objective_effect
     at_95 = stats.compare_boots(result.baseline.objective_boots, next(
         c for c in result.configs if not c.is_baseline).objective_boots, result.components, higher_is_better=True)

@@ -139,10 +139,19 @@ def quantile_ci(values: np.ndarray, q: float, alpha: float, n_eff: float | None 
         iid_low, iid_high = _rank_bounds(x, q, alpha, n)
         estimate, stretch = float(np.percentile(x, 100 * q)), (n / m) ** _STRETCH_POWER
         if not math.isfinite(low) and math.isfinite(iid_low):
-            low = estimate - (estimate - iid_low) * stretch
+            low = _stretched_down(estimate, iid_low, stretch)
         if not math.isfinite(high) and math.isfinite(iid_high):
             high = estimate + (iid_high - estimate) * stretch
     return low, high
+
+
+def _stretched_down(estimate: float, bound: float, stretch: float) -> float:
+    """The lower bound moved `stretch` times as far under the estimate on the log scale, so a
+    latency's bound stays positive (additively, p95 TTFT 1268 ms got -143,893). The upper side
+    keeps the additive stretch its coverage was measured with (benchmarks/capacity_search.py)."""
+    if estimate > 0 and bound > 0:
+        return estimate * (bound / estimate) ** stretch
+    return max(estimate + (bound - estimate) * stretch, 0.0)
 
 
 def _rank_bounds(x: np.ndarray, q: float, alpha: float, m: int) -> tuple[float, float]:
@@ -177,7 +186,8 @@ def _mean_ci(values: np.ndarray, alpha: float) -> tuple[float, float]:
     if n < 2:
         return -math.inf, math.inf
     half = stats.t.ppf(1 - alpha / 2, n - 1) * np.std(values, ddof=1) / math.sqrt(n)
-    return float(np.mean(values) - half), float(np.mean(values) + half)
+    # A latency's mean is positive: the bound at 0 where the t-interval reaches under it.
+    return max(float(np.mean(values) - half), 0.0), float(np.mean(values) + half)
 
 
 def _clustered_ci(groups: list[np.ndarray], q: float | None, alpha: float, seed: int) -> tuple[float, float]:

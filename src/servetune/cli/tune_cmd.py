@@ -17,7 +17,7 @@ from rich.table import Table
 from ..errors import ServetuneError
 from ..store import StudyStore, Trial, TrialRole
 from ..tune.display import StudyDisplay, format_duration
-from ..tune.eta import estimate, first_estimate_summary
+from ..tune.eta import estimate, first_estimate_summary, for_study, next_trial_s, stored_seed
 from .boundary import EXIT_NO_RESULT, store_errors, validation_text
 from .paths import writable_dir
 
@@ -102,6 +102,14 @@ def register(app: typer.Typer) -> None:
         console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
         if spec:
             console.print(escape(analysis.power_line(analysis.study_power(store, study))))
+            if store.final_plan() is not None:
+                from ..tune import revalidation, verdict_rule
+
+                look = revalidation.next_look(analysis.analyze(store, study), study,
+                                              verdict_rule.revalidation_cap(store))
+                if look.leader is not None:
+                    pair = 2 * next_trial_s(study, for_study(study, trials, runs, stored_seed(store)))
+                    console.print(escape(f"{look.line()}; a boot pair takes ~{format_duration(pair)}"))
         if first := first_estimate_summary(store):
             console.print(escape(first))
         verdict = store.verdict()

@@ -183,7 +183,9 @@ def _ms(x: float) -> str:
 
 
 def _judged_text(j: Judgement) -> str:
-    """`278 [227, 376]`: the statistic and its interval, in ms."""
+    """`278 [227, 376]`: the statistic and its interval, in ms; in words where no request was judged."""
+    if j.n == 0:
+        return "no judged request"
     return f"{_ms(j.estimate)} [{_ms(j.low)}, {_ms(j.high)}]"
 
 

@@ -21,12 +21,15 @@ from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.outcome import Outcome
 from ..engine.placement import Placement
+from ..errors import ServetuneError
 from ..secrets import Redactor
 from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
 from ..study.metrics import higher_is_better
-from ..study.spec import ObjectiveSpec
+from ..study.spec import ObjectiveSpec, StudySpec
 from ..tune import bandwidth
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
+from ..tune.revalidation import next_look
+from ..tune.verdict_rule import revalidation_cap
 from . import plots
 from .advice import Advice, Evidence, advise_config, describe_mismatch
 from .capacity import CapacityView, build_capacity
@@ -215,13 +218,17 @@ def _headline(analysis: StudyAnalysis) -> str:
         so_far = f" So far: {stopped}." if unfinished else ""
         if eff is not None:
             p = eff.p_adjusted if eff.p_adjusted is not None else eff.p_value
-            return (f"Winner: {label} improves {analysis.objective_name} by {eff.effect_pct:+.1f} % "
-                    f"({_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %, "
-                    f"Holm-adjusted p = {p:.3g}) "
-                    f"over the baseline.{so_far}")
+            interval = (f"{_level(analysis)} % lower bound {eff.ci_low_pct:+.1f} %: a censored capacity"
+                        if eff.censored == "right" else
+                        f"{_level(analysis)} % CI {eff.ci_low_pct:+.1f} % to {eff.ci_high_pct:+.1f} %")
+            return (f"Winner: {label} improves {analysis.objective_name} by "
+                    f"{'at least ' if eff.censored == 'right' else ''}{eff.effect_pct:+.1f} % "
+                    f"({interval}, selection-calibrated p = {p:.3g}) over the baseline.{so_far}")
         return f"Winner: {label}.{so_far}"
     known = f", {len(not_run)} not booted (already known)" if not_run else ""
     tally = (f"{len(tried) - len(not_run)} candidate config(s) tried, {len(failed)} failed to run{known}")
+    if analysis.winner_reason.startswith("finalists: 0"):
+        return f"No winner named: {analysis.winner_reason}."
     if unfinished:
         return (f"No verdict yet: {stopped}. So far {tally}, none improved {analysis.objective_name} "
                 "significantly while meeting every SLO.")
@@ -229,11 +236,26 @@ def _headline(analysis: StudyAnalysis) -> str:
             "while meeting every SLO.")
 
 
-def _winner_reason(analysis: StudyAnalysis) -> str:
-    """The analysis' reason, marked as provisional while a trial is unfinished."""
-    if analysis.winner_reason and analysis.unfinished_trial_ids:
-        return f"so far: {analysis.winner_reason}"
-    return analysis.winner_reason
+def _winner_reason(analysis: StudyAnalysis, store: StudyStore) -> str:
+    """The analysis' reason, marked as provisional while a trial is unfinished, with where
+    re-validation stands (what the next boot pair would buy) once the finalists are re-validated."""
+    reason = analysis.winner_reason
+    if reason and analysis.unfinished_trial_ids:
+        reason = f"so far: {reason}"
+    line = _revalidation_line(analysis, store)
+    return f"{reason}. {line[:1].upper()}{line[1:]}." if reason and line else reason or line
+
+
+def _revalidation_line(analysis: StudyAnalysis, store: StudyStore) -> str:
+    stored = store.spec_doc()
+    if store.final_plan() is None or stored is None:
+        return ""
+    try:
+        spec = StudySpec.from_store(stored)
+    except (ValueError, ServetuneError):   # a spec this version cannot read: the report goes on without it
+        return ""
+    look = next_look(analysis, spec, revalidation_cap(store))
+    return look.line() if look.leader is not None else ""
 
 
 def _config_heading(analysis: StudyAnalysis, emitted_for: str) -> str:
@@ -498,7 +520,8 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         study_name=analysis.study_name, objective_metric=analysis.objective_metric,
         objective_per_gpu=analysis.objective_per_gpu,
         objective_direction=analysis.objective_direction, generated_at=time.time(),
-        has_winner=analysis.winner is not None, headline=_headline(analysis), winner_reason=_winner_reason(analysis),
+        has_winner=analysis.winner is not None, headline=_headline(analysis),
+        winner_reason=_winner_reason(analysis, store),
         emitted_for=emitted_for, config_heading=_config_heading(analysis, emitted_for),
         metric_rows=_metric_rows(analysis, analysis.winner, objective),
         configs=_config_lines(analysis), diff=diff, deployment=dep,

@@ -27,17 +27,25 @@ def num(x: Any, digits: int = 4) -> str:
     return f"{x:,.{digits}g}" if abs(x) < 10 ** digits else f"{x:,.0f}"
 
 
+_BOUND = {"right": "≥ ", "left": "≤ "}   # censored: the value is a lower / an upper bound
+
+
 def estimate(e: Estimate | None) -> str:
     if e is None:
         return "–"
-    if _finite(e.low) and _finite(e.high):
+    mark = _BOUND.get(e.censored, "")
+    if _finite(e.low) and _finite(e.high) and not e.censored:
         return f"{num(e.estimate)} [{num(e.low)}, {num(e.high)}]"
-    return num(e.estimate)
+    return mark + num(e.estimate) + (" (censored both ways)" if e.censored == "both" else "")
 
 
 def effect(e: Effect | None) -> str:
     if e is None or not _finite(e.effect_pct):
         return "–"
+    if e.censored in ("right", "left"):   # a bound: only its own side of the interval holds
+        side = e.ci_low_pct if e.censored == "right" else e.ci_high_pct
+        end = f" ({'lower' if e.censored == 'right' else 'upper'} bound {side:+.1f})" if _finite(side) else ""
+        return f"{_BOUND[e.censored]}{e.effect_pct:+.1f} %{end}"
     ci = f" [{e.ci_low_pct:+.1f}, {e.ci_high_pct:+.1f}]" if _finite(e.ci_low_pct) and _finite(e.ci_high_pct) else ""
     return f"{e.effect_pct:+.1f} %{ci}"
 

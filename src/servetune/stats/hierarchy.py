@@ -104,6 +104,20 @@ def _mean_and_var(boots: Boots, c: VarianceComponents) -> tuple[float, float, fl
     return mean, var, a, b
 
 
+def log_mean_se(boots: Boots, components: VarianceComponents) -> float:
+    """Standard error of a config's mean of boot means of the logs under the pooled components:
+    its interval rests on the study's boot-level df, not on its own two or three boots."""
+    return math.sqrt(_mean_and_var(boots, components)[1])
+
+
+def log_difference(baseline: Boots, candidate: Boots, components: VarianceComponents) -> tuple[float, float]:
+    """Candidate minus baseline in mean of boot means of the logs, and its standard error under the
+    pooled components: the statistic ``compare_boots`` tests, ``d / se``."""
+    mb, vb, _, _ = _mean_and_var(baseline, components)
+    mc, vc, _, _ = _mean_and_var(candidate, components)
+    return mc - mb, math.sqrt(vb + vc)
+
+
 def compare_boots(
     baseline: Boots,
     candidate: Boots,

@@ -20,13 +20,16 @@ def detectable_effect_pct(c: VarianceComponents, *, replicates: int, boots: int,
     when the candidate has ``boots`` boots of ``replicates`` replicates and the baseline
     ``baseline_boots`` (default: as many) of the same.
 
-    Normal approximation: the variance components of a study are pooled over all its configs, so
-    the test's df are large; with few boots in the whole study the real power is somewhat lower.
+    t quantiles at the df the comparison would have: the study's boot-level df plus the candidate's
+    boots beyond one (the baseline's measured boots are in the study's df already). At 2 df the
+    normal quantiles this used before understated the detectable effect almost twofold.
     """
     if not c.known:
         return math.nan
-    se = _se(c, replicates, boots, baseline_boots or boots)
-    return 100.0 * math.expm1((sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)) * se)
+    base = baseline_boots or boots
+    se = _se(c, replicates, boots, base)
+    df = c.boot_df + max(boots - 1, 0)
+    return 100.0 * math.expm1((sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df)) * se)
 
 
 def boots_needed(c: VarianceComponents, *, effect_pct: float = 10.0, replicates: int, alpha: float = 0.05,

@@ -1,5 +1,6 @@
 """What a study keeps in its store's meta table, one JSON value a key, and the types the store's
-getters hand out for them (`StudyStore.spec_doc`, `final_plan`, `eta_log`, `verdict`): the keys
+getters hand out for them (`StudyStore.spec_doc`, `final_plan`, `eta_log`, `verdict`,
+`revalidation_cap`): the keys
 and their JSON shapes are read and written here alone, so stores of older and newer versions
 read the same."""
 
@@ -14,6 +15,7 @@ SPEC = "spec"              # the study spec as dumped (StudySpec.from_store read
 FINAL_PLAN = "final_plan"  # [[role, config key], ...]: the validation boots, planned once when the search ends
 ETA_LOG = "eta_log"        # [{"trial_seq", "at", "predicted_end"}, ...]: the ETA shown before each boot (unix times)
 VERDICT = "verdict"        # {"winner": config key or null, "reason"}: the last finished run's verdict
+REVALIDATION = "revalidation"  # {"max_boots": N}: the re-validation cap, fixed when the study starts
 
 
 class PlannedTrial(NamedTuple):

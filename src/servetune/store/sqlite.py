@@ -185,6 +185,15 @@ class StudyStore:
     def set_verdict(self, verdict: meta.Verdict) -> None:
         self.set_meta_json(meta.VERDICT, verdict.to_json())
 
+    def revalidation_cap(self) -> int | None:
+        """The most boots re-validation may give the leading finalist, as fixed when the study
+        started; None for a study that began before re-validation until decided existed."""
+        doc = self.get_meta_json(meta.REVALIDATION)
+        return int(doc["max_boots"]) if isinstance(doc, dict) and "max_boots" in doc else None
+
+    def set_revalidation_cap(self, max_boots: int) -> None:
+        self.set_meta_json(meta.REVALIDATION, {"max_boots": max_boots})
+
     # --- trials -------------------------------------------------------------------------
 
     def begin_trial(self, role: TrialRole, config: Config, params: dict[str, Any], *,

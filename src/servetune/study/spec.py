@@ -328,6 +328,17 @@ def _check_param_name(raw: str) -> str:
 ParamName = Annotated[str, AfterValidator(_check_param_name)]
 
 
+class Revalidation(_Strict):
+    """Re-validation until decided: while the leading finalist is neither proven better nor ruled
+    out, it and the baseline are booted again, a pair at a time, up to `max_boots` boots of the
+    finalist in all (its screening boot included). Every look is counted in the false-winner rate
+    (stats/pipeline.py), so the cap is fixed when the study starts. 2: no boot beyond the first
+    re-validation."""
+
+    max_boots: int = Field(default=5, ge=2, le=20,
+                           description="most boots the leading finalist gets (screening boot included)")
+
+
 class StudySpec(_Strict):
     name: str = Field(min_length=1, pattern=r"^[\w.\-]+$")
     engine: EngineSpec
@@ -340,6 +351,7 @@ class StudySpec(_Strict):
     budget: Budget = Field(default_factory=Budget)
     parallel: Parallel = Field(default_factory=Parallel)
     finalists: int = Field(default=2, ge=0)
+    revalidation: Revalidation = Field(default_factory=Revalidation)
     baseline_every: int = Field(default=3, ge=1, description="re-measure the baseline every N candidate trials")
     alpha: float = Field(default=0.05, gt=0, lt=1)
     min_effect_pct: float = Field(default=1.0, ge=0, allow_inf_nan=False,

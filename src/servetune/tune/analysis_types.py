@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,8 @@ class Estimate:
     low: float
     high: float
     n: int
+    censored: str = ""    # right: a boot met every SLO at the search's top level (a lower bound);
+                          # left: one failed at its first level (an upper bound); both; "": exact
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,16 @@ class Effect:
     ci_low_pct: float
     ci_high_pct: float
     p_value: float
-    p_adjusted: float | None      # Holm-adjusted across all configs compared (objective only)
+    p_adjusted: float | None      # selection-calibrated (stats/pipeline.py) when judged boot against boot;
+                                  # None for a screening comparison (a side has one boot)
     verdict: str                  # better | worse | no_difference (>= 2 boots on both sides);
                                   # promising | not_promising | no_difference (a single boot)
     unit: str = "single_boot"     # boot: judged boot against boot; single_boot: a side has one boot
+    t: float = math.nan           # improvement / se on the log scale (positive: better)
+    critical: float = math.nan    # the t a winner needs in this study's design, at these df (NaN: screening)
+    level: float = math.nan       # the nominal one-sided p a winner needs in this design
+    censored: str = ""            # right: the effect is a lower bound (a censored side); left: an upper one
+    df: int = 0                   # boot-level df behind the comparison's variance
 
 
 @dataclass
@@ -58,6 +67,7 @@ class ConfigResult:
     objective: Estimate | None = None             # ratio to the baseline (the baseline: exactly 1.0)
     objective_samples: list[float] = field(default_factory=list)
     objective_boots: list[list[float]] = field(default_factory=list)  # per boot, its replicates' samples
+    objective_censored: list[str] = field(default_factory=list)   # per boot: "" exact, right / left: a bound
     boot_samples: list[float] = field(default_factory=list)   # one objective mean per boot
     objective_effect: Effect | None = None
     feasible: bool = True

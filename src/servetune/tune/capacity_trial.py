@@ -126,9 +126,37 @@ def judged_levels(level_runs: list[Run], slos: list[Slo], alpha: float, study_di
     return [judge_level(level, pooled, slos, alpha) for level, pooled in by_level.items()]
 
 
+def censoring(summary: SummaryLike) -> str:
+    """How a capacity Run's capacity is censored: `right` when no level's estimates crossed an SLO
+    and none violated one (the capacity is at least the top level measured), `left` when the
+    estimates crossed already at the lowest level (capacity 0: at most that level), "" when the
+    search bracketed it."""
+    capacity = summary.get(CAPACITY)
+    if not isinstance(capacity, (int, float)):
+        return ""
+    if capacity > 0 and summary.get("capacity_high") is None and summary.get("capacity_binding") is None:
+        return "right"
+    return "left" if capacity <= 0 else ""
+
+
+def censored_value(summary: SummaryLike) -> float:
+    """The capacity as a number the statistics can use: the bound where it is censored (capacity 0
+    becomes the lowest violating level, an upper bound; NaN where no level violated), else the estimate."""
+    if censoring(summary) == "left":
+        high = summary.get("capacity_high")
+        return float(high) if isinstance(high, (int, float)) else math.nan
+    return float(summary[CAPACITY])
+
+
 def interval_text(summary: SummaryLike) -> str:
-    """A capacity Run's capacity and its search's interval: `12.9 [11.3, 13.5]` (∞: no level violated)."""
+    """A capacity Run's capacity and its search's interval: `12.9 [11.3, 13.5]`; a censored one as
+    the bound it is, `≥ 64` (met every SLO up to the top level) or `≤ 1` (failed at the first)."""
     high = summary.get("capacity_high")
+    kind = censoring(summary)
+    if kind == "right":
+        return f"≥ {summary[CAPACITY]:.3g}"
+    if kind == "left":
+        return "0 (failed at every level)" if high is None else f"≤ {high:.3g}"
     return (f"{summary[CAPACITY]:.3g} [{summary.get('capacity_low', 0):.3g}, "
             f"{'∞' if high is None else format(high, '.3g')}]")
 

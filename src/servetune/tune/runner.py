@@ -33,7 +33,7 @@ from ..errors import ServetuneError
 from ..search import Strategy, make_strategy
 from ..store import EtaEntry, PlannedTrial, StudyStore, Trial, TrialRole, Verdict
 from ..study.spec import StudySpec
-from . import analysis, bandwidth, capacity_trial, known, plan
+from . import analysis, bandwidth, capacity_trial, known, plan, revalidation, verdict_rule
 from . import eta as eta_seed
 from .display import StudyDisplay
 from .lock import StudyLock, TunerProcess
@@ -109,6 +109,7 @@ class StudyRunner:
                         self.display.note(f"capacity re-estimated by today's judgement, {line}")
                     bandwidth.ensure_measured(self.store, list(self.spec.engine.command), self.placements[0].env,
                                               enabled=self.spec.measure_bandwidth, note=self.display.note)
+                    verdict_rule.record_cap(self.store, self.spec)
                     self._seed_eta()
                     self._start_slots()
                     try:
@@ -241,10 +242,36 @@ class StudyRunner:
             elif not keys:
                 self.display.note("no candidate beat the baseline's point estimate: no finalists to re-validate"
                                   + ("; one more baseline boot to measure boot-to-boot variance" if plan else ""))
+        self._run_final_plan(plan)
+        while (leader := self._next_revalidation()) is not None:
+            plan = [*plan, PlannedTrial(TrialRole.baseline_final, self.baseline_config.key()),
+                    PlannedTrial(TrialRole.finalist, leader)]
+            self.store.set_final_plan(plan)   # before the boots: a resume continues the same plan
+            self._run_final_plan(plan)
+
+    def _run_final_plan(self, plan: list[PlannedTrial]) -> None:
         configs = {t.config.key(): t for t in self.store.trials()}
-        handed_out = [t for t in self.store.trials() if t.role in ("finalist", "baseline_final")]
+        handed_out = [t for t in self.store.trials() if t.role in (TrialRole.finalist, TrialRole.baseline_final)]
         left: list[Work] = [(role, configs[key].config, configs[key].params) for role, key in plan[len(handed_out):]]
         self._keep_slots_busy(lambda slot: self._final_work(slot, left))
+
+    def _next_revalidation(self) -> str | None:
+        """The leading finalist to boot again with the baseline (re-validation until decided), or None."""
+        look = revalidation.next_look(analysis.analyze(self.store, self.spec), self.spec,
+                                      verdict_rule.revalidation_cap(self.store))
+        if look.leader is None:    # nothing re-validated (finalists: 0, no finalist): nothing to say
+            return None
+        if look.key is not None and not self._time_left_for_pair():
+            self.display.note(escape(f"{look.line()}; but the wall-clock budget leaves no time for another boot pair"))
+            return None
+        self.display.note(escape(look.line()))
+        return look.key
+
+    def _time_left_for_pair(self) -> bool:
+        if self.spec.budget.wall_minutes is None:
+            return True
+        per_trial = eta_seed.next_trial_s(self.spec, self._eta())
+        return self.store.elapsed_wall_s() + 2 * per_trial <= self.spec.budget.wall_minutes * 60
 
     def _final_work(self, slot: int, left: list[Work]) -> Trial | Work | None:
         """The next re-validation boot for `slot`. A finalist runs on the slot that has just booted
