@@ -351,7 +351,9 @@ class StudySpec(_Strict):
     budget: Budget = Field(default_factory=Budget)
     parallel: Parallel = Field(default_factory=Parallel)
     finalists: int = Field(default=2, ge=0)
-    revalidation: Revalidation = Field(default_factory=Revalidation)
+    revalidation: Revalidation = Field(
+        default_factory=Revalidation,
+        description="re-validation until decided: the leading finalist and the baseline booted again while undecided")
     baseline_every: int = Field(default=3, ge=1, description="re-measure the baseline every N candidate trials")
     alpha: float = Field(default=0.05, gt=0, lt=1)
     min_effect_pct: float = Field(default=1.0, ge=0, allow_inf_nan=False,
