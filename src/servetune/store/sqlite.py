@@ -131,10 +131,20 @@ class StudyStore:
             run_rows = self._conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
         runs: dict[int, list[Run]] = {}
         for row in run_rows:
-            runs.setdefault(row["trial_id"], []).append(_run(row))
-        trials = tuple(_trial(row, tuple(runs.get(row["id"], ()))) for row in trial_rows)
+            runs.setdefault(row["trial_id"], []).append(self._parsed("runs", row, _run))
+        trials = tuple(self._parsed("trials", row, lambda r: _trial(r, tuple(runs.get(r["id"], ()))))
+                       for row in trial_rows)
         self._cached = (version, trials)
         return trials
+
+    def _parsed(self, table: str, row: sqlite3.Row, parse: Callable[[sqlite3.Row], Any]) -> Any:
+        """A row as its object; a row damaged by hand or by another program (bad JSON, an outcome
+        or role this version does not know) is one line naming the store, table and row."""
+        try:
+            return parse(row)
+        except (ValueError, KeyError, TypeError) as exc:  # json, enum and pydantic errors are ValueErrors
+            what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ServetuneError(f"{self.path}: {table} row id {row['id']} is unreadable: {what}") from None
 
     # --- meta ---------------------------------------------------------------------------
 
@@ -148,7 +158,10 @@ class StudyStore:
 
     def get_meta_json(self, key: str) -> Any:
         raw = self.get_meta(key)
-        return None if raw is None else json.loads(raw)
+        try:
+            return None if raw is None else json.loads(raw)
+        except ValueError as exc:
+            raise ServetuneError(f"{self.path}: meta {key!r} is not JSON: {exc}") from None
 
     def set_meta_json(self, key: str, value: Any) -> None:
         self.set_meta(key, json.dumps(value, sort_keys=True))
