@@ -36,7 +36,7 @@ def check_reachable(base_url: str, api_key: str | None, console: Console, *,
 
         error = asyncio.run(_ask(url, api_key, connect, first_byte, waiting))
     if error is not None:
-        raise NoResult(f"server at {base_url}: {error}; nothing measured")
+        raise NoResult(f"server at {base_url}: {error}; nothing measured, nothing written")
 
 
 async def _ask(url: str, api_key: str | None, connect: float, first_byte: float,
