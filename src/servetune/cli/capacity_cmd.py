@@ -99,6 +99,8 @@ def register(app: typer.Typer) -> None:
         rel_tol: float = typer.Option(0.05, "--rel-tol", help="bisect until the bracket is this narrow"),
         max_levels: int = typer.Option(12, "--max-levels", min=1),
         max_runs: int = typer.Option(3, "--max-runs-per-level", min=1, help="runs pooled at an undecided level"),
+        stall_timeout: float | None = typer.Option(
+            None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
         connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
         first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
         api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
@@ -107,7 +109,8 @@ def register(app: typer.Typer) -> None:
         """Search the load level: prints the capacity with its interval and the levels measured."""
         url = check_server_choice(url, serve, serve_arg)
         _check_options(load, start, max_level, input_len, output_len, num_prompts, burstiness, seed,
-                       connect_timeout, first_byte_timeout)
+                       {"--stall-timeout": stall_timeout, "--connect-timeout": connect_timeout,
+                        "--first-byte-timeout": first_byte_timeout})
         if load not in DEFAULT_MAX_LEVEL:
             raise ServetuneError(f"--load {load!r}: expected rate or concurrency")
         if not 0 < alpha < 1:
@@ -118,7 +121,8 @@ def register(app: typer.Typer) -> None:
         _check_requests_per_level(slos, num_prompts, alpha)
         settings = _settings(load, start, max_level, alpha, rel_tol, max_levels, max_runs)
         sc = build_scenario(scenario, input_len=input_len, output_len=output_len, burstiness=burstiness,
-                            endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None)
+                            endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None,
+                            stall_timeout_s=stall_timeout)
         tokenizer = validate.tokenizer_dir(tokenizer)
         api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
         runs_dir = _check_outputs(out, force)
@@ -159,11 +163,10 @@ def register(app: typer.Typer) -> None:
 
 def _check_options(load: str, start: float | None, max_level: float | None, input_len: int | None,
                    output_len: int | None, num_prompts: int, burstiness: float | None, seed: int | None,
-                   connect_timeout: float | None, first_byte_timeout: float | None) -> None:
+                   timeouts: dict[str, float | None]) -> None:
     """The numbers `capacity` takes, refused before any request (bad input, exit 2)."""
     validate.load_options({"--input-len": input_len, "--output-len": output_len, "--num-prompts": num_prompts,
-                           "--burstiness": burstiness, "--seed": seed, "--connect-timeout": connect_timeout,
-                           "--first-byte-timeout": first_byte_timeout})
+                           "--burstiness": burstiness, "--seed": seed, **timeouts})
     if load == "concurrency":  # a closed loop runs whole users: 1.5 is not rounded silently
         for option, level in (("--start", start), ("--max-level", max_level)):
             if level is not None and math.isfinite(level) and level != int(level):

@@ -24,7 +24,8 @@ from .paths import companion_dir, result_file, runs_dir_of
 from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
 
 console = Console()
-_OPTION_OF_FIELD = {"short_per_phase": "--short-per-phase", "long_requests": "--long-requests",
+_OPTION_OF_FIELD = {"stall_timeout_s": "--stall-timeout", "short_per_phase": "--short-per-phase",
+                    "long_requests": "--long-requests",
                     "short_input_len": "--short-input-len", "short_output_len": "--short-output-len",
                     "long_input_len": "--long-input-len", "long_output_len": "--long-output-len",
                     "warmups": "--warmups"}
@@ -96,6 +97,8 @@ def register(app: typer.Typer) -> None:
         alpha: float = typer.Option(0.05, "--alpha", help="intervals are 1 - alpha; Holm across phases and metrics"),
         min_effect_pct: float = typer.Option(
             10.0, "--min-effect-pct", help="a significant change smaller than this is no slowdown"),
+        stall_timeout: float | None = typer.Option(
+            None, "--stall-timeout", help="seconds a stream may send nothing (default: from the phase's lengths)"),
         connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
         first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
         api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
@@ -104,7 +107,7 @@ def register(app: typer.Typer) -> None:
         """Short requests, a long one, short ones again ...: prints each phase's TTFT and TPOT and
         whether the long requests left a slowdown behind."""
         url = check_server_choice(url, serve, serve_arg)
-        validate.load_options({"--seed": seed, "--connect-timeout": connect_timeout,
+        validate.load_options({"--seed": seed, "--stall-timeout": stall_timeout, "--connect-timeout": connect_timeout,
                                "--first-byte-timeout": first_byte_timeout})
         for option, length in (("--short-input-len", short_input_len), ("--short-output-len", short_output_len),
                                ("--long-input-len", long_input_len), ("--long-output-len", long_output_len)):
@@ -120,7 +123,7 @@ def register(app: typer.Typer) -> None:
             protocol = DriftProtocol(short_per_phase=short_per_phase, long_requests=long_requests,
                                      short_input_len=short_input_len, short_output_len=short_output_len,
                                      long_input_len=long_input_len, long_output_len=long_output_len,
-                                     warmups=warmups, seed=seed)
+                                     warmups=warmups, seed=seed, stall_timeout_s=stall_timeout)
         except ValidationError as exc:
             raise ServetuneError(validation_text(exc, _OPTION_OF_FIELD)) from None
         tokenizer = validate.tokenizer_dir(tokenizer)

@@ -28,7 +28,10 @@ def url(value: str, option: str = "--url") -> str:
     where = f"{option} {value!r}"
     if not value or value != value.strip() or any(c.isspace() or not c.isprintable() for c in value):
         raise ServetuneError(f"{where}: expected a URL such as http://127.0.0.1:8000 (no spaces)")
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError as exc:  # an unclosed [IPv6 bracket
+        raise ServetuneError(f"{where}: {exc}") from None
     if parts.scheme not in ("http", "https"):
         hint = f"; did you mean http://{value}?" if "://" not in value else ""
         raise ServetuneError(f"{where}: the scheme must be http or https{hint}")

@@ -329,13 +329,24 @@ def _loads(raw: str | None, default: Any = None) -> Any:
     return default if raw is None else json.loads(raw)
 
 
+def _object(raw: str | None) -> dict[str, Any]:
+    """A column that holds a JSON object (a dict to every reader); anything else is a damaged row."""
+    return _dict(json.loads(raw) if raw is not None else None)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, found {type(value).__name__}")
+    return value
+
+
 def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
-    config_data = json.loads(row["config_json"])
+    config_data = _object(row["config_json"])
     facts = _loads(row["boot_facts_json"])
     return Trial(
         id=row["id"], seq=row["seq"], role=TrialRole(row["role"]),
-        config=Config(flags=config_data["flags"], env=config_data["env"]),
-        params=json.loads(row["params_json"]), state=TrialState(row["status"]),
+        config=Config(flags=_dict(config_data["flags"]), env=_dict(config_data["env"])),
+        params=_object(row["params_json"]), state=TrialState(row["status"]),
         outcome=None if row["outcome"] is None else Outcome(row["outcome"]),
         detail=row["detail"], log_path=row["log_path"], log_tail=row["log_tail"],
         boot_facts=BootFacts.model_validate(facts) if facts else None,
@@ -365,7 +376,7 @@ def _run(row: sqlite3.Row) -> Run:
         id=row["id"], trial_id=row["trial_id"], scenario=row["scenario"], replicate=row["replicate"],
         attempt=row["attempt"], outcome=Outcome(row["outcome"]),
         summary=RunSummary.model_validate(json.loads(row["summary_json"])),
-        server_stats=json.loads(row["server_stats_json"]), client_health=json.loads(row["client_health_json"]),
+        server_stats=_object(row["server_stats_json"]), client_health=_object(row["client_health_json"]),
         records_path=row["records_path"], error=row["error"], started_at=row["started_at"],
         ended_at=row["ended_at"],
     )
