@@ -84,14 +84,15 @@ def run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
         exc.show()  # `servetune` alone: the help, as click prints it
         return EXIT_USER_ERROR
     except (typer.Abort, KeyboardInterrupt):
-        err_console.print("; ".join(["interrupted", *_kept_on_interrupt]), markup=False)
-        return EXIT_INTERRUPTED
+        code = EXIT_INTERRUPTED
     except Exception as exc:
         message = describe(exc)
         if message is None or debug_enabled():
             raise
         print_error(message)
         return EXIT_NO_RESULT if isinstance(exc, NoResult) else EXIT_USER_ERROR
+    if code == EXIT_INTERRUPTED:  # typer turns a KeyboardInterrupt inside a command into this code, silently
+        err_console.print("; ".join(["interrupted", *_kept_on_interrupt]), markup=False)
     return code if isinstance(code, int) else 0
 
 
