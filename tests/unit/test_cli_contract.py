@@ -126,3 +126,14 @@ def test_an_interrupt_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.Mon
     result = servetune("bench", "--url", UNREACHABLE, "--scenario", "chat", "--out", tmp_path / "r.json")
     assert result.code == 130
     assert result.error_lines == [f"interrupted; nothing written to {tmp_path / 'r.json'}"]
+
+
+def test_a_silent_server_is_shown_waiting_with_the_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    from servetune.cli.bench_cmd import SilenceColumn
+
+    monkeypatch.setattr("servetune.cli.bench_cmd.last_read_ns", lambda: 0)  # no stream read in this process
+    column = SilenceColumn(stall_timeout_s=60, run_timeout_s=600)
+    assert column.render(None).plain == ""  # type: ignore[arg-type]  # just heard from: nothing to say
+    column._heard = column.started = column.started - 12 * 10**9  # 12 s of silence since the start
+    text = column.render(None).plain  # type: ignore[arg-type]
+    assert "no data for 12 s; giving up in 48 s (--stall-timeout, --run-timeout)" in text, text
