@@ -12,7 +12,7 @@ Faults, for the client's failure handling: `--stall-after-chunks N` stops every 
 chunks and holds the connection open; `--api-key KEY` (or VLLM_API_KEY) answers 401 to any request but
 /health without `Authorization: Bearer KEY` (stricter than vLLM, which guards only /v1, so that a test
 sees every request carry it); `--models-status CODE` answers /v1/models with that error.
-GET /fake/seen counts the 401s answered and the prefix-cache resets.
+GET /fake/seen counts the 401s answered, the prefix-cache resets and the completion requests.
 
 A crash at a known point (`--die-after-requests N`): the process exits when completion request N + 1
 arrives, dropping every connection (a server that dies mid-run).
@@ -92,7 +92,7 @@ class FakeServer:
         return web.Response(text="")
 
     async def seen_counts(self, _: web.Request) -> web.Response:
-        return web.json_response(self.seen)
+        return web.json_response({**self.seen, "requests": self.requests})
 
     async def health(self, _: web.Request) -> web.Response:
         return web.Response(text="")

@@ -6,14 +6,21 @@ limit that ran out), no traceback, and what was measured kept. No vLLM is starte
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 from cli_run import Outcome, servetune
 
+from servetune.server_http import DIRECT
 from tests.fakes.launch import fake_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -98,3 +105,31 @@ def test_bench_writes_exactly_the_names_given(tmp_path: Path) -> None:
     assert result.code == 0, result
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res.txt", "res.txt.requests.jsonl"]
     assert json.loads((tmp_path / "res.txt").read_text())["completed"] == 3
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_during_bench_is_one_line_and_ends_every_client_process(tmp_path: Path, workers: str) -> None:
+    out = tmp_path / "r.json"
+    with fake_server(ttft_ms=0, itl_ms=50) as url:  # 200 tokens at 50 ms: each request takes 10 s
+        proc = subprocess.Popen([sys.executable, "-m", "servetune", *COMMANDS["bench"], "--output-len", "200",
+                                 "--num-prompts", "20", "--concurrency", "2", "--workers", workers, "--url", url,
+                                 "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        wait_for_requests(url)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the whole foreground group
+        stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert [line for line in stderr.splitlines() if line.strip()] == [f"interrupted; nothing written to {out}"]
+    assert not out.exists()
+    assert all(not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+               for p in psutil.Process().children(recursive=True) if "servetune" in " ".join(p.cmdline()))
+
+
+def wait_for_requests(url: str) -> None:
+    """Until the fake server has received a completion request (the measured phase has begun)."""
+    for _ in range(1200):
+        with DIRECT.open(url + "/fake/seen", timeout=5) as resp:
+            if json.loads(resp.read())["requests"] > 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError("bench sent no request within 2 minutes")

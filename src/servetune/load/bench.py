@@ -171,6 +171,8 @@ async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, wo
                     progress(min(counter.value, total), total)
         except (asyncio.CancelledError, KeyboardInterrupt):
             gathered.cancel()
+            # The cancelled gather's outcome is nobody's: taken here, asyncio logs nothing about it.
+            gathered.add_done_callback(lambda f: f.cancelled() or f.exception())
             _end_workers(pool)
             raise
         return list(gathered.result()), start_ns
@@ -280,9 +282,12 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
 
     scraper = Scraper(base_url, limits.api_key, limits.metric_names)
     await scraper.before()
-    parts, start_ns = await _measure(url, jobs, run_plan.concurrency, workers, scenario.duration_s, progress,
-                                     limits, should_stop)
-    await scraper.after()
+    try:
+        parts, start_ns = await _measure(url, jobs, run_plan.concurrency, workers, scenario.duration_s, progress,
+                                         limits, should_stop)
+        await scraper.after()
+    finally:
+        await scraper.close()  # a run cancelled midway (Ctrl-C) leaves no session open
 
     records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
     ends = [r.end_ns for r in records if r.end_ns]
