@@ -26,6 +26,9 @@ from servetune.engine.outcome import Outcome
 FAST = settings(max_examples=15, deadline=None, derandomize=True, database=None,
                 phases=[Phase.explicit, Phase.generate])
 NO_ENGINE = "servetune-test-no-such-engine"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-cpu.yaml"
+NO_ENGINE_STUDY = EXAMPLE.read_text().replace("command: [python, -m, vllm.entrypoints.openai.api_server]",
+                                              f"command: [{NO_ENGINE}]")
 option_values = st.one_of(edge_numbers, values)
 
 
@@ -181,11 +184,6 @@ def test_a_damaged_store_row_is_one_line(where: tuple[str, str], value: str, com
 
 # --- tune: --stop-after -----------------------------------------------------------------------------
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-cpu.yaml"
-NO_ENGINE_STUDY = EXAMPLE.read_text().replace("command: [python, -m, vllm.entrypoints.openai.api_server]",
-                                              f"command: [{NO_ENGINE}]")
-
-
 @FAST
 @given(stop_after=st.sampled_from(["-5", "0", "-0", "nan", "inf", "-inf", "1e20", "1e400"]))
 def test_tune_refuses_a_stop_after_that_is_no_duration(stop_after: str) -> None:
@@ -196,3 +194,25 @@ def test_tune_refuses_a_stop_after_that_is_no_duration(stop_after: str) -> None:
         assert_clean(result, allowed=(2,))
         assert "--stop-after" in result.stderr
         assert not (Path(tmp) / "o").exists()
+
+
+# --- ab: option values, and a directory that holds a tuning study -----------------------------------
+
+@settings(FAST, max_examples=8)
+@given(options=_options(["--boots", "--prefix-reuse-len", "--prefix-reuse-pairs", "--metric"]),
+       into_study=st.booleans())
+def test_ab(options: dict[str, str], into_study: bool) -> None:
+    # Valid options end at boots that cannot start (exit 1); a tuning study's directory is refused (2).
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "a.yaml").write_text(NO_ENGINE_STUDY)
+        (root / "b.yaml").write_text(NO_ENGINE_STUDY)
+        out = root / "out"
+        if into_study:
+            build_study(out)[0].close()
+        store = out / "study.sqlite"
+        before = store.read_bytes() if into_study else None
+        result = servetune("ab", root / "a.yaml", root / "b.yaml", "--out", out, *_args(options))
+        assert_clean(result, allowed=(1, 2))
+        if into_study:  # (reading a store may leave SQLite's -shm beside it: the store itself is unchanged)
+            assert result.code == 2 and store.read_bytes() == before, result
