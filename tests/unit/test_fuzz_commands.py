@@ -10,6 +10,7 @@ Fast tier: no server is ever reached (the only valid URL refuses at once), no en
 from __future__ import annotations
 
 import json
+import shlex
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -89,26 +90,41 @@ def test_drift(url: str, options: dict[str, str], out_exists: bool) -> None:
     _measuring_command(["drift"], url, options, out_exists)
 
 
+# Base commands that never name a runnable program: the missing one (with random arguments), or
+# text that is no command at all (empty, an unbalanced quote).
+commands = st.one_of(st.sampled_from(["", " ", 'python "unclosed', "'", NO_ENGINE]),
+                     values.map(lambda v: f"{NO_ENGINE} {v}"))
+
+
+def _runnable(command: str) -> bool:
+    try:
+        return bool(shlex.split(command))
+    except ValueError:
+        return False
+
+
 @FAST
-@given(options=_options(["--start", "--tolerance", "--max-boots", "--startup-timeout", "--command"]))
-def test_probe_context(options: dict[str, str]) -> None:
-    # Valid options end at a boot that cannot start (exit 1): the base command does not exist.
-    options.setdefault("--command", NO_ENGINE)
+@given(options=_options(["--start", "--tolerance", "--max-boots", "--startup-timeout"]), command=commands)
+def test_probe_context(options: dict[str, str], command: str) -> None:
+    # Valid options end at a boot that cannot start (exit 1); a command that is none is bad input (2).
     with tempfile.TemporaryDirectory() as tmp:
-        result = servetune("probe", "context", "--model", tmp, "--log-dir", Path(tmp) / "logs", *_args(options))
+        result = servetune("probe", "context", "--model", tmp, "--log-dir", Path(tmp) / "logs", "--command", command,
+                           *_args(options))
         assert_clean(result, allowed=(1, 2))
-        if options["--command"] != NO_ENGINE:
-            assert result.code == 2, result  # nothing else names a runnable program
+        if not _runnable(command):
+            assert result.code == 2, result
 
 
 @FAST
-@given(options=_options(["--startup-timeout", "--device-memory-gib", "--command", "--scenario"]))
-def test_probe_memory(options: dict[str, str]) -> None:
-    options.setdefault("--command", NO_ENGINE)
+@given(options=_options(["--startup-timeout", "--device-memory-gib", "--scenario"]), command=commands)
+def test_probe_memory(options: dict[str, str], command: str) -> None:
     options.setdefault("--scenario", "single-decode")
     with tempfile.TemporaryDirectory() as tmp:
-        result = servetune("probe", "memory", "--model", tmp, "--out", Path(tmp) / "probe", *_args(options))
+        result = servetune("probe", "memory", "--model", tmp, "--out", Path(tmp) / "probe", "--command", command,
+                           *_args(options))
         assert_clean(result, allowed=(1, 2))
+        if not _runnable(command):
+            assert result.code == 2, result
         assert not (Path(tmp) / "probe" / "memory.json").exists()
 
 
