@@ -129,11 +129,13 @@ def test_an_interrupt_says_what_was_kept(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_a_silent_server_is_shown_waiting_with_the_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
-    from servetune.cli.bench_cmd import SilenceColumn
+    from servetune.cli.waiting import Silence
 
-    monkeypatch.setattr("servetune.cli.bench_cmd.last_read_ns", lambda: 0)  # no stream read in this process
-    column = SilenceColumn(stall_timeout_s=60, run_timeout_s=600)
-    assert column.render(None).plain == ""  # type: ignore[arg-type]  # just heard from: nothing to say
-    column._heard = column.started = column.started - 12 * 10**9  # 12 s of silence since the start
-    text = column.render(None).plain  # type: ignore[arg-type]
+    monkeypatch.setattr("servetune.cli.waiting.last_read_ns", lambda: 0)  # no stream read in this process
+    silence = Silence(stall_timeout_s=60, run_timeout_s=600)
+    assert silence.text().plain == ""  # just heard from: nothing to say
+    silence.started = silence._heard = silence.started - 12 * 10**9  # 12 s of silence since the start
+    text = silence.text().plain
     assert "no data for 12 s; giving up in 48 s (--stall-timeout, --run-timeout)" in text, text
+    silence.started -= 590 * 10**9  # the run's deadline is nearer than the stall limit: it is the one shown
+    assert "giving up in 0 s" in silence.text().plain

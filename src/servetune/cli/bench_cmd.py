@@ -14,13 +14,11 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from rich.text import Text
 
 from ..errors import ServetuneError
 from ..load.bench import run_scenario
-from ..load.client import last_read_ns
 from ..load.metrics import SLO_NAMES, percentile_key
 from ..load.records import RunResult
 from ..load.scenario import PRESETS, Scenario, preset
@@ -28,6 +26,7 @@ from . import validate
 from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt, print_error, validation_text
 from .paths import result_file
 from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
+from .waiting import Silence, SilenceColumn
 
 console = Console()
 # Scenario fields as the options that set them, so a bad value is reported in the user's words.
@@ -253,9 +252,9 @@ def register(app: typer.Typer) -> None:
 def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, out: Path, run_id: str,
            slo: dict[str, float], pcts: tuple[float, ...], workers: int, api_key: str | None) -> RunResult:
     total = len(sc.sweep_input_lens) if sc.sweep_input_lens else (sc.num_prompts or 0)
-    silence = SilenceColumn(sc.effective_stall_timeout_s, sc.effective_run_timeout_s)
-    with Progress(TextColumn(f"[bold]{sc.name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), silence,
-                  console=console, transient=True) as bar:
+    silence = Silence(sc.effective_stall_timeout_s, sc.effective_run_timeout_s)
+    with Progress(TextColumn(f"[bold]{sc.name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  SilenceColumn(silence), console=console, transient=True) as bar:
         task = bar.add_task("requests", total=total or None)
 
         def progress(done: int, n: int) -> None:
@@ -265,31 +264,6 @@ def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, ou
         return run_scenario(url, model, sc, tokenizer_dir=tokenizer, out_dir=out.parent, run_id=run_id,
                             slo=slo or None, percentiles=pcts, progress=progress, workers=workers, api_key=api_key,
                             result_name=out.name)
-
-
-class SilenceColumn(ProgressColumn):
-    """How long the server has sent nothing, and when the run gives up on it, once that is worth
-    saying (a few seconds): a stalled server is seen waiting, not mistaken for a slow one."""
-
-    QUIET_S = 5.0
-
-    def __init__(self, stall_timeout_s: float, run_timeout_s: float) -> None:
-        super().__init__()
-        self.stall_timeout_s, self.run_timeout_s = stall_timeout_s, run_timeout_s
-        self.started = self._heard = time.perf_counter_ns()
-
-    def heard(self) -> None:
-        self._heard = time.perf_counter_ns()
-
-    def render(self, task: Task) -> Text:
-        now = time.perf_counter_ns()
-        quiet = (now - max(self._heard, last_read_ns())) / 1e9
-        if quiet < self.QUIET_S:
-            return Text("")
-        run_left = self.run_timeout_s - (now - self.started) / 1e9
-        left = max(min(self.stall_timeout_s - quiet, run_left), 0.0)
-        return Text(f"waiting for the server: no data for {quiet:.0f} s; giving up in {left:.0f} s "
-                    "(--stall-timeout, --run-timeout)", style="yellow")
 
 
 def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Path, run_id: str,

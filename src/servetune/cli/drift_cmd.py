@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
@@ -22,6 +23,7 @@ from .bench_cmd import API_KEY_ENV_HELP, FORCE_HELP, TOKENIZER_HELP, api_key_fro
 from .boundary import EXIT_NO_RESULT, on_interrupt, print_error, validation_text
 from .paths import companion_dir, result_file, runs_dir_of
 from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
+from .waiting import Silence
 
 console = Console()
 _OPTION_OF_FIELD = {"stall_timeout_s": "--stall-timeout", "short_per_phase": "--short-per-phase",
@@ -132,22 +134,30 @@ def register(app: typer.Typer) -> None:
         runs_dir = companion_dir(runs_dir_of(out), "--out", force)
         on_interrupt(f"nothing written to {out}; the phases measured so far are kept under {runs_dir}")
 
+        silence = Silence(0.0, 0.0)  # set per phase: a long phase may be silent longer
+
         def announce(phase: Phase) -> None:
             what = (f"{protocol.short_per_phase} short ({protocol.short_input_len} in / "
                     f"{protocol.short_output_len} out)" if phase.kind == "short"
                     else f"one long ({protocol.long_input_len} in / {protocol.long_output_len} out)")
             console.print(escape(f"{phase.name}: {what} ..."))
+            sc = protocol.scenario(phase)
+            silence.stall_timeout_s, silence.run_timeout_s = sc.effective_stall_timeout_s, sc.effective_run_timeout_s
+            silence.restart()
+
+        def measure(base_url: str, key: str | None, tok: Path | None) -> DriftRun:
+            with Live(silence, console=console, transient=True, refresh_per_second=2):
+                return run_protocol(base_url, protocol, runs_dir, model=model, tokenizer_dir=tok, api_key=key,
+                                    on_phase=announce)
 
         if serve is not None:
             with served(serve, serve_arg, runs_dir / "logs", "drift", api_key) as (base_url, key):
-                run = run_protocol(base_url, protocol, runs_dir, model=model, tokenizer_dir=tokenizer or serve,
-                                   api_key=key, on_phase=announce)
+                run = measure(base_url, key, tokenizer or serve)
         else:
             assert url is not None
             check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
                             first_byte_timeout_s=first_byte_timeout)
-            run = run_protocol(url, protocol, runs_dir, model=model, tokenizer_dir=tokenizer, api_key=api_key,
-                               on_phase=announce)
+            run = measure(url, api_key, tokenizer)
         if not run.runs:
             print_error(f"{run.error or 'no phase was measured'}; nothing written to {out}{_kept(runs_dir)}")
             raise typer.Exit(EXIT_NO_RESULT)
