@@ -29,5 +29,6 @@ fi
 if ! command -v chromium >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
-"$VENV/bin/servetune" model make tiny models/tiny >/dev/null
+# --force: the tiny model is regenerated on every setup (make refuses a directory that holds files)
+"$VENV/bin/servetune" model make tiny models/tiny --force >/dev/null
 echo "setup: $VENV ready, model at models/tiny"

@@ -70,7 +70,9 @@ async def aget_json(session: aiohttp.ClientSession, url: str) -> Any:
             body = await resp.read()
             status = resp.status
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        raise ServerAnswerError(f"GET {url} got no answer: {type(exc).__name__}: {exc}") from None
+        # A timeout's message is empty: say which limit ran out.
+        why = str(exc) or f"none within {session.timeout.total or session.timeout.sock_read or 0:g} s"
+        raise ServerAnswerError(f"GET {url} got no answer: {type(exc).__name__}: {why}") from None
     if status != 200:
         raise ServerAnswerError(f"GET {url} answered HTTP {status}: {_text(body)}", status)
     return _json(url, status, body)

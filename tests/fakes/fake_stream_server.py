@@ -12,7 +12,10 @@ Faults, for the client's failure handling: `--stall-after-chunks N` stops every 
 chunks and holds the connection open; `--api-key KEY` (or VLLM_API_KEY) answers 401 to any request but
 /health without `Authorization: Bearer KEY` (stricter than vLLM, which guards only /v1, so that a test
 sees every request carry it); `--models-status CODE` answers /v1/models with that error.
-GET /fake/seen counts the 401s answered and the prefix-cache resets.
+GET /fake/seen counts the 401s answered, the prefix-cache resets and the completion requests.
+
+A crash at a known point (`--die-after-requests N`): the process exits when completion request N + 1
+arrives, dropping every connection (a server that dies mid-run).
 
 A stepwise slowdown, for `servetune drift`: every request whose prompt has at least
 `--drift-long-tokens` tokens adds `--drift-step-itl-ms` to the ITL and `--drift-step-ttft-ms` to the
@@ -53,7 +56,8 @@ class FakeServer:
     def __init__(self, ttft_ms: float, itl_ms: float, tokens_per_chunk: int, log: bool, model: str = MODEL, *,
                  stall_after_chunks: int | None = None, api_key: str | None = None, models_status: int = 200,
                  slots: int | None = None, seed: int = 0, drift_long_tokens: int | None = None,
-                 drift_step_itl_ms: float = 0.0, drift_step_ttft_ms: float = 0.0) -> None:
+                 drift_step_itl_ms: float = 0.0, drift_step_ttft_ms: float = 0.0,
+                 die_after_requests: int | None = None) -> None:
         self.ttft_ns, self.itl_ns = int(ttft_ms * 1e6), int(itl_ms * 1e6)
         self.k = tokens_per_chunk
         self.keep_log = log
@@ -68,6 +72,7 @@ class FakeServer:
         self.drift_long_tokens = drift_long_tokens
         self.drift_step_itl_ns, self.drift_step_ttft_ns = int(drift_step_itl_ms * 1e6), int(drift_step_ttft_ms * 1e6)
         self.long_seen = 0
+        self.die_after_requests, self.requests = die_after_requests, 0
 
     @web.middleware
     async def require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -87,7 +92,7 @@ class FakeServer:
         return web.Response(text="")
 
     async def seen_counts(self, _: web.Request) -> web.Response:
-        return web.json_response(self.seen)
+        return web.json_response({**self.seen, "requests": self.requests})
 
     async def health(self, _: web.Request) -> web.Response:
         return web.Response(text="")
@@ -109,6 +114,9 @@ class FakeServer:
         return web.json_response({"prompt": " ".join(f"t{i}" for i in body["tokens"])})
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
+        self.requests += 1
+        if self.die_after_requests is not None and self.requests > self.die_after_requests:
+            os._exit(1)  # a crash: every connection drops, nothing answers /health any more
         if self.slots is None:
             return await self.stream(request, time.perf_counter_ns(), self.ttft_ns + self.long_seen * self.drift_step_ttft_ns)
         arrived = time.perf_counter_ns()
@@ -216,7 +224,7 @@ def _serve(args: argparse.Namespace) -> None:
                          stall_after_chunks=args.stall_after_chunks, api_key=args.api_key,
                          models_status=args.models_status, slots=args.slots, seed=args.seed,
                          drift_long_tokens=args.drift_long_tokens, drift_step_itl_ms=args.drift_step_itl_ms,
-                         drift_step_ttft_ms=args.drift_step_ttft_ms),
+                         drift_step_ttft_ms=args.drift_step_ttft_ms, die_after_requests=args.die_after_requests),
                 host="127.0.0.1", port=args.port, reuse_port=args.processes > 1, print=None,
                 access_log=None, backlog=4096)
 
@@ -240,6 +248,8 @@ def main() -> None:
                    help="a prompt this long (tokens) slows every later request by the --drift-step-* amounts")
     p.add_argument("--drift-step-itl-ms", type=float, default=0.0, help="ITL added after each long prompt")
     p.add_argument("--drift-step-ttft-ms", type=float, default=0.0, help="TTFT added after each long prompt")
+    p.add_argument("--die-after-requests", type=int, default=None,
+                   help="exit at once (a crash) when completion request N + 1 arrives")
     args = p.parse_args()
     if args.processes > 1:
         procs = [mp.Process(target=_serve, args=(args,)) for _ in range(args.processes)]

@@ -12,34 +12,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from cli_run import Outcome, servetune, tree
-from hypothesis import HealthCheck, event, given, settings
+from cli_fuzz import FUZZ, UNREACHABLE, values
+from cli_fuzz import assert_clean as _assert_clean
+from cli_run import servetune, tree
+from hypothesis import given
 from hypothesis import strategies as st
 
 pytestmark = pytest.mark.slow  # fast tier: ./scripts/test-fast.sh leaves these out
-
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
-UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens, refused at once
-
-values = st.one_of(
-    st.sampled_from(["", "0", "-1", "1", "nan", "inf", "-inf", "1e400", "abc", "[/]", "[red]x", "--out",
-                     "=", "ttft", "ttft=-5", "ttft=x", "50,abc", "0,100", "chat", "completions", "foo",
-                     "single-decode", "/proc", "/proc/x/y", "é", " ", "\t"]),
-    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=10),
-    st.integers(-10**6, 10**6).map(str),
-    st.floats(allow_nan=True, allow_infinity=True).map(str),
-)
-
-
-def _assert_clean(result: Outcome, allowed: tuple[int, ...] = (0, 2)) -> None:
-    event(f"exit code {result.code}")  # --hypothesis-show-statistics shows how the cases ended
-    assert result.code in allowed, result
-    assert "Traceback" not in result.stderr + result.stdout, result
-    if result.code != 0:
-        assert len(result.error_lines) == 1, result.stderr
-        assert result.error_lines[0].startswith("error: "), result.stderr
-
 
 BENCH_OPTIONS = ["--input-len", "--output-len", "--concurrency", "--rate", "--burstiness", "--num-prompts",
                  "--duration", "--warmups", "--seed", "--endpoint", "--slo", "--percentiles", "--model",

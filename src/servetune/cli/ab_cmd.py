@@ -11,8 +11,8 @@ from rich.markup import escape
 from ..errors import ServetuneError
 from ..store import StudyStore
 from ..study.metrics import metric_problem
-from .boundary import EXIT_NO_RESULT, store_errors
-from .paths import writable_dir
+from .boundary import EXIT_NO_RESULT, on_interrupt, store_errors
+from .paths import check_store_kind, writable_dir
 
 console = Console()
 REPORT_NAME = "ab.md"
@@ -46,9 +46,11 @@ def register(app: typer.Typer) -> None:
             if problem := metric_problem(name):
                 raise ServetuneError(f"--metric {name}: {problem}")
         spec = load_ab(study_files)
-        writable_dir(out, "--out")  # after the files loaded: bad input writes nothing
         reuse = prefix_reuse.prefix_reuse_scenario(prefix_reuse_len, prefix_reuse_pairs) if prefix_reuse_len else None
         with store_errors(out / StudyStore.FILENAME):
+            check_store_kind(out, "ab", "--out")  # a study's store must not take an A/B's boots
+            writable_dir(out, "--out")  # after the files loaded: bad input writes nothing
+            on_interrupt(f"the store in {out} keeps every finished boot; run the same command again to resume")
             _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS))
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import math
 import os
-import shlex
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,8 +22,11 @@ from ..load.bench import run_scenario
 from ..load.metrics import SLO_NAMES, percentile_key
 from ..load.records import RunResult
 from ..load.scenario import PRESETS, Scenario, preset
-from .boundary import EXIT_NO_RESULT, print_error, validation_text
-from .paths import writable_file
+from . import validate
+from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt, print_error, validation_text
+from .paths import result_file
+from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
+from .waiting import Silence, SilenceColumn
 
 console = Console()
 # Scenario fields as the options that set them, so a bad value is reported in the user's words.
@@ -46,8 +49,8 @@ def parse_slo(items: list[str]) -> dict[str, float]:
             slo[name] = float(value)
         except ValueError:
             raise ServetuneError(f"--slo {item!r}: {value!r} is not a number of milliseconds") from None
-        if slo[name] < 0:
-            raise ServetuneError(f"--slo {item!r}: must be >= 0 ms")
+        if not math.isfinite(slo[name]) or slo[name] <= 0:  # as `capacity` judges: 0 ms no request meets
+            raise ServetuneError(f"--slo {item!r}: must be a finite number of milliseconds above 0")
     return slo
 
 
@@ -70,14 +73,28 @@ TOKENIZER_HELP = "model dir with tokenizer.json (default: --serve dir, else the 
 API_KEY_ENV_HELP = ("environment variable holding the server's API key (default: VLLM_API_KEY, else "
                     "OPENAI_API_KEY, when set)")
 SERVE_ARG_HELP = "engine flag(s) for --serve, e.g. '--max-num-seqs 64'"
+FORCE_HELP = "overwrite an existing result (and the files written beside it)"
+MAX_WORKERS = 256
 
 
-def check_server_choice(url: str | None, serve: Path | None, serve_arg: list[str]) -> None:
-    """A command measures either a running server (--url) or one it launches (--serve)."""
+def check_server_choice(url: str | None, serve: Path | None, serve_arg: list[str]) -> str | None:
+    """A command measures either a running server (--url, returned checked) or one it launches (--serve)."""
     if (url is None) == (serve is None):
         raise ServetuneError("give exactly one of --url (a running server) or --serve MODEL_DIR")
     if serve_arg and serve is None:
         raise ServetuneError("--serve-arg needs --serve")
+    if serve is not None:
+        if not serve.is_dir():
+            raise ServetuneError(f"--serve {serve}: not a directory")
+        serve_flags(serve_arg)
+    return None if url is None else validate.url(url)
+
+
+def serve_flags(serve_args: list[str]) -> dict[str, Any]:
+    """--serve-arg values as engine flags; an unbalanced quote is bad input, not a traceback."""
+    from .serve_cmd import flags_from_argv
+
+    return flags_from_argv([a for arg in serve_args for a in (validate.command(arg, "--serve-arg") or [])])
 
 
 def api_key_from_env(name: str | None) -> str | None:
@@ -158,7 +175,8 @@ def register(app: typer.Typer) -> None:
     @app.command("bench")
     def bench(
         scenario: str = typer.Option(..., "--scenario", help=f"preset: {', '.join(PRESETS)}"),
-        out: Path = typer.Option(..., "--out", help="result JSON (per-request JSONL is written beside it)"),
+        out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
+                                  "(per-request JSONL beside it: NAME.requests.jsonl)"),
         url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
         serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
         serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
@@ -181,24 +199,39 @@ def register(app: typer.Typer) -> None:
             None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
         run_timeout: float | None = typer.Option(
             None, "--run-timeout", help="seconds the whole run may take (default: from the scenario)"),
+        connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
+        first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
         api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Measure one scenario; prints a summary and writes vllm-bench-compatible JSON."""
-        check_server_choice(url, serve, serve_arg)
+        url = check_server_choice(url, serve, serve_arg)
+        validate.load_options({"--input-len": input_len, "--output-len": output_len, "--concurrency": concurrency,
+                               "--rate": rate, "--burstiness": burstiness, "--num-prompts": num_prompts,
+                               "--duration": duration, "--warmups": warmups, "--seed": seed,
+                               "--stall-timeout": stall_timeout, "--run-timeout": run_timeout,
+                               "--connect-timeout": connect_timeout, "--first-byte-timeout": first_byte_timeout})
+        validate.count(workers, "--workers", high=MAX_WORKERS)
         slo_ms = parse_slo(slo)
         pcts = parse_percentiles(percentiles)
         sc = build_scenario(scenario, input_len=input_len, output_len=output_len, concurrency=concurrency,
                             rate=rate, burstiness=burstiness, num_prompts=num_prompts, duration_s=duration,
                             warmups=warmups, seed=seed, endpoint=endpoint, stall_timeout_s=stall_timeout,
                             run_timeout_s=run_timeout)
+        tokenizer = validate.tokenizer_dir(tokenizer)
         api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
-        writable_file(out, "--out")  # now, not after the run: a late failure would lose the measurements
+        # Now, not after the run: a late failure would lose the measurements. Named exactly as given.
         run_id = out.name.removesuffix(".json")
-        if serve is not None:
-            result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer, api_key)
+        result_file(out, "--out", force)
+        result_file(out.with_name(f"{run_id}.requests.jsonl"), "--out (its per-request JSONL)", force)
+        on_interrupt(f"nothing written to {out}")
+        if url is not None:
+            check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
+                            first_byte_timeout_s=first_byte_timeout)
+            result = _bench(url, model, sc, tokenizer, out, run_id, slo_ms, pcts, workers, api_key)
         else:
-            assert url is not None
-            result = _bench(url, model, sc, tokenizer, out.parent, run_id, slo_ms, pcts, workers, api_key)
+            assert serve is not None
+            result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer, api_key)
         if result.records_path is None:  # the run never reached the measurement: nothing was written
             print_error(f"{result.error or result.outcome.value}; nothing written to {out}")
             raise typer.Exit(EXIT_NO_RESULT)
@@ -208,23 +241,29 @@ def register(app: typer.Typer) -> None:
             console.print("[yellow]client-bound:[/] " + escape("; ".join(result.client_health["reasons"])))
         if result.error:
             console.print(f"[red]error:[/] {escape(result.error)}")
-        console.print(escape(f"wrote {out} and {result.records_path}"))
         if result.outcome.is_failure and result.outcome.value != "client_bound":
-            raise typer.Exit(1)
+            # Kept, marked with its outcome (compare refuses it); not presented as a result.
+            console.print(escape(f"the run failed ({result.outcome.value}): kept for inspection in {out} and "
+                                 f"{result.records_path}; not a result"))
+            raise typer.Exit(EXIT_NO_RESULT)
+        console.print(escape(f"wrote {out} and {result.records_path}"))
 
 
-def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, out_dir: Path, run_id: str,
+def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, out: Path, run_id: str,
            slo: dict[str, float], pcts: tuple[float, ...], workers: int, api_key: str | None) -> RunResult:
     total = len(sc.sweep_input_lens) if sc.sweep_input_lens else (sc.num_prompts or 0)
+    silence = Silence(sc.effective_stall_timeout_s, sc.effective_run_timeout_s)
     with Progress(TextColumn(f"[bold]{sc.name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+                  SilenceColumn(silence), console=console, transient=True) as bar:
         task = bar.add_task("requests", total=total or None)
 
         def progress(done: int, n: int) -> None:
+            silence.heard()
             bar.update(task, completed=done, total=n)
 
-        return run_scenario(url, model, sc, tokenizer_dir=tokenizer, out_dir=out_dir, run_id=run_id, slo=slo or None,
-                            percentiles=pcts, progress=progress, workers=workers, api_key=api_key)
+        return run_scenario(url, model, sc, tokenizer_dir=tokenizer, out_dir=out.parent, run_id=run_id,
+                            slo=slo or None, percentiles=pcts, progress=progress, workers=workers, api_key=api_key,
+                            result_name=out.name)
 
 
 def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Path, run_id: str,
@@ -232,7 +271,7 @@ def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Pat
                   api_key: str | None) -> RunResult:
     """`api_key`: from --api-key-env; None: the key the launched server itself uses, if any."""
     with served(model_dir, serve_args, out.parent / "logs", run_id, api_key) as (url, key):
-        return _bench(url, None, sc, tokenizer or model_dir, out.parent, run_id, slo, pcts, workers, key)
+        return _bench(url, None, sc, tokenizer or model_dir, out, run_id, slo, pcts, workers, key)
 
 
 @contextmanager
@@ -243,11 +282,9 @@ def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
     from ..engine.base import Engine
     from ..engine.config import Config
     from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
-    from .serve_cmd import flags_from_argv
-
     if not model_dir.is_dir():
         raise ServetuneError(f"--serve {model_dir}: not a directory")
-    flags = flags_from_argv([a for arg in serve_args for a in shlex.split(arg)])
+    flags = serve_flags(serve_args)
     engine: Engine = VllmEngine(DEFAULT_COMMAND, model=str(model_dir), startup_timeout_s=900, log_dir=log_dir)
     config = Config.of(flags)
     api_key = api_key or engine.client_api_key(config)
@@ -255,7 +292,7 @@ def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
     t0 = time.monotonic()
     started = engine.start(config, log_dir / f"{run_id}.server.log")
     if not started.ok or started.server is None:
-        raise ServetuneError(f"the server did not start: {started.outcome.value}: {started.detail}")
+        raise NoResult(f"the server did not start: {started.outcome.value}: {started.detail}")
     console.print(f"server up at {started.server.url} after {time.monotonic() - t0:.0f} s")
     try:
         yield started.server.url, api_key

@@ -25,6 +25,20 @@ EXIT_NO_RESULT = 1
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 
+
+class NoResult(ServetuneError):
+    """The input was good and the command ran, but there is no result (a server that does not answer):
+    one line, exit 1."""
+
+
+# What an interrupted command leaves behind, said after "interrupted" (set by the command as it goes).
+_kept_on_interrupt: list[str] = []
+
+
+def on_interrupt(kept: str) -> None:
+    """Say `kept` (e.g. "nothing written to res.json") if the command is interrupted from now on."""
+    _kept_on_interrupt[:] = [kept]
+
 # soft_wrap: an error is one line even when stderr is a file or pipe (rich would wrap at 80 columns).
 err_console = Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
 
@@ -63,20 +77,22 @@ def describe(exc: BaseException) -> str | None:
 
 def run(command: Callable[..., Any], argv: Sequence[str] | None) -> int:
     """Run the click command without its own error printing; returns the exit code."""
+    _kept_on_interrupt.clear()
     try:
         code = command(args=list(argv) if argv is not None else None, prog_name="servetune", standalone_mode=False)
     except click_errors.NoArgsIsHelpError as exc:
         exc.show()  # `servetune` alone: the help, as click prints it
         return EXIT_USER_ERROR
     except (typer.Abort, KeyboardInterrupt):
-        err_console.print("interrupted")
-        return EXIT_INTERRUPTED
+        code = EXIT_INTERRUPTED
     except Exception as exc:
         message = describe(exc)
         if message is None or debug_enabled():
             raise
         print_error(message)
-        return EXIT_USER_ERROR
+        return EXIT_NO_RESULT if isinstance(exc, NoResult) else EXIT_USER_ERROR
+    if code == EXIT_INTERRUPTED:  # typer turns a KeyboardInterrupt inside a command into this code, silently
+        err_console.print("; ".join(["interrupted", *_kept_on_interrupt]), markup=False)
     return code if isinstance(code, int) else 0
 
 

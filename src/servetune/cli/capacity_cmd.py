@@ -18,8 +18,10 @@ from ..capacity.search import DEFAULT_MAX_LEVEL, SearchResult, SearchSettings, s
 from ..capacity.slo import Judgement, Slo, parse_slos, requests_to_meet
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
+from . import validate
 from .bench_cmd import (
     API_KEY_ENV_HELP,
+    FORCE_HELP,
     SERVE_ARG_HELP,
     TOKENIZER_HELP,
     api_key_from_env,
@@ -27,8 +29,9 @@ from .bench_cmd import (
     check_server_choice,
     served,
 )
-from .boundary import EXIT_NO_RESULT, print_error
-from .paths import writable_file
+from .boundary import EXIT_NO_RESULT, on_interrupt, print_error
+from .paths import companion_dir, result_file, runs_dir_of
+from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
 
 console = Console()
 
@@ -74,7 +77,8 @@ def register(app: typer.Typer) -> None:
         scenario: str = typer.Option(..., "--scenario", help=f"preset: {', '.join(PRESETS)}"),
         slo: list[str] = typer.Option(
             ..., "--slo", help="METRIC:STAT=MS, e.g. ttft:p99=1000 (ttft, tpot, itl, e2el; mean, pNN); repeatable"),
-        out: Path = typer.Option(..., "--out", help="result JSON (each level's runs go to OUT.runs/)"),
+        out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
+                                  "(each level's runs beside it: res.json -> res.runs/)"),
         url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
         serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
         serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
@@ -95,10 +99,18 @@ def register(app: typer.Typer) -> None:
         rel_tol: float = typer.Option(0.05, "--rel-tol", help="bisect until the bracket is this narrow"),
         max_levels: int = typer.Option(12, "--max-levels", min=1),
         max_runs: int = typer.Option(3, "--max-runs-per-level", min=1, help="runs pooled at an undecided level"),
+        stall_timeout: float | None = typer.Option(
+            None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
+        connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
+        first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
         api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """Search the load level: prints the capacity with its interval and the levels measured."""
-        check_server_choice(url, serve, serve_arg)
+        url = check_server_choice(url, serve, serve_arg)
+        _check_options(load, start, max_level, input_len, output_len, num_prompts, burstiness, seed,
+                       {"--stall-timeout": stall_timeout, "--connect-timeout": connect_timeout,
+                        "--first-byte-timeout": first_byte_timeout})
         if load not in DEFAULT_MAX_LEVEL:
             raise ServetuneError(f"--load {load!r}: expected rate or concurrency")
         if not 0 < alpha < 1:
@@ -109,10 +121,11 @@ def register(app: typer.Typer) -> None:
         _check_requests_per_level(slos, num_prompts, alpha)
         settings = _settings(load, start, max_level, alpha, rel_tol, max_levels, max_runs)
         sc = build_scenario(scenario, input_len=input_len, output_len=output_len, burstiness=burstiness,
-                            endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None)
+                            endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None,
+                            stall_timeout_s=stall_timeout)
+        tokenizer = validate.tokenizer_dir(tokenizer)
         api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
-        writable_file(out, "--out")
-        runs_dir = out.with_name(out.name.removesuffix(".json") + ".runs")
+        runs_dir = _check_outputs(out, force)
         kind: LoadKind = "rate" if load == "rate" else "concurrency"
 
         def announce(level: float, run: int) -> None:
@@ -128,6 +141,8 @@ def register(app: typer.Typer) -> None:
                 result = run_search(base_url, key, tokenizer or serve)
         else:
             assert url is not None
+            check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
+                            first_byte_timeout_s=first_byte_timeout)
             result = run_search(url, api_key, tokenizer)
         if not result.levels:
             print_error(f"{result.error or 'no level was measured'}; nothing written to {out}")
@@ -143,6 +158,35 @@ def register(app: typer.Typer) -> None:
                                  "scenario": json.loads(sc.model_dump_json()), "num_prompts": num_prompts})
         out.write_text(json.dumps(doc, indent=1) + "\n")
         console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
+        _exit_if_search_failed(result)
+
+
+def _check_options(load: str, start: float | None, max_level: float | None, input_len: int | None,
+                   output_len: int | None, num_prompts: int, burstiness: float | None, seed: int | None,
+                   timeouts: dict[str, float | None]) -> None:
+    """The numbers `capacity` takes, refused before any request (bad input, exit 2)."""
+    validate.load_options({"--input-len": input_len, "--output-len": output_len, "--num-prompts": num_prompts,
+                           "--burstiness": burstiness, "--seed": seed, **timeouts})
+    if load == "concurrency":  # a closed loop runs whole users: 1.5 is not rounded silently
+        for option, level in (("--start", start), ("--max-level", max_level)):
+            if level is not None and math.isfinite(level) and level != int(level):
+                raise ServetuneError(f"{option} {level:g}: --load concurrency takes a whole number of users")
+
+
+def _check_outputs(out: Path, force: bool) -> Path:
+    """OUT and OUT.runs/ checked before the first level: a bad path must not cost the measurements."""
+    result_file(out, "--out", force)
+    runs_dir = companion_dir(runs_dir_of(out), "--out", force)
+    on_interrupt(f"nothing written to {out}; the runs measured so far are kept under {runs_dir}")
+    return runs_dir
+
+
+def _exit_if_search_failed(result: SearchResult) -> None:
+    """A search a server failure ended (its error said above) is no capacity: exit 1, the levels kept."""
+    if result.error:
+        print_error(f"{result.error}; the search did not finish, so the capacity above is not a result "
+                    "(the levels measured are kept)")
+        raise typer.Exit(EXIT_NO_RESULT)
 
 
 def _check_requests_per_level(slos: list[Slo], num_prompts: int, alpha: float) -> None:

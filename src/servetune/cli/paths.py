@@ -36,3 +36,54 @@ def _ensure_dir(directory: Path, where: str) -> None:
             pass
     except OSError as exc:
         raise ServetuneError(f"{where}: cannot write into {directory}: {exc.strerror or exc}") from None
+
+
+def result_file(path: Path, option: str, force: bool) -> Path:
+    """A result file written under exactly this name: not a directory, device or pipe, and not an
+    existing file unless `force` (a finished measurement is not replaced by accident)."""
+    where = f"{option} {path}"
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise ServetuneError(f"{where}: not a regular file (a device or pipe); name a file to write")
+    if path.is_file() and not force:
+        raise ServetuneError(f"{where}: exists; pass --force to overwrite it, or name another file")
+    return writable_file(path, option)
+
+
+def companion_dir(path: Path, option: str, force: bool) -> Path:
+    """A directory written beside a result (OUT.runs/), checked now, created by the first run that lands
+    in it: a file in its place, or earlier runs in it without `force`, are refused before any work."""
+    if path.exists() and not path.is_dir():
+        raise ServetuneError(f"{option}: {path} exists and is not a directory (it would hold the runs); "
+                             "move it away or name another --out")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        raise ServetuneError(f"{option}: {path} holds earlier runs; pass --force to write over them, "
+                             "or name another --out")
+    return path
+
+
+def runs_dir_of(out: Path) -> Path:
+    """OUT.runs/ beside OUT (`.json` dropped: res.json -> res.runs)."""
+    return out.with_name(out.name.removesuffix(".json") + ".runs")
+
+
+def store_kind(directory: Path) -> str | None:
+    """What the store in `directory` holds: "ab", "study", or None (no store, or an empty one)."""
+    from ..store import StudyStore
+
+    if not (directory / StudyStore.FILENAME).is_file():
+        return None
+    store = StudyStore.open_existing(directory, read_only=True)
+    try:
+        if store.get_meta("ab") is not None:  # ab.runner.META_KEY, set by every A/B
+            return "ab"
+        return "study" if store.get_meta("spec") is not None or store.trials() else None
+    finally:
+        store.close()
+
+
+def check_store_kind(directory: Path, expected: str, option: str) -> None:
+    """A tune directory is not resumed as an A/B, nor an A/B as a study: their trials would mix."""
+    found = store_kind(directory)
+    if found is not None and found != expected:
+        names = {"ab": "an A/B (servetune ab)", "study": "a tuning study (servetune tune)"}
+        raise ServetuneError(f"{option} {directory}: this directory holds {names[found]}; name another directory")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 
 import typer
@@ -21,9 +20,10 @@ from ..probe.context import ContextAnswer, ProbeBoot, check_start, engine_boot, 
 from ..probe.measure import measure
 from ..probe.memory import MemoryVerdict, judge, scenario_need
 from ..study.loader import load_study
-from .bench_cmd import build_scenario
-from .boundary import EXIT_NO_RESULT
-from .paths import writable_dir, writable_file
+from . import validate
+from .bench_cmd import FORCE_HELP, build_scenario
+from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt
+from .paths import result_file, writable_dir
 from .serve_cmd import flags_from_argv
 
 console = Console()
@@ -100,18 +100,24 @@ def register(app: typer.Typer) -> None:
         startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
         log_dir: Path = typer.Option(Path("runs/probe"), "--log-dir", help="where the server logs go"),
         out: Path | None = typer.Option(None, "--out", help="write the answer and every boot as JSON here"),
+        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
         """The largest --max-model-len that fits the memory flags after `--`: vLLM's own answers first
         (automatic length, its estimate, the max-concurrency line), confirmed by a boot at the answer."""
         check_start(start)
+        validate.tokens(start, "--start")
+        validate.tokens(tolerance, "--tolerance")
+        validate.count(max_boots, "--max-boots", high=1000)
+        base = validate.command(command) or DEFAULT_COMMAND
+        validate.seconds(startup_timeout, "--startup-timeout")
         config = _engine_flags(ctx)
         if "max-model-len" in config.flags:
             raise ServetuneError("probe context sets --max-model-len itself; leave it out of the engine flags")
-        writable_dir(log_dir, "--log-dir")
         if out is not None:
-            writable_file(out, "--out")  # now, not after minutes of boots
-        engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
-                            startup_timeout_s=startup_timeout, log_dir=log_dir)
+            result_file(out, "--out", force)  # now, not after minutes of boots
+        writable_dir(log_dir, "--log-dir")
+        on_interrupt(f"nothing written{f' to {out}' if out else ''}; the server logs are under {log_dir}")
+        engine = VllmEngine(base, model=model, startup_timeout_s=startup_timeout, log_dir=log_dir)
         console.print(f"probing the context of {model} (server logs in {log_dir}) ...")
         answer = find_max_model_len(engine_boot(engine, config, log_dir), model_max=model_max_len(model), start=start,
                                     tolerance=tolerance, max_boots=max_boots,
@@ -136,10 +142,14 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("runs/probe-memory"), "--out", help="directory for logs, runs and memory.json"),
         command: str | None = typer.Option(None, "--command", help="base command without a study file (default: "
                                            f"{' '.join(DEFAULT_COMMAND)})"),
-        startup_timeout: float = typer.Option(900.0, "--startup-timeout"),
+        startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
+        force: bool = typer.Option(False, "--force", help="overwrite an earlier memory.json in --out"),
     ) -> None:
         """Run the scenarios once on one server and say whether the KV cache memory should go up, down or
         stay, with the smallest --kv-cache-memory-bytes that keeps preemptions at zero at that load."""
+        validate.seconds(startup_timeout, "--startup-timeout")
+        validate.number(device_memory_gib, "--device-memory-gib", low=0, high=1e6, low_open=True)
+        base = validate.command(command)
         extra = _engine_flags(ctx)
         if study is not None:
             spec = load_study(study)
@@ -150,15 +160,19 @@ def register(app: typer.Typer) -> None:
         else:
             if model is None or not scenario:
                 raise ServetuneError("give a study file, or --model DIR and at least one --scenario")
-            engine = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
+            engine = VllmEngine(base or DEFAULT_COMMAND, model=model,
                                 startup_timeout_s=startup_timeout, log_dir=out / "logs", dev_mode=True)
             config, model_dir, scenarios = extra, model, _scenarios(scenario)
+        if out.exists() and not out.is_dir():
+            raise ServetuneError(f"--out {out}: exists and is not a directory")
+        result_file(out / "memory.json", "--out", force)
         writable_dir(out, "--out")
+        on_interrupt(f"nothing written to {out / 'memory.json'}; the logs and runs so far are under {out}")
         tokenizer = Path(model_dir) if (Path(model_dir) / "tokenizer.json").is_file() else None
         console.print(f"booting {model_dir} and running {', '.join(s.name for s in scenarios)} once each ...")
         measured = measure(engine, config, scenarios, out, tokenizer, "memory")
-        if measured.error and not measured.runs:
-            raise ServetuneError(measured.error)
+        if measured.error and not measured.runs:  # ran, measured nothing: as `probe context` without an answer
+            raise NoResult(f"{measured.error}; nothing written to {out / 'memory.json'}")
         facts = measured.start.boot_facts
         max_num_seqs = as_number(config.flags.get("max-num-seqs"))
         clients = {s.name: s.concurrency for s in scenarios}

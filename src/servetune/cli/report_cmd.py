@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..errors import ServetuneError
 from .boundary import store_errors, validation_text
-from .paths import writable_dir, writable_file
+from .paths import result_file, writable_dir
 
 console = Console()
 
@@ -59,8 +59,12 @@ def register(app: typer.Typer) -> None:
                                          "default: throughputs and mean/p99 of TTFT, TPOT, ITL, E2EL"),
         confidence: float = typer.Option(0.95, min=0.5, max=0.999, help="confidence level of the intervals"),
         markdown_file: Path | None = typer.Option(None, "--markdown", help="also write the table as Markdown"),
+        anyway: bool = typer.Option(False, "--anyway", help="compare sides that are not comparable (a failed run, "
+                                    "a different workload): their rows are marked NOT COMPARABLE with the reason"),
+        force: bool = typer.Option(False, "--force", help="overwrite an existing --markdown file"),
     ) -> None:
-        """B versus A per scenario and metric: effect with CI and a verdict."""
+        """B versus A per scenario and metric: effect with CI and a verdict. Refuses a side whose run
+        failed, or sides of different workloads, unless --anyway."""
         from ..report.compare import DEFAULT_METRICS, compare_sides, load_side, markdown, rich_table
         from ..study.metrics import check_metric
 
@@ -69,9 +73,9 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             raise ServetuneError(f"--metric: {exc}") from exc
         if markdown_file is not None:
-            writable_file(markdown_file, "--markdown")
+            result_file(markdown_file, "--markdown", force)
         side_a, side_b = load_side(a), load_side(b)
-        rows = compare_sides(side_a, side_b, metrics, confidence)
+        rows = compare_sides(side_a, side_b, metrics, confidence, anyway=anyway)
         console.print(rich_table(rows, side_a, side_b, confidence))
         if markdown_file is not None:
             markdown_file.write_text(markdown(rows, side_a, side_b, confidence))

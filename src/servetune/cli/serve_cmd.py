@@ -19,6 +19,7 @@ from ..engine.bootfacts import log_message
 from ..engine.config import Config, FlagValue, is_env_name, normalize_flag_name
 from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
 from ..errors import ServetuneError
+from . import validate
 
 console = Console()
 
@@ -135,6 +136,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start one server with the engine flags after `--`, print what took effect, stay up until
         Ctrl-C or SIGTERM (then tear it down cleanly)."""
+        validate.count(port, "--port", high=65535)
+        validate.seconds(startup_timeout, "--startup-timeout")
+        base = validate.command(command) or DEFAULT_COMMAND
         env_vars: dict[str, str] = {}
         for item in env:
             name, eq, value = item.partition("=")
@@ -143,7 +147,7 @@ def register(app: typer.Typer) -> None:
             env_vars[name] = value
         config = Config.of(flags_from_argv(list(ctx.args)), env=env_vars)
         # `serve` starts vLLM from its own options; past the served name, everything uses the Engine protocol.
-        vllm = VllmEngine(shlex.split(command) if command else DEFAULT_COMMAND, model=model,
+        vllm = VllmEngine(base, model=model,
                           startup_timeout_s=startup_timeout, log_dir=log_dir, pin_engine_core=pin_engine_core)
         served_name = vllm.served_model_name(config)
         engine: Engine = vllm

@@ -18,8 +18,9 @@ from ..errors import ServetuneError
 from ..store import StudyStore, Trial, TrialRole
 from ..tune.display import StudyDisplay, format_duration
 from ..tune.eta import estimate, first_estimate_summary, for_study, next_trial_s, stored_seed
-from .boundary import EXIT_NO_RESULT, store_errors, validation_text
-from .paths import writable_dir
+from . import validate
+from .boundary import EXIT_NO_RESULT, on_interrupt, store_errors, validation_text
+from .paths import check_store_kind, writable_dir
 
 if TYPE_CHECKING:
     from ..study import StudySpec
@@ -49,14 +50,17 @@ def register(app: typer.Typer) -> None:
         """Run (or resume) a tuning study: baseline, search, finalists, verdict."""
         from ..study import load_study
 
+        validate.seconds(stop_after, "--stop-after")
         spec = load_study(study_file)
         if dry_run:
             from .plan_cmd import show_plan
 
             show_plan(spec, study_file)
             return
-        writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
         with store_errors(out / StudyStore.FILENAME):
+            check_store_kind(out, "study", "--out")  # an A/B's store must not take a study's trials
+            writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
+            on_interrupt(f"the store in {out} keeps every finished trial; run the same command again to resume")
             _tune(spec, out, report, stop_after, ray_address)
 
     @app.command()

@@ -37,6 +37,8 @@ class DriftProtocol(BaseModel):
     long_output_len: int = Field(default=16, ge=1)
     warmups: int = Field(default=2, ge=0, description="short requests before the first phase, not measured")
     seed: int = 0
+    # A phase's stream silent this long fails it as stalled (None: the Scenario's derived default).
+    stall_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     def phases(self) -> list[Phase]:
         out: list[Phase] = []
@@ -56,5 +58,5 @@ class DriftProtocol(BaseModel):
             output_len=self.short_output_len if short else self.long_output_len,
             num_prompts=self.short_per_phase if short else 1,
             warmups=self.warmups if phase.index == 0 else 0,
-            seed=self.seed + phase.index,
+            seed=self.seed + phase.index, stall_timeout_s=self.stall_timeout_s,
         )

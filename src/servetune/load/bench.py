@@ -13,6 +13,7 @@ import json
 import math
 import multiprocessing as mp
 import secrets
+import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -109,6 +110,17 @@ _COUNTER: Any = None
 def _init_worker(counter: Any) -> None:
     global _COUNTER
     _COUNTER = counter
+    # Ctrl-C reaches the whole process group: the parent alone handles it (and ends the workers),
+    # instead of each worker printing its own KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _end_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop the client processes now: a run given up (Ctrl-C) must not wait for their streams to end."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):  # the executor's own workers
+        if proc.is_alive():
+            proc.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _split(total: int | None, parts: int) -> list[int | None]:
@@ -151,10 +163,17 @@ async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, wo
         futs = [loop.run_in_executor(pool, _worker, (url, jobs[w::workers], caps[w], start_ns, deadline, limits))
                 for w in range(workers)]
         gathered = asyncio.gather(*futs)
-        while not gathered.done():
-            await asyncio.wait([gathered], timeout=0.2)
-            if progress:
-                progress(min(counter.value, total), total)
+        try:
+            while not gathered.done():
+                await asyncio.wait([gathered], timeout=0.2)
+                if progress:
+                    progress(min(counter.value, total), total)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            gathered.cancel()
+            # The cancelled gather's outcome is nobody's: taken here, asyncio logs nothing about it.
+            gathered.add_done_callback(lambda f: f.cancelled() or f.exception())
+            _end_workers(pool)
+            raise
         return list(gathered.result()), start_ns
 
 
@@ -181,6 +200,7 @@ async def arun_scenario(
     should_stop: client.ShouldStop | None = None,
     metric_names: MetricNames = VLLM_METRIC_NAMES,
     detailed: bool = True,
+    result_name: str | None = None,
 ) -> RunResult:
     """The async core of `run_scenario`."""
     base_url = base_url.rstrip("/")
@@ -195,7 +215,7 @@ async def arun_scenario(
     try:
         return await asyncio.wait_for(
             _run(base_url, model, scenario, tokenizer_dir, out_dir, run_id, slo, percentiles, progress, workers,
-                 limits, should_stop, detailed),
+                 limits, should_stop, detailed, result_name or f"{run_id}.json"),
             run_timeout_s + _BACKSTOP_GRACE_S)
     except TimeoutError:
         return RunResult(scenario=scenario.name, outcome=Outcome.run_timeout,
@@ -206,7 +226,7 @@ async def arun_scenario(
 async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_dir: Path | None,
                out_dir: Path | None, run_id: str, slo: dict[str, float] | None,
                percentiles: tuple[float, ...] | list[float], progress: Progress | None, workers: int,
-               limits: _Limits, should_stop: client.ShouldStop | None, detailed: bool) -> RunResult:
+               limits: _Limits, should_stop: client.ShouldStop | None, detailed: bool, result_name: str) -> RunResult:
     result = RunResult(scenario=scenario.name)
     async with server_http.session(limits.api_key, _API_TIMEOUT) as session:
         models_url = base_url + "/v1/models"
@@ -261,9 +281,12 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
 
     scraper = Scraper(base_url, limits.api_key, limits.metric_names)
     await scraper.before()
-    parts, start_ns = await _measure(url, jobs, run_plan.concurrency, workers, scenario.duration_s, progress,
-                                     limits, should_stop)
-    await scraper.after()
+    try:
+        parts, start_ns = await _measure(url, jobs, run_plan.concurrency, workers, scenario.duration_s, progress,
+                                         limits, should_stop)
+        await scraper.after()
+    finally:
+        await scraper.close()  # a run cancelled midway (Ctrl-C) leaves no session open
 
     records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
     ends = [r.end_ns for r in records if r.end_ns]
@@ -294,8 +317,8 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
             result.outcome = Outcome.bad_response
             result.error = f"all {len(records)} requests failed: {summary['errors'][:1]}"
     if out_dir is not None:
-        _write(out_dir, run_id, result, scenario, model, records, (warm.records if warm else []), run_plan,
-               detailed)
+        _write(out_dir, run_id, result_name, result, scenario, model, records, (warm.records if warm else []),
+               run_plan, detailed)
     return result
 
 
@@ -338,7 +361,7 @@ def _duration_pool(scenario: Scenario, warm: client.DriveResult | None) -> int:
     return min(int(2 * per_slot * (scenario.concurrency or 1)) + (scenario.concurrency or 1), _MAX_DURATION_PROMPTS)
 
 
-def _write(out_dir: Path, run_id: str, result: RunResult, scenario: Scenario, model: str,
+def _write(out_dir: Path, run_id: str, result_name: str, result: RunResult, scenario: Scenario, model: str,
            records: list[RequestRecord], warm: list[RequestRecord], run_plan: arrivals.Plan,
            detailed: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -365,7 +388,7 @@ def _write(out_dir: Path, run_id: str, result: RunResult, scenario: Scenario, mo
         "client_health": result.client_health,
         "records_path": result.records_path,
     }
-    (out_dir / f"{run_id}.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    (out_dir / result_name).write_text(json.dumps(doc, indent=1, default=str) + "\n")
 
 
 def run_scenario(
@@ -384,6 +407,7 @@ def run_scenario(
     should_stop: client.ShouldStop | None = None,
     metric_names: MetricNames = VLLM_METRIC_NAMES,
     detailed: bool = True,
+    result_name: str | None = None,
 ) -> RunResult:
     """Measure `scenario` once against the server at `base_url` (sync wrapper).
 
@@ -399,8 +423,9 @@ def run_scenario(
     `metric_names`: the server's /metrics families (its engine's; vLLM's by default).
     `detailed`: the JSON also holds vLLM's per-request arrays (`--save-detailed`: ttfts, itls, ...);
     the JSONL has every request either way, so many stored runs leave them out.
+    `result_name`: the JSON's file name in `out_dir` (default `<run_id>.json`).
     """
     return client.run(arun_scenario(
         base_url, model, scenario, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id, slo=slo,
         percentiles=percentiles, progress=progress, workers=workers, api_key=api_key, should_stop=should_stop,
-        metric_names=metric_names, detailed=detailed))
+        metric_names=metric_names, detailed=detailed, result_name=result_name))

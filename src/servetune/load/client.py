@@ -37,6 +37,8 @@ LAG_TICK_S = 0.01
 PREWARM_UNCAPPED = 64  # connections opened ahead of an open loop without a concurrency cap
 # Error classes of requests the client ended itself, named as the run outcomes they lead to.
 STALLED = "stalled"
+# A server that took the run's first requests connects at once; a longer wait means it is gone.
+CONNECT_TIMEOUT_S = 10.0
 RUN_TIMEOUT = "run_timeout"
 STOPPED_EARLY = "stopped_early"
 _JSON = {"Content-Type": "application/json"}
@@ -135,6 +137,16 @@ def endpoint_path(endpoint: str) -> str:
     return "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
 
 
+# perf_counter_ns of the latest socket read of any stream in this process: what a live display
+# shows as "no data for N s" (one store per read; a list, so the hot path needs no `global`).
+_LAST_READ_NS = [0]
+
+
+def last_read_ns() -> int:
+    """When this process last read stream data (perf_counter_ns; 0: never)."""
+    return _LAST_READ_NS[0]
+
+
 class _StampingHandler(ResponseHandler):
     """aiohttp's connection protocol, noting when each socket read arrives and how far it
     filled the response body: `(perf_counter_ns, body bytes so far)`, in the event loop's I/O
@@ -164,6 +176,7 @@ class _StampingHandler(ResponseHandler):
             self._marked, self._times, self._sizes = body, [], []
         self._times.append(now)
         self._sizes.append(size)
+        _LAST_READ_NS[0] = now
 
     def marks_for(self, body: StreamReader) -> tuple[list[int], list[int]]:
         """(arrival, body bytes so far) of each read of `body`; empty when another response
@@ -183,7 +196,7 @@ def make_session(concurrency: int, api_key: str | None = None,
         connector._factory = cast("functools.partial[ResponseHandler]",
                                   functools.partial(_StampingHandler, loop=asyncio.get_running_loop()))
     return server_http.session(
-        api_key, aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=stall_timeout_s),
+        api_key, aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=stall_timeout_s),
         connector=connector, read_bufsize=READ_BUFSIZE, auto_decompress=False,
     )
 

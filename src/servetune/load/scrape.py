@@ -144,6 +144,13 @@ class Scraper:
         if self._session is not None:
             await self._session.close()
 
+    async def close(self) -> None:
+        """Stop sampling and close the session, whether or not `after` ran (a run given up midway)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+
     def result(self) -> dict[str, Any]:
         out: dict[str, Any] = {"samples": len(self._scrapes)}
         if self._before is not None and self._after is not None:

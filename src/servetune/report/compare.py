@@ -8,6 +8,7 @@ are compared on the per-request data (bootstrap over requests); other metrics ge
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ServetuneError
@@ -34,10 +36,38 @@ DEFAULT_METRICS = (
 _LATENCY = re.compile(r"^(mean|median|p\d+(?:\.\d+)?)_(" + "|".join(SERIES) + r")_ms$")
 
 
+# What makes two runs the same workload: a difference in any of these is a different experiment,
+# not an effect of the server (the request count only changes the precision).
+WORKLOAD_KEYS = ("input_len", "output_len", "concurrency", "rate", "burstiness", "endpoint", "dataset",
+                 "sweep_input_lens", "shared_prefix", "ignore_eos", "temperature")
+# Outcomes whose numbers are still a measurement of the server (the client was the limit: flagged, kept).
+_MEASURED = ("ok", "client_bound")
+
+
 @dataclass
 class ScenarioRuns:
     summaries: list[SummaryLike] = field(default_factory=list)           # one per run
     requests: list[dict[str, np.ndarray]] = field(default_factory=list)  # one per run with a JSONL
+    workloads: list[dict[str, Any]] = field(default_factory=list)        # WORKLOAD_KEYS of each run that says
+    failures: list[str] = field(default_factory=list)                    # why a run is not a measurement
+
+
+def workload_of(scenario: Any) -> dict[str, Any] | None:
+    """The WORKLOAD_KEYS of a run's scenario (a bench JSON's `scenario` dict); None when it does not say."""
+    if not isinstance(scenario, dict):
+        return None
+    return {k: scenario.get(k) for k in WORKLOAD_KEYS if k in scenario}
+
+
+def failure_of(doc: dict[str, Any], path: Path) -> str | None:
+    """Why a bench result is not a measurement (its outcome, or no request completed); None if it is."""
+    outcome = doc.get("outcome")
+    if outcome is not None and outcome not in _MEASURED:
+        return f"{path.name}: the run ended {outcome}" + (f" ({doc['completed']} requests completed)"
+                                                         if isinstance(doc.get("completed"), int) else "")
+    if doc.get("completed") == 0:
+        return f"{path.name}: no request completed"
+    return None
 
 
 @dataclass
@@ -76,6 +106,10 @@ def _bench_side(paths: list[Path], source: str) -> Side:
         runs.summaries.append(summary)
         if requests is not None:
             runs.requests.append(requests)
+        if (workload := workload_of(summary.get("scenario"))) is not None:
+            runs.workloads.append(workload)
+        if (failure := failure_of(summary, p)) is not None:
+            runs.failures.append(failure)
     return Side(source, f"bench result{'s' if len(paths) > 1 else ''} ({len(paths)} run{'s' * (len(paths) > 1)})",
                 scenarios)
 
@@ -98,11 +132,14 @@ def _study_side(path: Path) -> Side:
         base_cfg = analysis.baseline.config if analysis.baseline else None
         label = chosen.config.label(base_cfg) if base_cfg is not None and not chosen.is_baseline else "baseline"
         scenarios: dict[str, ScenarioRuns] = {}
+        workloads = {sc.name: workload_of(sc.model_dump(mode="json")) for sc in spec.scenarios}
         for run in store.runs():
             if run.trial_id not in chosen.trial_ids or not run.ok:
                 continue
             runs = scenarios.setdefault(run.scenario, ScenarioRuns())
             runs.summaries.append(run.summary)
+            if (workload := workloads.get(run.scenario)) is not None:
+                runs.workloads.append(workload)
             records = resolve(run.records_path, path)
             if records is not None:
                 runs.requests.append(series_ms(read_records(records)))
@@ -135,6 +172,7 @@ class Row:
     comparison: Comparison | None
     verdict: Verdict | None
     method: str                     # how it was compared, or why not
+    caveat: str | None = None       # why this scenario is not a fair comparison (compared anyway)
 
 
 def _values(runs: ScenarioRuns, metric: str) -> list[float]:
@@ -174,12 +212,34 @@ def compare_metric(scenario: str, metric: str, a: ScenarioRuns, b: ScenarioRuns,
     return Row(scenario, metric, point_a, point_b, None, None, why)
 
 
+def comparability(a: ScenarioRuns, b: ScenarioRuns) -> str | None:
+    """Why A and B of one scenario must not be compared: a failed run on a side, or a workload that
+    differs between the sides (or within one); None when they may."""
+    problems = [f"A {f}" for f in a.failures] + [f"B {f}" for f in b.failures]
+    for label, runs in (("A", a), ("B", b)):
+        if any(w != runs.workloads[0] for w in runs.workloads[1:]):
+            problems.append(f"the runs of {label} are of different workloads")
+    if a.workloads and b.workloads:
+        wa, wb = a.workloads[0], b.workloads[0]
+        differ = [f"{k} {wa[k]} vs {wb[k]}" for k in WORKLOAD_KEYS if k in wa and k in wb and wa[k] != wb[k]]
+        if differ:
+            problems.append("different workloads: " + ", ".join(differ))
+    return "; ".join(problems) or None
+
+
 def compare_sides(a: Side, b: Side, metrics: tuple[str, ...] | list[str] = DEFAULT_METRICS,
-                  confidence: float = 0.95) -> list[Row]:
+                  confidence: float = 0.95, *, anyway: bool = False) -> list[Row]:
+    """Rows per common scenario and metric. A scenario whose sides are not comparable (comparability)
+    is refused (ServetuneError), or with `anyway` compared and its rows carry the reason as `caveat`."""
     common = [s for s in a.scenarios if s in b.scenarios]
     if not common:
         raise ServetuneError(f"no scenario in common: A has {sorted(a.scenarios)}, B has {sorted(b.scenarios)}")
-    return [compare_metric(s, m, a.scenarios[s], b.scenarios[s], confidence) for s in common for m in metrics]
+    caveats = {s: comparability(a.scenarios[s], b.scenarios[s]) for s in common}
+    refused = [f"{s}: {why}" for s, why in caveats.items() if why]
+    if refused and not anyway:
+        raise ServetuneError("not comparable (pass --anyway to compare regardless): " + " | ".join(refused))
+    return [dataclasses.replace(compare_metric(s, m, a.scenarios[s], b.scenarios[s], confidence), caveat=caveats[s])
+            for s in common for m in metrics]
 
 
 def _num(x: float | None) -> str:
@@ -203,16 +263,20 @@ def _verdict(v: Verdict | None) -> str:
 
 
 def rich_table(rows: list[Row], a: Side, b: Side, confidence: float = 0.95) -> Table:
-    table = Table(title=f"B versus A ({confidence:.0%} CI)", caption=f"A = {a.source} ({a.what})\n"
-                  f"B = {b.source} ({b.what})")
+    table = Table(title=f"B versus A ({confidence:.0%} CI)", caption=escape(f"A = {a.source} ({a.what})\n"
+                                                                             f"B = {b.source} ({b.what})"))
     for col in ("scenario", "metric", "A", "B", "effect (CI)", "p", "verdict", "method"):
         table.add_column(col, justify="right" if col in ("A", "B", "p") else "left")
     style = {Verdict.better: "green", Verdict.worse: "red"}
     for r in rows:
         p = _num(r.comparison.p_value) if r.comparison else "–"
         v = _verdict(r.verdict)
-        table.add_row(r.scenario, r.metric, _num(r.a), _num(r.b), _effect(r.comparison), p,
-                      f"[{style[r.verdict]}]{v}[/]" if r.verdict in style else v, r.method)
+        shown = f"[{style[r.verdict]}]{v}[/]" if r.verdict in style else v
+        if r.caveat:  # compared with --anyway: the verdict is not a result
+            shown = f"[bold red]NOT COMPARABLE[/] ({v})"
+        table.add_row(r.scenario, r.metric, _num(r.a), _num(r.b), _effect(r.comparison), p, shown, r.method)
+    for scenario, why in dict.fromkeys((r.scenario, r.caveat) for r in rows if r.caveat):
+        table.caption = f"{table.caption}\n[bold red]{escape(scenario)} not comparable:[/] {escape(why or '')}"
     return table
 
 
@@ -227,6 +291,9 @@ def markdown(rows: list[Row], a: Side, b: Side, confidence: float = 0.95) -> str
     ]
     for r in rows:
         p = _num(r.comparison.p_value) if r.comparison else "–"
+        verdict = f"**not comparable** ({_verdict(r.verdict)})" if r.caveat else _verdict(r.verdict)
         lines.append(f"| {r.scenario} | {r.metric} | {_num(r.a)} | {_num(r.b)} | {_effect(r.comparison)} | {p} | "
-                     f"{_verdict(r.verdict)} | {r.method} |")
+                     f"{verdict} | {r.method} |")
+    caveats = dict.fromkeys((r.scenario, r.caveat) for r in rows if r.caveat)
+    lines += ["", *(f"- **{scenario} not comparable:** {why}" for scenario, why in caveats)] if caveats else []
     return "\n".join(lines) + "\n"

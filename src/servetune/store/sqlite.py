@@ -133,10 +133,20 @@ class StudyStore:
             run_rows = self._conn.execute("SELECT * FROM runs ORDER BY id").fetchall()
         runs: dict[int, list[Run]] = {}
         for row in run_rows:
-            runs.setdefault(row["trial_id"], []).append(_run(row))
-        trials = tuple(_trial(row, tuple(runs.get(row["id"], ()))) for row in trial_rows)
+            runs.setdefault(row["trial_id"], []).append(self._parsed("runs", row, _run))
+        trials = tuple(self._parsed("trials", row, lambda r: _trial(r, tuple(runs.get(r["id"], ()))))
+                       for row in trial_rows)
         self._cached = (version, trials)
         return trials
+
+    def _parsed(self, table: str, row: sqlite3.Row, parse: Callable[[sqlite3.Row], Any]) -> Any:
+        """A row as its object; a row damaged by hand or by another program (bad JSON, an outcome
+        or role this version does not know) is one line naming the store, table and row."""
+        try:
+            return parse(row)
+        except (ValueError, KeyError, TypeError) as exc:  # json, enum and pydantic errors are ValueErrors
+            what = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ServetuneError(f"{self.path}: {table} row id {row['id']} is unreadable: {what}") from None
 
     # --- meta ---------------------------------------------------------------------------
 
@@ -150,7 +160,10 @@ class StudyStore:
 
     def get_meta_json(self, key: str) -> Any:
         raw = self.get_meta(key)
-        return None if raw is None else json.loads(raw)
+        try:
+            return None if raw is None else json.loads(raw)
+        except ValueError as exc:
+            raise ServetuneError(f"{self.path}: meta {key!r} is not JSON: {exc}") from None
 
     def set_meta_json(self, key: str, value: Any) -> None:
         self.set_meta(key, json.dumps(value, sort_keys=True))
@@ -366,13 +379,24 @@ def _loads(raw: str | None, default: Any = None) -> Any:
     return default if raw is None else json.loads(raw)
 
 
+def _object(raw: str | None) -> dict[str, Any]:
+    """A column that holds a JSON object (a dict to every reader); anything else is a damaged row."""
+    return _dict(json.loads(raw) if raw is not None else None)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, found {type(value).__name__}")
+    return value
+
+
 def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
-    config_data = json.loads(row["config_json"])
+    config_data = _object(row["config_json"])
     facts = _loads(row["boot_facts_json"])
     return Trial(
         id=row["id"], seq=row["seq"], role=TrialRole(row["role"]),
-        config=Config(flags=config_data["flags"], env=config_data["env"]),
-        params=json.loads(row["params_json"]), state=TrialState(row["status"]),
+        config=Config(flags=_dict(config_data["flags"]), env=_dict(config_data["env"])),
+        params=_object(row["params_json"]), state=TrialState(row["status"]),
         outcome=None if row["outcome"] is None else Outcome(row["outcome"]),
         detail=row["detail"], log_path=row["log_path"], log_tail=row["log_tail"],
         boot_facts=BootFacts.model_validate(facts) if facts else None,
@@ -402,7 +426,7 @@ def _run(row: sqlite3.Row) -> Run:
         id=row["id"], trial_id=row["trial_id"], scenario=row["scenario"], replicate=row["replicate"],
         attempt=row["attempt"], outcome=Outcome(row["outcome"]),
         summary=RunSummary.model_validate(json.loads(row["summary_json"])),
-        server_stats=json.loads(row["server_stats_json"]), client_health=json.loads(row["client_health_json"]),
+        server_stats=_object(row["server_stats_json"]), client_health=_object(row["client_health_json"]),
         records_path=row["records_path"], error=row["error"], started_at=row["started_at"],
         ended_at=row["ended_at"],
     )
