@@ -52,6 +52,10 @@ class Job:
     body: bytes
     warmup: bool = False
     offset_ns: int | None = None
+    # A session's later turn: sent `gap_ns` after the answer to the job of index `follows`
+    # ends, and not before its own offset.
+    follows: int | None = None
+    gap_ns: int = 0
 
 
 @dataclass
@@ -399,6 +403,25 @@ async def drive(
             if on_done:
                 on_done()
 
+    answered: dict[int, asyncio.Future[int]] = {}  # a session turn's index -> when its answer ended
+
+    async def next_turn(job: Job, target: int, sem: asyncio.Semaphore | None) -> None:
+        assert job.follows is not None
+        previous_end = await answered[job.follows]
+        if previous_end >= 0:  # else the previous turn was never sent (the run's deadline): nor is this one
+            target = max(target, previous_end + job.gap_ns)
+            while (wait := target - clock()) > 0:
+                await asyncio.sleep(wait / 1e9)
+            if deadline_ns is None or clock() <= deadline_ns:
+                await open_one(job, target, sem)
+                return
+        end_turn(job.index, -1)
+
+    def end_turn(index: int, end_ns: int) -> None:
+        turn = answered.get(index)
+        if turn is not None and not turn.done():
+            turn.set_result(end_ns)
+
     async def open_one(job: Job, target: int, sem: asyncio.Semaphore | None) -> None:
         nonlocal cap_waits
         rec, raw = new_record(job, target)
@@ -415,6 +438,7 @@ async def drive(
         finally:
             if sem is not None:
                 sem.release()
+            end_turn(job.index, rec.end_ns or clock())
         delays.append(rec.dispatch_ns - ready)
         finished(rec, raw)
         if on_done:
@@ -428,6 +452,11 @@ async def drive(
         else:
             sem = asyncio.Semaphore(concurrency) if concurrency else None
             tasks = []
+            loop = asyncio.get_running_loop()
+            indices, released = {job.index for job in jobs}, set()
+            for job in jobs:
+                if job.follows in indices:
+                    answered.setdefault(job.follows, loop.create_future())
             try:
                 for job in jobs:
                     target = start_ns + (job.offset_ns or 0)
@@ -436,7 +465,11 @@ async def drive(
                         await asyncio.sleep(wait / 1e9)
                     if deadline_ns is not None and clock() > deadline_ns:
                         break
-                    tasks.append(asyncio.create_task(open_one(job, target, sem)))
+                    one = next_turn if job.follows in answered else open_one
+                    tasks.append(asyncio.create_task(one(job, target, sem)))
+                    released.add(job.index)
+                for index in answered.keys() - released:  # turns never released: their sessions end here
+                    end_turn(index, -1)
                 await asyncio.gather(*tasks)
             except asyncio.CancelledError:
                 # Ended while still releasing requests: the ones released must not outlive the run.
