@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "drift_cmd",
     "probe_cmd",
     "ab_cmd",
+    "trace_cmd",
 ]
 
 for _name in COMMAND_MODULES:

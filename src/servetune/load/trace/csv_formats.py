@@ -23,7 +23,8 @@ def csv_rows(path: Path, required: tuple[str, ...]) -> Iterator[tuple[str, dict[
         header = [h.strip() for h in reader.fieldnames or []]
         missing = [k for k in required if k not in header]
         if missing:
-            raise TraceError(f"{path}:1: header lacks {', '.join(repr(k) for k in missing)} (has {header})")
+            raise TraceError(f"{path}:1: header lacks {', '.join(repr(k) for k in missing)}: "
+                             f"{','.join(header)[:80]!r}")
         reader.fieldnames = header
         for row in reader:
             where = f"{path}:{reader.line_num}"

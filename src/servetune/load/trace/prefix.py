@@ -30,11 +30,16 @@ class Implied:
 
 def implied_hits(requests: Sequence[ReplayRequest], block_tokens: int, cache_block_size: int) -> Implied:
     """Over `requests` in their replay order, from an empty cache."""
+    hits = per_request_hits(requests, block_tokens, cache_block_size)
+    return Implied(sum(hits), sum(r.input_len for r in requests))
+
+
+def per_request_hits(requests: Sequence[ReplayRequest], block_tokens: int, cache_block_size: int) -> list[int]:
+    """Each request's cached prompt tokens, in replay (offset) order."""
     cached: dict[tuple[int, int], int] = {}  # (parent chain, hash id) -> tokens of that block cached
     chains: dict[tuple[int, int], int] = {}  # (parent chain, hash id) -> this chain's id
-    hits = queries = 0
+    out = []
     for req in sorted(requests, key=lambda r: r.offset_s):
-        queries += req.input_len
         shared, parent, sharing = 0, -1, True
         for i, h in enumerate(req.hash_ids or ()):
             length = min(block_tokens, req.input_len - i * block_tokens)
@@ -47,6 +52,5 @@ def implied_hits(requests: Sequence[ReplayRequest], block_tokens: int, cache_blo
                 sharing = have >= length
             cached[key] = max(cached.get(key, 0), length)
             parent = chains.setdefault(key, len(chains))
-        hit = min(shared, req.input_len - 1) // cache_block_size * cache_block_size
-        hits += hit
-    return Implied(hits, queries)
+        out.append(min(shared, req.input_len - 1) // cache_block_size * cache_block_size)
+    return out
