@@ -6,7 +6,6 @@ trace command through the CLI."""
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
