@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import json
 import math
 import time
@@ -495,6 +496,10 @@ async def drive(
             main.result()
 
     timed_out = False
+    # A full collection walks every object the process holds (its imports, the run's prepared
+    # jobs): 150 ms with a trace's 5,000 records, in which no request leaves. Frozen, the
+    # collector walks only what the run itself allocates.
+    gc.freeze()
     try:
         with _LagMonitor() as lag:
             try:
@@ -504,6 +509,7 @@ async def drive(
             except TimeoutError:
                 timed_out = True
     finally:
+        gc.unfreeze()
         if own_session:
             await sess.close()
     cpu1, wall1 = proc.cpu_times(), clock()
