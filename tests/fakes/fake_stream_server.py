@@ -17,6 +17,13 @@ GET /fake/seen counts the 401s answered, the prefix-cache resets and the complet
 A crash at a known point (`--die-after-requests N`): the process exits when completion request N + 1
 arrives, dropping every connection (a server that dies mid-run).
 
+Self-stamping: the perf_counter_ns at which each completion request reached its handler is kept
+(GET /fake/arrivals), the truth a replay's send lateness is checked against. A prefix cache
+(`--prefix-cache-block B`): prompts are token words, their full B-token blocks are remembered by
+their chain, and /metrics counts `vllm:prefix_cache_queries` (prompt tokens) and
+`vllm:prefix_cache_hits` (leading cached blocks, at most the prompt less one token) as vLLM does,
+with no eviction and every block cached as its request arrives.
+
 A stepwise slowdown, for `servetune drift`: every request whose prompt has at least
 `--drift-long-tokens` tokens adds `--drift-step-itl-ms` to the ITL and `--drift-step-ttft-ms` to the
 TTFT of every request that starts after it (the shape of vLLM issue #17140: short-prompt decode
@@ -57,7 +64,7 @@ class FakeServer:
                  stall_after_chunks: int | None = None, api_key: str | None = None, models_status: int = 200,
                  slots: int | None = None, seed: int = 0, drift_long_tokens: int | None = None,
                  drift_step_itl_ms: float = 0.0, drift_step_ttft_ms: float = 0.0,
-                 die_after_requests: int | None = None) -> None:
+                 die_after_requests: int | None = None, prefix_cache_block: int | None = None) -> None:
         self.ttft_ns, self.itl_ns = int(ttft_ms * 1e6), int(itl_ms * 1e6)
         self.k = tokens_per_chunk
         self.keep_log = log
@@ -73,6 +80,10 @@ class FakeServer:
         self.drift_step_itl_ns, self.drift_step_ttft_ns = int(drift_step_itl_ms * 1e6), int(drift_step_ttft_ms * 1e6)
         self.long_seen = 0
         self.die_after_requests, self.requests = die_after_requests, 0
+        self.arrivals: list[int] = []
+        self.cache_block = prefix_cache_block
+        self.cached: set[int] = set()
+        self.cache_counts = {"queries": 0, "hits": 0}
 
     @web.middleware
     async def require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -98,7 +109,29 @@ class FakeServer:
         return web.Response(text="")
 
     async def metrics(self, _: web.Request) -> web.Response:
-        return web.Response(text="# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n")
+        text = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0.0\n"
+        if self.cache_block is not None:
+            for name, value in self.cache_counts.items():
+                text += f"# TYPE vllm:prefix_cache_{name}_total counter\nvllm:prefix_cache_{name}_total {value}.0\n"
+        return web.Response(text=text)
+
+    async def arrivals_log(self, _: web.Request) -> web.Response:
+        return web.json_response(self.arrivals)
+
+    def count_prefix_hits(self, words: list[str]) -> None:
+        """vLLM's prefix-cache counters for one prompt of `words` tokens."""
+        assert self.cache_block is not None
+        b, n = self.cache_block, len(words)
+        chain, hit, hitting = 0, 0, True
+        for start in range(0, n - n % b, b):
+            chain = hash((chain, *words[start:start + b]))
+            if hitting and chain in self.cached and start + b <= n - 1:
+                hit += b
+            else:
+                hitting = False
+            self.cached.add(chain)
+        self.cache_counts["queries"] += n
+        self.cache_counts["hits"] += hit
 
     async def log(self, _: web.Request) -> web.Response:
         return web.json_response(self.sent)
@@ -117,6 +150,8 @@ class FakeServer:
         self.requests += 1
         if self.die_after_requests is not None and self.requests > self.die_after_requests:
             os._exit(1)  # a crash: every connection drops, nothing answers /health any more
+        if self.keep_log:
+            self.arrivals.append(time.perf_counter_ns())
         if self.slots is None:
             return await self.stream(request, time.perf_counter_ns(), self.ttft_ns + self.long_seen * self.drift_step_ttft_ns)
         arrived = time.perf_counter_ns()
@@ -131,6 +166,8 @@ class FakeServer:
         prompt = body["messages"][-1]["content"] if chat else body["prompt"]
         n = int(body.get("max_completion_tokens") or body.get("max_tokens") or 16)
         n_prompt = len(prompt.split())
+        if self.cache_block is not None:
+            self.count_prefix_hits(prompt.split())
         if "FAIL" in prompt:  # a request the fake rejects, as a server does a bad one
             return web.json_response({"error": {"message": "fake failure", "code": 500}}, status=500)
         itl_ns = self.itl_ns + self.long_seen * self.drift_step_itl_ns
@@ -178,7 +215,8 @@ class FakeServer:
         """The endpoints vLLM's OpenAI server offers that clients of these fakes use, plus /fake/log."""
         return [
             web.get("/v1/models", self.models), web.get("/health", self.health), web.get("/metrics", self.metrics),
-            web.get("/fake/log", self.log), web.post("/tokenize", self.tokenize),
+            web.get("/fake/log", self.log), web.get("/fake/arrivals", self.arrivals_log),
+            web.post("/tokenize", self.tokenize),
             web.post("/detokenize", self.detokenize),
             web.post("/v1/completions", self.complete), web.post("/v1/chat/completions", self.complete),
             web.post("/reset_prefix_cache", self.reset_prefix_cache), web.get("/fake/seen", self.seen_counts),
@@ -224,7 +262,8 @@ def _serve(args: argparse.Namespace) -> None:
                          stall_after_chunks=args.stall_after_chunks, api_key=args.api_key,
                          models_status=args.models_status, slots=args.slots, seed=args.seed,
                          drift_long_tokens=args.drift_long_tokens, drift_step_itl_ms=args.drift_step_itl_ms,
-                         drift_step_ttft_ms=args.drift_step_ttft_ms, die_after_requests=args.die_after_requests),
+                         drift_step_ttft_ms=args.drift_step_ttft_ms, die_after_requests=args.die_after_requests,
+                         prefix_cache_block=args.prefix_cache_block),
                 host="127.0.0.1", port=args.port, reuse_port=args.processes > 1, print=None,
                 access_log=None, backlog=4096)
 
@@ -250,6 +289,8 @@ def main() -> None:
     p.add_argument("--drift-step-ttft-ms", type=float, default=0.0, help="TTFT added after each long prompt")
     p.add_argument("--die-after-requests", type=int, default=None,
                    help="exit at once (a crash) when completion request N + 1 arrives")
+    p.add_argument("--prefix-cache-block", type=int, default=None,
+                   help="count vLLM's prefix-cache hits in blocks of this many tokens (no eviction)")
     args = p.parse_args()
     if args.processes > 1:
         procs = [mp.Process(target=_serve, args=(args,)) for _ in range(args.processes)]

@@ -48,7 +48,7 @@ def test_capacity_of_the_fake_server_is_found_over_http(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args, says", [
     (["--slo", "ttft:p99"], "--slo 'ttft:p99': expected METRIC:STAT=MS"),
     (["--slo", "ttft:p99=soon"], "'soon' is not a number"),
-    (["--slo", "ttft:p99=100", "--load", "qps"], "--load 'qps': expected rate or concurrency"),
+    (["--slo", "ttft:p99=100", "--load", "qps"], "--load 'qps': expected rate, concurrency or speedup"),
     (["--slo", "ttft:p99=100", "--start", "50", "--max-level", "10"], "--start 50 is above --max-level 10"),
     (["--slo", "ttft:p99=100", "--alpha", "2"], "--alpha 2: must be between 0 and 1"),
     (["--slo", "ttft:p99=100", "--num-prompts", "200"],

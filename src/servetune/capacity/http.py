@@ -13,6 +13,7 @@ import numpy as np
 from ..load import metrics
 from ..load.bench import run_scenario
 from ..load.client import Finished
+from ..load.dataset import trace_specs
 from ..load.records import RequestRecord, RunResult
 from ..load.scenario import Scenario
 from ..vocabulary import Outcome
@@ -20,7 +21,7 @@ from .monitor import LevelMonitor
 from .search import LevelSample, Measure
 from .slo import Slo
 
-LoadKind = Literal["rate", "concurrency"]
+LoadKind = Literal["rate", "concurrency", "speedup"]
 # Outcomes of a run whose requests still measured the server (a client-bound run is kept, marked).
 _MEASURED = (Outcome.ok, Outcome.client_bound)
 
@@ -43,8 +44,14 @@ def ramp_of(load: LoadKind, level: float) -> int:
 def at_level(scenario: Scenario, load: LoadKind, level: float, num_prompts: int, run: int) -> Scenario:
     """The scenario at one load level: an open loop at `level` req/s (uncapped, its burstiness
     kept) or a closed loop of `level` users with at least MIN_WAVES requests each; a seed of its
-    own per run, so that repeated runs at one level draw new arrival times."""
+    own per run, so that repeated runs at one level draw new arrival times. A trace's level is its
+    speed-up: its own requests (num_prompts is not used), `level` times as fast."""
     fields = scenario.model_dump()
+    if load == "speedup":
+        if scenario.trace is None:
+            raise ValueError("a speed-up level needs a trace scenario")
+        fields.update(trace={**fields["trace"], "speedup": level}, seed=scenario.seed + run)
+        return Scenario.model_validate(fields)
     if load == "rate":
         fields.update(rate=level, concurrency=None)
     else:
@@ -97,8 +104,10 @@ def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKi
     `run_scenario` gave it and the level's sample (with `error` when it could not measure)."""
     sc = at_level(scenario, load, level, num_prompts, run)
     ramp = ramp_of(load, level)
-    monitor = LevelMonitor(slos, (sc.num_prompts or num_prompts) - ramp, alpha,
-                           offered_rate=level if load == "rate" else None, burstiness=scenario.burstiness)
+    planned = len(trace_specs(sc)) if sc.trace is not None else (sc.num_prompts or num_prompts) - ramp
+    # A trace's rate moves with its recording: no steady offered rate to call a runaway queue by.
+    monitor = LevelMonitor(slos, planned, alpha, offered_rate=level if load == "rate" else None,
+                           burstiness=scenario.burstiness)
 
     def should_stop(event: Finished) -> bool:
         return monitor.observe(event.now_ns / 1e9, _finished_values(event, ramp), event.started) is not None

@@ -90,7 +90,8 @@ class SearchSettings:
 
 
 # Highest level tried when none is given: an open loop's req/s, a closed loop's users.
-DEFAULT_MAX_LEVEL = {"rate": 1000.0, "concurrency": 1024.0}
+# A trace's speed-up is searched like a rate (continuous, from 1: the traffic as recorded).
+DEFAULT_MAX_LEVEL = {"rate": 1000.0, "concurrency": 1024.0, "speedup": 100.0}
 
 
 def settings_for(load: str, *, start: float | None, max_level: float | None, alpha: float, rel_tol: float,

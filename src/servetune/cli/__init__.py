@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "ab_cmd",
     "plan_cmd",
     "init_cmd",
+    "trace_cmd",
 ]
 
 for _name in COMMAND_MODULES:

@@ -20,12 +20,13 @@ from rich.table import Table
 from ..errors import ServetuneError
 from ..load.bench import run_scenario
 from ..load.metrics import SLO_NAMES, percentile_key
-from ..load.records import RunResult
+from ..load.records import RunResult, RunSummary
 from ..load.scenario import PRESETS, Scenario, preset
 from . import validate
 from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt, print_error, validation_text
 from .paths import result_file
 from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
+from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
 from .waiting import Silence, SilenceColumn
 
 console = Console()
@@ -171,12 +172,39 @@ def totals_table(result: RunResult) -> Table:
     return table
 
 
+def _rate(value: float | None) -> str | None:
+    return None if value is None else f"{value:.1%}"
+
+
+def fidelity_table(s: RunSummary) -> Table:
+    """How faithfully a trace was replayed: send lateness, lengths as asked, prefix reuse."""
+    table = Table(title="trace replay fidelity", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value", justify="right")
+    late = [s.get(f"send_lateness_{k}_ms") for k in ("p50", "p99", "max")]
+    rows = [
+        ("requests replayed (speed-up)", f"{s.get('trace_requests')} ({s.get('trace_speedup')}x)"),
+        ("send lateness p50 / p99 / max (ms)", " / ".join("-" if v is None else f"{v:.2f}" for v in late)),
+        ("prompts off their token count", f"{s.get('prompt_tokens_mismatched')} of {s.get('prompt_tokens_checked')}"),
+        ("answers off their token count", f"{s.get('output_tokens_mismatched')} of {s.get('output_tokens_checked')}"),
+        ("prefix-cache hit rate: implied / measured",
+         f"{_rate(s.get('prefix_hit_rate_implied')) or '-'} / {_rate(s.get('prefix_hit_rate_measured')) or '-'}"),
+    ]
+    for what, value in rows:
+        table.add_row(what, value)
+    return table
+
+
 def register(app: typer.Typer) -> None:
     @app.command("bench")
     def bench(
-        scenario: str = typer.Option(..., "--scenario", help=f"preset: {', '.join(PRESETS)}"),
+        scenario: str | None = typer.Option(
+            None, "--scenario", help=f"preset: {', '.join(PRESETS)} (with --trace: its endpoint)"),
         out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
                                   "(per-request JSONL beside it: NAME.requests.jsonl)"),
+        trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP),
+        trace_set: list[str] = typer.Option([], "--trace-set", help=TRACE_SET_HELP),
+        speedup: float = typer.Option(1.0, "--speedup", help="--trace: replay this many times as fast"),
         url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
         serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
         serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
@@ -214,10 +242,17 @@ def register(app: typer.Typer) -> None:
         validate.count(workers, "--workers", high=MAX_WORKERS)
         slo_ms = parse_slo(slo)
         pcts = parse_percentiles(percentiles)
-        sc = build_scenario(scenario, input_len=input_len, output_len=output_len, concurrency=concurrency,
-                            rate=rate, burstiness=burstiness, num_prompts=num_prompts, duration_s=duration,
-                            warmups=warmups, seed=seed, endpoint=endpoint, stall_timeout_s=stall_timeout,
-                            run_timeout_s=run_timeout)
+        if trace is not None:
+            sc = trace_scenario(scenario, trace_spec(trace, trace_set, speedup), concurrency=concurrency,
+                                num_prompts=num_prompts, warmups=warmups, seed=seed, endpoint=endpoint,
+                                stall_timeout_s=stall_timeout, run_timeout_s=run_timeout)
+        elif scenario is None:
+            raise ServetuneError("give --scenario PRESET or --trace FILE")
+        else:
+            sc = build_scenario(scenario, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                                rate=rate, burstiness=burstiness, num_prompts=num_prompts, duration_s=duration,
+                                warmups=warmups, seed=seed, endpoint=endpoint, stall_timeout_s=stall_timeout,
+                                run_timeout_s=run_timeout)
         tokenizer = validate.tokenizer_dir(tokenizer)
         api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
         # Now, not after the run: a late failure would lose the measurements. Named exactly as given.
@@ -237,6 +272,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(EXIT_NO_RESULT)
         console.print(summary_table(result, pcts))
         console.print(totals_table(result))
+        if sc.trace is not None:
+            console.print(fidelity_table(result.summary))
         if result.client_health.get("reasons"):
             console.print("[yellow]client-bound:[/] " + escape("; ".join(result.client_health["reasons"])))
         if result.error:

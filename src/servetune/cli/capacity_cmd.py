@@ -17,6 +17,7 @@ from ..capacity.http import LoadKind, http_measure
 from ..capacity.search import DEFAULT_MAX_LEVEL, SearchResult, SearchSettings, search, settings_for
 from ..capacity.slo import Judgement, Slo, parse_slos, requests_to_meet
 from ..errors import ServetuneError
+from ..load.dataset import trace_specs
 from ..load.scenario import PRESETS
 from . import validate
 from .bench_cmd import (
@@ -32,12 +33,13 @@ from .bench_cmd import (
 from .boundary import EXIT_NO_RESULT, on_interrupt, print_error
 from .paths import companion_dir, result_file, runs_dir_of
 from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
+from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
 
 console = Console()
 
 
 def _unit(load: str) -> str:
-    return "req/s" if load == "rate" else "concurrent requests"
+    return {"rate": "req/s", "speedup": "x the recorded traffic"}.get(load, "concurrent requests")
 
 
 def _cell(j: Judgement) -> str:
@@ -74,7 +76,10 @@ def capacity_line(est: CapacityEstimate, load: str, alpha: float) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("capacity")
     def capacity(
-        scenario: str = typer.Option(..., "--scenario", help=f"preset: {', '.join(PRESETS)}"),
+        scenario: str | None = typer.Option(
+            None, "--scenario", help=f"preset: {', '.join(PRESETS)} (with --trace: its endpoint)"),
+        trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP + "; the load is its speed-up"),
+        trace_set: list[str] = typer.Option([], "--trace-set", help=TRACE_SET_HELP),
         slo: list[str] = typer.Option(
             ..., "--slo", help="METRIC:STAT=MS, e.g. ttft:p99=1000 (ttft, tpot, itl, e2el; mean, pNN); repeatable"),
         out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
@@ -84,7 +89,9 @@ def register(app: typer.Typer) -> None:
         serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
         model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
         tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
-        load: str = typer.Option("rate", "--load", help="rate (open loop, req/s) or concurrency (closed loop)"),
+        load: str | None = typer.Option(
+            None, "--load", help="rate (open loop, req/s; the default), concurrency (closed loop), or speedup "
+                                 "(of --trace, its default)"),
         start: float | None = typer.Option(None, "--start", help="first level tried (default 1)"),
         max_level: float | None = typer.Option(
             None, "--max-level", help="highest level tried (default 1000 req/s, 1024 users)"),
@@ -108,25 +115,36 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Search the load level: prints the capacity with its interval and the levels measured."""
         url = check_server_choice(url, serve, serve_arg)
+        load = load or ("speedup" if trace is not None else "rate")
         _check_options(load, start, max_level, input_len, output_len, num_prompts, burstiness, seed,
                        {"--stall-timeout": stall_timeout, "--connect-timeout": connect_timeout,
                         "--first-byte-timeout": first_byte_timeout})
         if load not in DEFAULT_MAX_LEVEL:
-            raise ServetuneError(f"--load {load!r}: expected rate or concurrency")
+            raise ServetuneError(f"--load {load!r}: expected rate, concurrency or speedup")
+        if (load == "speedup") != (trace is not None):
+            raise ServetuneError("--load speedup goes with --trace FILE, and a trace's load is its speed-up")
+        if trace is None and scenario is None:
+            raise ServetuneError("give --scenario PRESET or --trace FILE")
         if not 0 < alpha < 1:
             raise ServetuneError(f"--alpha {alpha:g}: must be between 0 and 1")
         if not 0 < rel_tol < 1:
             raise ServetuneError(f"--rel-tol {rel_tol:g}: must be between 0 and 1")
         slos = parse_slos(slo)
-        _check_requests_per_level(slos, num_prompts, alpha)
+        if trace is not None:
+            sc = trace_scenario(scenario, trace_spec(trace, trace_set), endpoint=endpoint, seed=seed)
+            num_prompts = len(trace_specs(sc))  # a level replays the whole window
+        else:
+            assert scenario is not None
+            sc = build_scenario(scenario, input_len=input_len, output_len=output_len, burstiness=burstiness,
+                                endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None,
+                                stall_timeout_s=stall_timeout)
+        per_level = f"--num-prompts {num_prompts}" if trace is None else f"the trace's {num_prompts} requests"
+        _check_requests_per_level(slos, num_prompts, alpha, per_level)
         settings = _settings(load, start, max_level, alpha, rel_tol, max_levels, max_runs)
-        sc = build_scenario(scenario, input_len=input_len, output_len=output_len, burstiness=burstiness,
-                            endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None,
-                            stall_timeout_s=stall_timeout)
         tokenizer = validate.tokenizer_dir(tokenizer)
         api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
         runs_dir = _check_outputs(out, force)
-        kind: LoadKind = "rate" if load == "rate" else "concurrency"
+        kind: LoadKind = "concurrency" if load == "concurrency" else "rate" if load == "rate" else "speedup"
 
         def announce(level: float, run: int) -> None:
             console.print(escape(f"run {run + 1}: {load} {level:g} ..."))
@@ -189,13 +207,13 @@ def _exit_if_search_failed(result: SearchResult) -> None:
         raise typer.Exit(EXIT_NO_RESULT)
 
 
-def _check_requests_per_level(slos: list[Slo], num_prompts: int, alpha: float) -> None:
+def _check_requests_per_level(slos: list[Slo], num_prompts: int, alpha: float, what: str) -> None:
     """Refused before any request: with fewer, no level could be shown to meet the percentile."""
     for one in slos:
         needed = requests_to_meet(one, alpha)
         if needed is not None and needed > num_prompts:
-            raise ServetuneError(f"--num-prompts {num_prompts} cannot show {one} met at alpha {alpha:g}: "
-                                 f"a level needs at least {needed} (or judge a lower percentile)")
+            raise ServetuneError(f"{what} cannot show {one} met at alpha {alpha:g}: "
+                                 f"a level needs at least {needed} (or judge a lower percentile, or a longer window)")
 
 
 def _settings(load: str, start: float | None, max_level: float | None, alpha: float, rel_tol: float,

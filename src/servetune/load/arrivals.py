@@ -47,6 +47,13 @@ def open_loop_offsets(n: int, rate: float, burstiness: float, rng: np.random.Gen
     return cum * ((n / rate) / cum[-1])
 
 
+def trace_plan(offsets_s: list[float], speedup: float, concurrency: int | None) -> Plan:
+    """A trace's recorded arrivals, `speedup` times as fast; `rate`: their mean req/s."""
+    offsets = np.asarray(offsets_s, dtype=np.float64) / speedup
+    span = float(offsets[-1] - offsets[0]) if len(offsets) > 1 else 0.0
+    return Plan(offsets, concurrency, (len(offsets) - 1) / span if span > 0 else math.inf)
+
+
 def plan(scenario: Scenario, n: int, rng: np.random.Generator) -> Plan:
     if scenario.rate is None:
         return Plan(None, scenario.concurrency or 1, None)

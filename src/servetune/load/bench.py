@@ -29,11 +29,13 @@ from .. import server_http
 from ..errors import ServetuneError
 from ..vocabulary import VLLM_METRIC_NAMES, MetricNames, Outcome, for_http_status
 from . import arrivals, client, health, metrics
-from .dataset import RequestSpec, request_specs
+from .dataset import RequestSpec, request_specs, trace_specs, unshared
 from .prompts import LocalTokenizer, PromptFactory, RemoteTokenizer, Tokenizer
 from .records import RequestRecord, RunResult, RunSummary
 from .scenario import Scenario
 from .scrape import Scraper
+from .trace import fidelity
+from .trace.synth import TracePrompts
 
 Progress = Callable[[int, int], None]
 _START_LEAD_NS = 50_000_000          # schedule origin this far ahead, so worker 0 is not late
@@ -62,19 +64,23 @@ class _Prepared:
 
 
 async def _make_jobs(factory: PromptFactory, scenario: Scenario, model: str, specs: list[RequestSpec],
-                     rng: np.random.Generator, first_index: int, warmup: bool, info: _Prepared) -> list[client.Job]:
+                     rng: np.random.Generator, first_index: int, warmup: bool, info: _Prepared,
+                     blocks: TracePrompts | None = None) -> list[client.Job]:
     share = scenario.shared_prefix.share if scenario.shared_prefix else 0.0
     jobs = []
     for i, spec in enumerate(specs):
         if spec.prompt is not None:
             prompt = await factory.with_nonce(spec.prompt)
+        elif blocks is not None and spec.input_len is not None:
+            prompt = await blocks.make(spec.input_len, spec.hash_ids)
         else:
             assert spec.input_len is not None
             prompt = await factory.make(spec.input_len, with_prefix=bool(rng.random() < share))
         info.inexact += not prompt.exact
         body = client.request_body(scenario.endpoint, model, prompt.text, spec.output_len, scenario.ignore_eos,
                                    scenario.temperature)
-        jobs.append(client.Job(first_index + i, prompt.tokens, spec.output_len, body, warmup))
+        jobs.append(client.Job(first_index + i, prompt.tokens, spec.output_len, body, warmup,
+                               follows=None if spec.follows is None else first_index + spec.follows))
     return jobs
 
 
@@ -133,6 +139,8 @@ async def _measure(url: str, jobs: list[client.Job], concurrency: int | None, wo
                    deadline_s: float | None, progress: Progress | None,
                    limits: _Limits, should_stop: client.ShouldStop | None) -> tuple[list[client.DriveResult], int]:
     total = len(jobs)
+    if any(job.follows is not None for job in jobs):
+        workers = 1  # a session's turns wait for each other: they must share a process
     # Each worker sends a fixed share of the jobs (every workers-th) with its share of the
     # concurrency: a closed loop becomes `workers` independent closed loops of the same total.
     workers = min(workers, total, concurrency or total)
@@ -245,8 +253,12 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
         rng = np.random.default_rng(scenario.seed)
         info = _Prepared()
         n_warm = scenario.effective_warmups
+        blocks = TracePrompts(factory, salt, scenario.trace.block_tokens) if scenario.trace else None
         try:
-            if scenario.sweep_input_lens:
+            if scenario.trace is not None:
+                specs = trace_specs(scenario)
+                warm_specs = unshared(specs, n_warm)
+            elif scenario.sweep_input_lens:
                 specs = request_specs(scenario, len(scenario.sweep_input_lens), rng)
                 warm_specs = [specs[0]] * n_warm
             else:
@@ -271,10 +283,16 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
             tok = RemoteTokenizer(session, base_url, model)
             factory.tok = tok
         try:
-            jobs = await _make_jobs(factory, scenario, model, specs, rng, 0, False, info)
+            jobs = await _make_jobs(factory, scenario, model, specs, rng, 0, False, info, blocks)
         except _TOKENIZE_ERRORS as exc:
             return _tokenizing_failed(result, base_url, exc)
-    run_plan = arrivals.plan(scenario, len(jobs), rng)
+    if scenario.trace is not None:
+        run_plan = arrivals.trace_plan([s.offset_s or 0.0 for s in specs], scenario.trace.speedup,
+                                       scenario.concurrency)
+        for job, spec in zip(jobs, specs):
+            job.gap_ns = int(spec.delay_s / scenario.trace.speedup * 1e9)
+    else:
+        run_plan = arrivals.plan(scenario, len(jobs), rng)
     if run_plan.offsets is not None:
         for job, off in zip(jobs, run_plan.offsets):
             job.offset_ns = int(off * 1e9)
@@ -297,8 +315,10 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
     summary.update({"tokenizer_source": tok_source, "chat_template_tokens": info.chat_overhead,
                     "prompts_inexact": info.inexact, "nonce_salt": f"{salt:016x}"})
     lasts = [p.last_dispatch_ns for p in parts if p.last_dispatch_ns]
-    result.summary = RunSummary.model_validate(summary)
     result.server_stats = scraper.result()
+    if scenario.trace is not None:
+        summary.update(fidelity.trace_fidelity(records, specs, result.server_stats, scenario.trace))
+    result.summary = RunSummary.model_validate(summary)
     result.client_health = health.assess(
         loop_lag_ns=[x for p in parts for x in p.loop_lag_ns],
         schedule_delay_ns=[x for p in parts for x in p.schedule_delay_ns],

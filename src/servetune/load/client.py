@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import json
 import math
 import time
@@ -54,6 +55,10 @@ class Job:
     body: bytes
     warmup: bool = False
     offset_ns: int | None = None
+    # A session's later turn: sent `gap_ns` after the answer to the job of index `follows`
+    # ends, and not before its own offset.
+    follows: int | None = None
+    gap_ns: int = 0
 
 
 @dataclass
@@ -412,6 +417,25 @@ async def drive(
             if on_done:
                 on_done()
 
+    answered: dict[int, asyncio.Future[int]] = {}  # a session turn's index -> when its answer ended
+
+    async def next_turn(job: Job, target: int, sem: asyncio.Semaphore | None) -> None:
+        assert job.follows is not None
+        previous_end = await answered[job.follows]
+        if previous_end >= 0:  # else the previous turn was never sent (the run's deadline): nor is this one
+            target = max(target, previous_end + job.gap_ns)
+            while (wait := target - clock()) > 0:
+                await asyncio.sleep(wait / 1e9)
+            if deadline_ns is None or clock() <= deadline_ns:
+                await open_one(job, target, sem)
+                return
+        end_turn(job.index, -1)
+
+    def end_turn(index: int, end_ns: int) -> None:
+        turn = answered.get(index)
+        if turn is not None and not turn.done():
+            turn.set_result(end_ns)
+
     async def open_one(job: Job, target: int, sem: asyncio.Semaphore | None) -> None:
         nonlocal cap_waits
         rec, raw = new_record(job, target)
@@ -428,6 +452,7 @@ async def drive(
         finally:
             if sem is not None:
                 sem.release()
+            end_turn(job.index, rec.end_ns or clock())
         delays.append(rec.dispatch_ns - ready)
         finished(rec, raw)
         if on_done:
@@ -441,6 +466,11 @@ async def drive(
         else:
             sem = asyncio.Semaphore(concurrency) if concurrency else None
             tasks = []
+            loop = asyncio.get_running_loop()
+            indices, released = {job.index for job in jobs}, set()
+            for job in jobs:
+                if job.follows in indices:
+                    answered.setdefault(job.follows, loop.create_future())
             try:
                 for job in jobs:
                     target = start_ns + (job.offset_ns or 0)
@@ -449,7 +479,11 @@ async def drive(
                         await asyncio.sleep(wait / 1e9)
                     if deadline_ns is not None and clock() > deadline_ns:
                         break
-                    tasks.append(asyncio.create_task(open_one(job, target, sem)))
+                    one = next_turn if job.follows in answered else open_one
+                    tasks.append(asyncio.create_task(one(job, target, sem)))
+                    released.add(job.index)
+                for index in answered.keys() - released:  # turns never released: their sessions end here
+                    end_turn(index, -1)
                 await asyncio.gather(*tasks)
             except asyncio.CancelledError:
                 # Ended while still releasing requests: the ones released must not outlive the run.
@@ -475,6 +509,10 @@ async def drive(
             main.result()
 
     timed_out = False
+    # A full collection walks every object the process holds (its imports, the run's prepared
+    # jobs): 150 ms with a trace's 5,000 records, in which no request leaves. Frozen, the
+    # collector walks only what the run itself allocates.
+    gc.freeze()
     try:
         with _LagMonitor() as lag:
             try:
@@ -484,6 +522,7 @@ async def drive(
             except TimeoutError:
                 timed_out = True
     finally:
+        gc.unfreeze()
         if own_session:
             await sess.close()
     cpu1, wall1 = proc.cpu_times(), clock()

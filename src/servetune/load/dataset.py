@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import ServetuneError
 from .scenario import Fixed, FromFile, Length, Normal, Scenario, Uniform
+from .trace.window import load_replay
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,12 @@ class RequestSpec:
     input_len: int | None   # None: a dataset prompt, counted by the tokenizer
     output_len: int
     prompt: str | None = None
+    # A trace's request (load/trace/): its prefix blocks, its arrival at speed-up 1, and the
+    # position of its session's previous turn, whose answer it waits for, plus `delay_s`.
+    hash_ids: tuple[int, ...] | None = None
+    offset_s: float | None = None
+    follows: int | None = None
+    delay_s: float = 0.0
 
 
 def _read_int_file(path: Path) -> np.ndarray:
@@ -96,6 +103,20 @@ def _positive(value: object, where: str, key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ServetuneError(f"{where}: '{key}' must be a positive integer, got {value!r}")
     return value
+
+
+def trace_specs(scenario: Scenario) -> list[RequestSpec]:
+    """A trace scenario's requests, in the order of their arrivals (num_prompts keeps the first N)."""
+    assert scenario.trace is not None
+    requests = load_replay(scenario.trace).requests[: scenario.num_prompts]
+    return [RequestSpec(r.input_len, r.output_len, hash_ids=r.hash_ids, offset_s=r.offset_s, follows=r.follows,
+                        delay_s=r.delay_s) for r in requests]
+
+
+def unshared(specs: list[RequestSpec], n: int) -> list[RequestSpec]:
+    """n requests of the lengths of `specs` (cycled), sharing nothing: warmups that leave no
+    prefix of the trace in the server's cache."""
+    return [RequestSpec(specs[i % len(specs)].input_len, specs[i % len(specs)].output_len) for i in range(n)]
 
 
 def request_specs(scenario: Scenario, n: int, rng: np.random.Generator) -> list[RequestSpec]:

@@ -168,6 +168,7 @@ def summarize(
     summary.update(stat_fields("itl_per_token", [x for r in ok for x in itls_per_token_s(r)], percentiles))
     summary.update(stat_fields(
         "e2el_from_scheduled", [(r.chunk_ns[-1] - r.scheduled_ns) / NS for r in ok], percentiles))
+    summary.update(send_lateness(records))
     checked = [r for r in ok if r.prompt_tokens is not None]
     mismatched = [r for r in checked if r.prompt_tokens != r.input_len]
     summary["prompt_tokens_checked"] = len(checked)
@@ -176,6 +177,16 @@ def summarize(
         (abs((r.prompt_tokens or 0) - r.input_len) for r in mismatched), default=0)
     summary["errors"] = sorted({(r.error or "")[:200] for r in records if not succeeded(r)})[:10]
     return summary
+
+
+def send_lateness(records: Sequence[RequestRecord]) -> dict[str, float]:
+    """How late requests left against their schedule (open loop, trace) or their free slot
+    (closed loop): `send_lateness_{p50,p99,max}_ms` over the requests sent."""
+    late = np.asarray([r.dispatch_ns - r.scheduled_ns for r in records if r.dispatch_ns], dtype=np.float64) / 1e6
+    if not len(late):
+        return {}
+    return {"send_lateness_p50_ms": float(np.percentile(late, 50)),
+            "send_lateness_p99_ms": float(np.percentile(late, 99)), "send_lateness_max_ms": float(late.max())}
 
 
 def per_request_arrays(records: Sequence[RequestRecord]) -> dict[str, list[Any]]:

@@ -157,8 +157,18 @@ class PromptFactory:
             # Too short for prefix + nonce: keep the nonce's start, it is what defeats the cache.
             head = self._draw(self._nonce_rng, max(content_target, 1))
         ids = head + self._draw(self._rng, content_target - len(head))
-        text, n = await self._fit(ids, len(head), max(content_target, 1))
+        return await self.from_ids(ids, keep=len(head), target=target)
+
+    async def from_ids(self, ids: list[int], *, keep: int, target: int) -> Prompt:
+        """The text of `ids` fitted to exactly `target` tokens as the server counts them (chat
+        template included): the tail after the first `keep` ids is trimmed or extended."""
+        overhead = await self.chat_overhead() if self.chat else 0
+        text, n = await self._fit(ids, keep, max(target - overhead, 1))
         return Prompt(text=text, tokens=n + overhead, exact=n + overhead == target)
+
+    def draw_nonce(self, n: int) -> list[int]:
+        """`n` ids from this run's nonce stream: content no other request or run shares."""
+        return self._draw(self._nonce_rng, n)
 
     async def with_nonce(self, text: str) -> Prompt:
         """A dataset prompt behind a fresh nonce; its length is whatever the tokenizer counts."""

@@ -8,6 +8,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .trace.spec import TraceSpec
+from .trace.window import load_replay
+
 
 class Fixed(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -74,6 +77,9 @@ class Scenario(BaseModel):
     shared_prefix: SharedPrefix | None = None
     endpoint: Literal["completions", "chat"] = "completions"
     dataset: Path | None = Field(default=None, description="JSONL of {prompt} or {input_len, output_len}")
+    # A recorded trace replayed at its arrival times (load/trace/): it sets the requests, their
+    # lengths, prefixes and times; num_prompts (when given) keeps its first N, concurrency caps it.
+    trace: TraceSpec | None = None
     # One request per prompt size, in order (the prefill sweep).
     sweep_input_lens: list[int] | None = None
     # A stream that sends nothing for stall_timeout_s is a failed request ("stalled"); a run
@@ -107,10 +113,24 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
+        if self.trace is not None:
+            return self._check_trace()
         if self.num_prompts is None and self.duration_s is None and not self.sweep_input_lens:
             raise ValueError("set num_prompts or duration_s")
         if self.concurrency is None and self.rate is None:
             raise ValueError("set concurrency (closed loop) or rate (open loop)")
+        return self
+
+    def _check_trace(self) -> Scenario:
+        clashing = [k for k in ("rate", "dataset", "sweep_input_lens", "shared_prefix", "duration_s")
+                    if getattr(self, k) is not None]
+        if clashing:
+            raise ValueError(f"trace sets the requests and their times: drop {', '.join(clashing)}")
+        # Unless set, a replay sends the whole window and does not cap what is in flight.
+        if "num_prompts" not in self.model_fields_set:
+            self.num_prompts = None
+        if "concurrency" not in self.model_fields_set:
+            self.concurrency = None
         return self
 
     @property
@@ -138,6 +158,10 @@ class Scenario(BaseModel):
         input_len, output_len = self._upper_lens()
         per_request = input_len / _PREFILL_FLOOR_TOK_S + output_len / _DECODE_FLOOR_TOK_S
         arrivals = n / self.rate if self.rate and math.isfinite(self.rate) else 0.0
+        if self.trace is not None:
+            replay = load_replay(self.trace)
+            n += len(replay.requests)
+            arrivals = replay.span_s / self.trace.speedup
         waves = math.ceil(n / slots) + 1  # + 1: the requests still in flight when a duration ends
         return _RUN_BASE_S + (self.duration_s or 0.0) + arrivals + waves * per_request
 
@@ -145,6 +169,9 @@ class Scenario(BaseModel):
         """The largest input and output lengths this scenario sends."""
         if self.dataset is not None:
             return _UNKNOWN_LEN, _UNKNOWN_LEN
+        if self.trace is not None:
+            requests = load_replay(self.trace).requests
+            return max(r.input_len for r in requests), max(r.output_len for r in requests)
         inputs = max(self.sweep_input_lens) if self.sweep_input_lens else _upper(self.input_len)
         return inputs, _upper(self.output_len)
 

@@ -24,7 +24,7 @@ from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
 from ..tune.capacity_trial import current_capacity_runs, interval_text, is_level_run, judged_levels
 from . import plots
 
-_UNIT = {"rate": "req/s", "concurrency": "concurrent requests"}
+_UNIT = {"rate": "req/s", "concurrency": "concurrent requests", "speedup": "x the recorded traffic"}
 
 
 @dataclass

@@ -34,6 +34,7 @@ from . import plots
 from .advice import Advice, Evidence, advise_config, describe_mismatch
 from .capacity import CapacityView, build_capacity
 from .emit import Deployment, Snippets, snippets
+from .fidelity import FidelityRow, fidelity_rows
 from .requests import resolve, runs_series_ms
 from .roofline import RooflineView, build_roofline
 from .speculative import AcceptanceRow, SweepPeak, acceptance_rows, sweep_peaks
@@ -147,6 +148,7 @@ class ReportData:
     sweep_peaks: list[SweepPeak] = field(default_factory=list)      # the best num_speculative_tokens per scenario
     capacity: CapacityView | None = None          # a `maximize: capacity` study's section
     roofline: RooflineView | None = None          # decode TPOT against the bandwidth floor
+    fidelity: list[FidelityRow] = field(default_factory=list)  # how faithfully each run sent its traffic
 
 
 def fmt_value(value: Any) -> str:
@@ -532,4 +534,5 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         plots=figures, evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),
         acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity,
-        roofline=build_roofline(analysis, trial_by_id, spec, store.get_meta_json(bandwidth.META_KEY)))
+        roofline=build_roofline(analysis, trial_by_id, spec, store.get_meta_json(bandwidth.META_KEY)),
+        fidelity=fidelity_rows(trials, base_cfg))

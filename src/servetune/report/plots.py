@@ -38,6 +38,9 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
+png = _png  # for the figure modules beside this one (trace_plot.py)
+
+
 def latency_distributions(data: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]],
                           series: Sequence[str] = ("ttft", "tpot", "itl")) -> bytes | None:
     """ECDFs of per-request latencies: one row per scenario, one column per series, one line per config.

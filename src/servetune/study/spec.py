@@ -27,6 +27,7 @@ from ..capacity.slo import requests_to_meet, slo_from_key
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS, Scenario
+from ..load.trace.window import load_replay
 from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
 from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
@@ -400,7 +401,7 @@ class StudySpec(_Strict):
         problems = (self._scenario_problems() + self._objective_problems() + self._constraint_problems()
                     + self._secret_problems() + self._json_field_problems())
         if not (info.context or {}).get(STORED):
-            problems += self._capacity_sample_problems()
+            problems += self._trace_problems() or self._capacity_sample_problems()
         if problems:
             raise SpecError(problems)
         return self
@@ -458,16 +459,31 @@ class StudySpec(_Strict):
                       "mean_ or pNN_, then ttft, tpot, itl or e2el, then _ms") for k in sorted(bad)]
         return problems
 
+    def _trace_problems(self) -> list[tuple[Loc, str]]:
+        """A trace that cannot be read, found now rather than by every trial's runs."""
+        for i, scenario in enumerate(self.scenarios):
+            if scenario.trace is not None:
+                try:
+                    load_replay(scenario.trace)
+                except ServetuneError as exc:
+                    return [(("scenarios", i, "trace", "path"), str(exc))]
+        return []
+
     def _capacity_sample_problems(self) -> list[tuple[Loc, str]]:
         """A level of too few requests can never show a percentile SLO met: every search would end
         with an interval from 0 and measure each level max_runs_per_level times for nothing."""
         needs: dict[str, int] = {}
-        for scenario in self.scenarios:
+        for i, scenario in enumerate(self.scenarios):
             limits = self.objective.slo_for(scenario.name)
             for key, limit in limits.items():
                 slo = slo_from_key(key, limit)
                 n = None if slo is None else requests_to_meet(slo, self.alpha)
-                if n is not None and n > self.capacity.num_prompts:
+                if scenario.trace is not None:  # a level replays the trace's window, whatever num_prompts says
+                    sent = len(load_replay(scenario.trace).requests)
+                    if self.objective.maximize == CAPACITY and n is not None and n > sent:
+                        return [(("scenarios", i, "trace"), f"the trace's {sent} requests cannot show {key} met "
+                                 f"at alpha {self.alpha:g}: a level needs at least {n} (a longer window)")]
+                elif n is not None and n > self.capacity.num_prompts:
                     needs[key] = max(n, needs.get(key, 0))
         if not needs:
             return []

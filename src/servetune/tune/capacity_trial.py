@@ -69,11 +69,16 @@ def first_level(scenario: Scenario, start: float | None) -> float:
     from 1."""
     if start is not None:
         return start
+    if scenario.trace is not None:
+        return scenario.trace.speedup
     return float(scenario.rate if scenario.rate is not None else scenario.concurrency or 1)
 
 
 def load_kind(scenario: Scenario) -> LoadKind:
-    """An open loop (a scenario with a rate) is searched by rate, a closed loop by concurrency."""
+    """An open loop (a scenario with a rate) is searched by rate, a closed loop by concurrency, a
+    trace by its speed-up."""
+    if scenario.trace is not None:
+        return "speedup"
     return "rate" if scenario.rate is not None else "concurrency"
 
 
@@ -267,7 +272,7 @@ def capacity_summary(est: CapacityEstimate, kind: LoadKind, slos: list[Slo], lev
 
 def _output_throughput_at(capacity: float, kind: LoadKind, level_runs: list[Run]) -> float | None:
     """Output tokens/s at the capacity: an open loop serves what it is offered (the capacity in
-    req/s times the tokens a request got); a closed loop what its runs at that concurrency measured."""
+    req/s times the tokens a request got); a closed loop or a trace what its runs at that level measured."""
     if capacity <= 0:
         return None
     ok = [r.summary for r in level_runs if r.outcome in (str(Outcome.ok), str(Outcome.client_bound))]

@@ -1,0 +1,45 @@
+"""`trace:` of a scenario: which recorded requests a Run replays, and how fast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .formats import TraceFormat
+
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+class TraceSpec(BaseModel):
+    """A window (`start_s`, `duration_s`, in the trace's seconds from its first row) or a sample of
+    a trace, replayed at its recorded arrival times divided by `speedup` (2: twice as fast)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: Path
+    format: TraceFormat = "auto"
+    speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    start_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    sample: float = Field(default=1.0, gt=0, le=1, description="share of requests (whole sessions) kept")
+    max_requests: int | None = Field(default=None, ge=1, description="the window's first N requests")
+    seed: int = Field(default=0, description="which requests a sample keeps")
+    # The tokens one hash id stands for (Mooncake's traces: 512). `token_scale` shrinks or grows every
+    # length and the block alike, so the prefix structure survives on a model of a shorter context.
+    block_size: int = Field(default=MOONCAKE_BLOCK_TOKENS, ge=1)
+    token_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    # The server's KV block (vLLM: --block-size): a prefix cache hits whole blocks of it.
+    cache_block_size: int = Field(default=16, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> TraceSpec:
+        scaled = self.block_size * self.token_scale
+        if abs(scaled - round(scaled)) > 1e-9 or round(scaled) < 1:
+            raise ValueError(f"block_size x token_scale must be a whole number of tokens, got {scaled:g}")
+        return self
+
+    @property
+    def block_tokens(self) -> int:
+        """Tokens of one hash block as replayed."""
+        return round(self.block_size * self.token_scale)

@@ -1,0 +1,57 @@
+"""A study that maximizes capacity on a trace: each config's capacity is a speed-up of the
+recorded traffic, searched on FAKE servers of known capacity (as test_capacity_study.py), and
+its report shows how faithfully every run replayed the trace."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from servetune.report.context import build as build_report_data
+from servetune.report.write import write_report
+from servetune.study.spec import SpecError
+from servetune.tune import capacity_trial, known
+from servetune.tune.display import StudyDisplay
+from servetune.tune.runner import StudyRunner
+from tests.fakes.counting_engine import CPU_DEFAULTS
+from tests.unit.test_capacity_study import SLOTS, SlotsEngine, _servers, _spec
+
+pytestmark = pytest.mark.slow
+MOONCAKE = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "mooncake-excerpt.jsonl"
+TRACE = {"path": str(MOONCAKE), "duration_s": 15, "token_scale": 1 / 128, "block_size": 512, "speedup": 4}
+# The trace's bursts (16 requests in one millisecond) queue on 2 slots at any speed-up: their mean
+# TTFT was 190-240 ms from 0.125 to 4 times the recorded speed; on 8 slots 75-85 ms up to 32 times.
+
+
+def test_a_capacity_study_on_a_trace_names_the_config_that_holds_more_of_it(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, scenarios=[{"name": "mooncake", "warmups": 0, "trace": TRACE}],
+                 objective={"maximize": "capacity", "slo": {"mean_ttft_ms": 300}},
+                 capacity={"num_prompts": 40, "rel_tol": 0.25, "max_levels": 6, "max_runs_per_level": 1})
+    with _servers() as urls:
+        runner = StudyRunner(spec, tmp_path / "study", display=StudyDisplay(Console(file=io.StringIO()), enabled=False))
+        runner.store.set_meta_json(known.DEFAULTS_META, CPU_DEFAULTS.model_dump(mode="json"))
+        runner.engine = runner.executor.engine = SlotsEngine(urls)
+        result = runner.run()
+    store = runner.store
+    for trial in store.trials():
+        levels = [r for r in store.runs(trial.id) if capacity_trial.is_level_run(r.summary)]
+        assert levels and all(r.summary["load"] == "speedup" for r in levels)
+        assert levels[0].summary["load_level"] == 4 and all(r.summary["trace_speedup"] == r.summary["load_level"]
+                                                           for r in levels)
+    assert result.winner is not None and result.winner.config.flags["max-num-seqs"] == SLOTS[1], result.winner_reason
+    data = build_report_data(result, store)
+    assert data.capacity is not None and {row.unit for row in data.capacity.rows} == {"x the recorded traffic"}
+    assert data.fidelity and all(f.scenario == "mooncake" and f.prompts_off.startswith("0 of ") for f in data.fidelity)
+    markdown = write_report(result, store, tmp_path / "report")["markdown"].read_text()
+    assert "## Replay fidelity" in markdown and "| mooncake |" in markdown
+
+
+def test_a_trace_study_checks_its_file_and_its_window_before_any_boot(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"scenarios\[0\]\.trace\.path: cannot read trace .*missing\.jsonl: No such file"):
+        _spec(tmp_path, scenarios=[{"name": "t", "trace": {"path": str(tmp_path / "missing.jsonl")}}])
+    with pytest.raises(SpecError, match=r"the trace's 65 requests cannot show p99_ttft_ms met at alpha 0.05"):
+        _spec(tmp_path, scenarios=[{"name": "t", "trace": {"path": str(MOONCAKE), "duration_s": 20}}],
+              objective={"maximize": "capacity", "slo": {"p99_ttft_ms": 100}})
