@@ -29,6 +29,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -68,12 +69,12 @@ class _Measured:
 
     trial: Trial
     by_scenario: dict[str, dict[int, RunSummary]]
-    server: dict[str, dict[int, dict]]
+    server: dict[str, dict[int, dict[str, Any]]]
 
 
 def _measured(trial: Trial) -> _Measured:
     by_scenario: dict[str, dict[int, RunSummary]] = defaultdict(dict)
-    server: dict[str, dict[int, dict]] = defaultdict(dict)
+    server: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
     for run in trial.runs:
         # A capacity search's load levels are not replicates: its capacity Run stands for them.
         if run.ok and not is_level_run(run.summary):
