@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -13,6 +14,10 @@ from ..store import StudyStore
 from ..study.metrics import metric_problem
 from .boundary import EXIT_NO_RESULT, on_interrupt, store_errors
 from .paths import check_store_kind, writable_dir
+
+if TYPE_CHECKING:  # the command imports them when it runs (a fast --help)
+    from ..ab.prefix_reuse import PrefixReuse
+    from ..ab.spec import AbSpec
 
 console = Console()
 REPORT_NAME = "ab.md"
@@ -54,7 +59,7 @@ def register(app: typer.Typer) -> None:
             _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS))
 
 
-def _ab(spec, out: Path, boots: int, reuse, metrics: list[str]) -> None:
+def _ab(spec: AbSpec, out: Path, boots: int, reuse: PrefixReuse | None, metrics: list[str]) -> None:
     from ..ab.render import markdown, terminal_lines, terminal_table
     from ..ab.runner import AbRunner
     from ..tune.display import StudyDisplay

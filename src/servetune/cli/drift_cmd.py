@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import typer
 from pydantic import ValidationError
@@ -61,7 +62,7 @@ def phases_table(analysis: DriftAnalysis) -> Table:
 
 
 def drift_document(protocol: DriftProtocol, run: DriftRun, analysis: DriftAnalysis,
-                   target: dict[str, str | None]) -> dict:
+                   target: dict[str, str | None]) -> dict[str, Any]:
     return {
         "verdict": analysis.verdict, "verdict_line": analysis.line(), "target": target,
         "protocol": protocol.model_dump(), "alpha": analysis.alpha, "min_effect_pct": analysis.min_effect_pct,

@@ -30,6 +30,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -71,7 +72,7 @@ class _Measured:
 
     trial: Trial
     by_scenario: dict[str, dict[int, RunSummary]]
-    server: dict[str, dict[int, dict]]
+    server: dict[str, dict[int, dict[str, Any]]]
     censored: dict[str, str] = field(default_factory=dict)
 
     def objective_censoring(self, scenarios: Sequence[str]) -> str:
@@ -87,7 +88,7 @@ def combine_censoring(kinds: Iterable[str]) -> str:
 
 def _measured(trial: Trial) -> _Measured:
     by_scenario: dict[str, dict[int, RunSummary]] = defaultdict(dict)
-    server: dict[str, dict[int, dict]] = defaultdict(dict)
+    server: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
     censored: dict[str, str] = {}
     for run in trial.runs:
         # A capacity search's load levels are not replicates: its capacity Run stands for them.

@@ -35,6 +35,7 @@ from ..store import EtaEntry, PlannedTrial, StudyStore, Trial, TrialRole, Verdic
 from ..study.spec import StudySpec
 from . import analysis, bandwidth, capacity_trial, known, plan, revalidation, verdict_rule
 from . import eta as eta_seed
+from .analysis_types import StudyAnalysis
 from .display import StudyDisplay
 from .lock import StudyLock, TunerProcess
 from .recovery import Leftovers, reclaim_unfinished
@@ -97,7 +98,7 @@ class StudyRunner:
 
     # --- entry point --------------------------------------------------------------------
 
-    def run(self) -> analysis.StudyAnalysis:
+    def run(self) -> StudyAnalysis:
         me = TunerProcess.current()
         self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
         reason = "interrupted"
@@ -457,7 +458,7 @@ class StudyRunner:
 
     def _slot_has_baseline(self, slot: int) -> bool:
         """A slot's first trial is the baseline there (begun: it may still be running)."""
-        return any(t.role in analysis.BASELINE_ROLES and t.slot == slot for t in self.store.trials())
+        return any(t.role.is_baseline and t.slot == slot for t in self.store.trials())
 
     def _candidates_since_baseline(self, slot: int) -> int:
         """Booted candidates on `slot` since its last baseline boot: `baseline_every` counts per slot."""
@@ -465,7 +466,7 @@ class StudyRunner:
         for trial in reversed(self.store.trials()):
             if trial.slot != slot:
                 continue
-            if trial.role in analysis.BASELINE_ROLES:
+            if trial.role.is_baseline:
                 break
             if trial.role is TrialRole.candidate and known.was_booted(trial):
                 count += 1

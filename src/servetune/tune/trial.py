@@ -86,7 +86,7 @@ class TrialExecutor:
         return slot
 
     @classmethod
-    def for_study(cls, engine, spec: StudySpec, store: StudyStore, out_dir: Path) -> TrialExecutor:
+    def for_study(cls, engine: Engine, spec: StudySpec, store: StudyStore, out_dir: Path) -> TrialExecutor:
         """The executor of a study file's engine section: its model's tokenizer when the model
         directory has one (else the server's /tokenize), its port and served model name."""
         model_dir = Path(spec.engine.model)
@@ -164,7 +164,7 @@ class TrialExecutor:
         self.store.finish_trial(trial.id, outcome, detail=detail, log_tail=log_tail)
         return outcome
 
-    def _measure(self, trial: Trial, plan: TrialPlan, server, api_key: str | None, enough: EnoughFn,
+    def _measure(self, trial: Trial, plan: TrialPlan, server: Server, api_key: str | None, enough: EnoughFn,
                  progress: ProgressFn) -> tuple[Outcome, str | None]:
         try:
             model = served_model_name(server.url, api_key)
@@ -196,7 +196,7 @@ class TrialExecutor:
                 break
         return Outcome.ok, None
 
-    def _measure_capacity(self, trial: Trial, plan: TrialPlan, capacity: capacity_trial.CapacityPlan, server,
+    def _measure_capacity(self, trial: Trial, plan: TrialPlan, capacity: capacity_trial.CapacityPlan, server: Server,
                           api_key: str | None, model: str, progress: ProgressFn) -> tuple[Outcome, str | None]:
         def record(replicate: int, result: RunResult, started_at: float) -> None:
             self.store.record_run(trial.id, replicate, _relative(result, self.out_dir), started_at=started_at,
