@@ -16,6 +16,7 @@ import numpy as np
 
 from servetune.capacity.monitor import LevelMonitor
 from servetune.capacity.search import LevelSample, Measure
+from servetune.capacity.sequential import Looks
 from servetune.capacity.slo import Slo
 
 PREFILL_SHAPE = 2.0   # as fake_stream_server.py --slots draws it
@@ -69,27 +70,32 @@ class QueueModel:
 
 
 def simulated_measure(model: QueueModel, slos: list[Slo], n: int, alpha: float, seed: int,
-                      early_stop: bool = True, burstiness: float = 1.0) -> Measure:
-    """`measure(rate)` over the simulated queue: `n` requests a run (gamma gaps of shape
+                      early_stop: bool = True, burstiness: float = 1.0, looks: Looks | None = None) -> Measure:
+    """`measure(rate, prior)` over the simulated queue: `n` requests a run (gamma gaps of shape
     `burstiness`), fed to the same LevelMonitor the HTTP measurement uses (in the order they
-    end), so a run ends where a real one would."""
+    end, with `looks` pooled with the level's `prior` runs), so a run ends where a real one would."""
     rng = np.random.default_rng(seed)
     itl_gaps = np.full(model.output_len - 1, model.itl_ms)
 
-    def measure(rate: float) -> LevelSample:
+    def measure(rate: float, prior: list[LevelSample]) -> LevelSample:
         arrival, first, end = model.run(rate, n, rng, burstiness)
         ttft, e2el = (first - arrival) * 1000.0, (end - arrival) * 1000.0
-        monitor = LevelMonitor(slos, n, alpha, offered_rate=rate, burstiness=burstiness)
+        pooled = {m: [v for smp in prior for v in smp.values.get(m, [])] for m in ("ttft", "e2el", "tpot")}
+        monitor = LevelMonitor(slos, n, looks.planned_alpha if looks else alpha, offered_rate=rate,
+                               burstiness=burstiness, looks=looks, prior=pooled)
         done: list[int] = []
         stopped = None
         for i in np.argsort(end, kind="stable"):
             done.append(int(i))
             values = {"ttft": ttft[i], "e2el": e2el[i], "tpot": model.itl_ms}
-            if early_stop and (stopped := monitor.observe(end[i], values, int(np.searchsorted(arrival, end[i], "right")))):
+            started = int(np.searchsorted(arrival, end[i], "right"))
+            if early_stop and (stopped := monitor.observe(end[i], values, started, index=int(i))):
                 break
         sent = int(np.searchsorted(arrival, end[done[-1]], "right")) if stopped else n
+        done.sort()   # judged in the order sent, as the records are
         return LevelSample(rate, {"ttft": [ttft[done]], "e2el": [e2el[done]],
                                   "tpot": [np.full(len(done), model.itl_ms)],
-                                  "itl": [itl_gaps for _ in done]}, sent, len(done), stopped)
+                                  "itl": [itl_gaps for _ in done]}, sent, len(done), stopped,
+                           stopped_verdict=monitor.verdict if stopped else None, seconds=float(end[done].max()))
 
     return measure

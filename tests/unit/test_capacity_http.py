@@ -52,7 +52,7 @@ def test_capacity_of_the_fake_server_is_found_over_http(tmp_path: Path) -> None:
     (["--slo", "ttft:p99=100", "--start", "50", "--max-level", "10"], "--start 50 is above --max-level 10"),
     (["--slo", "ttft:p99=100", "--alpha", "2"], "--alpha 2: must be between 0 and 1"),
     (["--slo", "ttft:p99=100", "--num-prompts", "200"],
-     "--num-prompts 200 cannot show ttft:p99<=100ms met at alpha 0.05: a level needs at least 368"),
+     "--num-prompts 200 cannot show ttft:p99<=100ms met at alpha 0.05: a level needs at least 396"),
 ])
 def test_bad_options_end_as_one_line_and_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
     out = tmp_path / "cap.json"

@@ -75,20 +75,20 @@ def test_early_stops_save_requests_and_keep_the_answer(searches: list[SearchResu
 
 def test_an_overloaded_open_loop_is_called_saturated_long_before_its_end() -> None:
     measure = simulated_measure(MODEL, [parse_slo("ttft:mean=100000")], N, 0.05, seed=1)  # no SLO can stop it
-    over = measure(2 * MODEL.saturation_rate)
+    over = measure(2 * MODEL.saturation_rate, [])
     assert over.stopped is not None and over.stopped.startswith("saturated") and over.sent < N / 2
     for rate in (0.5 * MODEL.saturation_rate, 0.9 * MODEL.saturation_rate):   # a stable queue runs to its end
-        assert measure(rate).stopped is None
+        assert measure(rate, []).stopped is None
 
 
 def test_bursty_arrivals_a_stable_queue_absorbs_are_not_called_saturated() -> None:
     """Gamma gaps of shape 0.5 (the chat-bursty preset) at 90 % of what the slots serve: bursts
     pile requests up for a while, the queue drains again; only a rate past saturation is called."""
     slos = [parse_slo("ttft:mean=100000")]
-    calls = [simulated_measure(MODEL, slos, 200, 0.05, seed=s, burstiness=0.5)(0.9 * MODEL.saturation_rate).stopped
+    calls = [simulated_measure(MODEL, slos, 200, 0.05, seed=s, burstiness=0.5)(0.9 * MODEL.saturation_rate, []).stopped
              for s in range(200)]
     assert sum(c is not None for c in calls) <= 2, [c for c in calls if c]
-    over = simulated_measure(MODEL, slos, N, 0.05, seed=1, burstiness=0.5)(2 * MODEL.saturation_rate)
+    over = simulated_measure(MODEL, slos, N, 0.05, seed=1, burstiness=0.5)(2 * MODEL.saturation_rate, [])
     assert over.stopped is not None and over.stopped.startswith("saturated") and over.sent < 0.8 * N
 
 
@@ -102,7 +102,7 @@ def _stub(ttft_ms_at: Callable[[float], float]) -> Measure:
     """measure(level) whose every request has TTFT ttft_ms_at(level), plus a little noise."""
     rng = np.random.default_rng(0)
 
-    def measure(level: float) -> LevelSample:
+    def measure(level: float, prior: list[LevelSample]) -> LevelSample:
         values = ttft_ms_at(level) + rng.uniform(0, 1, 600)
         return LevelSample(level, {"ttft": [values]}, 600, 600)
     return measure
@@ -130,7 +130,7 @@ def test_a_capacity_beyond_the_range_is_an_open_interval() -> None:
 def test_an_undecided_level_is_measured_again_up_to_the_cap() -> None:
     slos = [Slo("ttft", "p99", 100.0)]
 
-    def small(level: float) -> LevelSample:   # 40 requests: a p99 is never decided on them
+    def small(level: float, prior: list[LevelSample]) -> LevelSample:   # 40 requests: a p99 is never decided on them
         return LevelSample(level, {"ttft": [np.full(40, 50.0)]}, 40, 40)
 
     result = search(small, slos, SearchSettings(start=1, min_level=1, max_level=2, max_runs_per_level=3))
@@ -141,7 +141,7 @@ def test_an_undecided_level_is_measured_again_up_to_the_cap() -> None:
 def test_a_bracket_without_a_decided_violation_is_closed_one_step_beyond() -> None:
     slos = [Slo("ttft", "p90", 100.0)]
 
-    def measure(level: float) -> LevelSample:
+    def measure(level: float, prior: list[LevelSample]) -> LevelSample:
         if level < 16:
             values = np.full(600, 50.0)
         elif level == 16:   # p90 over the limit by its point, its interval straddling it: undecided
