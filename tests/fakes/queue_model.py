@@ -50,6 +50,20 @@ class QueueModel:
             heapq.heappush(free, first[i] + decode)
         return arrival, first, first + decode
 
+    def closed_loop_ends(self, users: int, seconds: float, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        """End times (s) of the requests `users` users (more than the slots) complete in a closed
+        loop, each sending its next request as its last one ends, until `seconds` after the first
+        end; and the requests sent. With more users than slots no slot is ever idle."""
+        decode = (self.output_len - 1) * self.itl_ms / 1000.0
+        free = [0.0] * self.slots
+        ends: list[float] = []
+        while not ends or max(ends[-self.slots:]) - min(ends[:self.slots]) < seconds:
+            start = heapq.heappop(free)   # slots free up in time order: `start` never decreases
+            end = start + rng.gamma(PREFILL_SHAPE, self.prefill_ms / 1000.0 / PREFILL_SHAPE) + decode
+            heapq.heappush(free, end)
+            ends.append(end)
+        return np.sort(ends), len(ends) + users - self.slots
+
     def pooled_ttft_ms(self, rate: float, n: int, runs: int, seed: int, burstiness: float = 1.0) -> np.ndarray:
         rng = np.random.default_rng(seed)
         return np.concatenate([(lambda a, f, _e: (f - a) * 1000.0)(*self.run(rate, n, rng, burstiness))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -150,7 +151,11 @@ def test_a_bracket_without_a_decided_violation_is_closed_one_step_beyond() -> No
             values = np.full(600, 500.0)
         return LevelSample(level, {"ttft": [values]}, 600, 600)
 
-    result = search(measure, slos, SearchSettings(start=1, min_level=1, max_level=1024, rel_tol=1.0))
+    fixed = SearchSettings(start=1, min_level=1, max_level=1024, rel_tol=1.0, looks_per_run=1)
+    result = search(measure, slos, fixed)
     assert [r.verdict for r in result.levels if r.level == 16] == [Verdict.undecided]
     est = estimate(result.levels)
     assert (est.low, est.high) == (8, 32) and result.levels[-1].level == 32
+    # with interim looks the step beyond is sqrt(2): a level a little over is decided already
+    result = search(measure, slos, replace(fixed, looks_per_run=5))
+    assert estimate(result.levels).high == result.levels[-1].level == pytest.approx(16 * math.sqrt(2))

@@ -21,7 +21,7 @@ from ..load.scenario import Scenario
 PROBE_USERS = 128        # users of the probe's closed loop: more than most servers batch at once
 PROBE_SECONDS = 5.0      # how long it keeps them busy, after its first completion
 PROBE_MIN_ENDS = 20      # completions it waits for at least (a slow server: longer than PROBE_SECONDS)
-START_FRACTION = 0.5     # the first level, as a share of what the probe measured
+START_FRACTION = 0.5    # the first level, as a share of what the probe measured
 
 
 @dataclass(frozen=True)

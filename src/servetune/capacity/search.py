@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .sequential import LOOKS_PER_RUN, Looks
+from .sequential import LOOKS_PER_RUN, Looks, worth_another_run
 from .slo import Judgement, Slo, Verdict, judge
 
 
@@ -149,6 +149,11 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
     result = SearchResult() if result is None else result
     st = settings
 
+    def again(judged: LevelResult, runs: int) -> bool:
+        if runs >= st.max_runs_per_level:
+            return False
+        return not st.looks.sequential or worth_another_run(judged.judgements, st.looks, runs)
+
     def visit(level: float) -> LevelResult | None:
         samples: list[LevelSample] = []
         while True:
@@ -158,7 +163,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
                 return None
             samples.append(sample)
             judged = judge_level(level, samples, slos, st.looks)
-            if judged.verdict is not Verdict.undecided or len(samples) >= st.max_runs_per_level:
+            if judged.verdict is not Verdict.undecided or not again(judged, len(samples)):
                 result.levels.append(judged)
                 if on_level is not None:
                     on_level(result)
@@ -169,11 +174,13 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
         return float(round(level)) if st.integer else level
 
     below, above = -math.inf, math.inf   # the bracket by point estimates
+    verdict_at: dict[float, Verdict] = {}
     level = snap(st.start)
     while len(result.levels) < st.max_levels:   # bracketing
         r = visit(level)
         if r is None:
             return result
+        verdict_at[level] = r.verdict
         if r.over_limit:
             above = level
             nxt = snap(level / st.growth)
@@ -186,6 +193,10 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
             return result
         level = nxt
     while len(result.levels) < st.max_levels:   # bisection
+        if st.looks.sequential and verdict_at.get(below) is verdict_at.get(above) is Verdict.undecided:
+            # Both ends were measured until more runs could not be expected to decide them: a
+            # level between them would stay undecided too, and only cost time.
+            break
         if st.integer:
             if above - below <= 1:
                 break
@@ -197,18 +208,22 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
         r = visit(level)
         if r is None:
             return result
+        verdict_at[level] = r.verdict
         if r.over_limit:
             above = level
         else:
             below = level
     # The bracket follows point estimates; the interval needs a level decided on each side.
-    # One step beyond the bracket gives an undecided side its decided level.
+    # Steps beyond the bracket give an undecided side its decided level: with looks, steps of
+    # sqrt(growth), since a level far under the capacity takes long to send (a rate half the
+    # capacity's takes twice as long a request) and one a little under it is decided already.
+    step = math.sqrt(st.growth) if st.looks.sequential else st.growth
     while len(result.levels) < st.max_levels:
         measured = {r.level for r in result.levels}
         if not any(r.verdict is Verdict.violates for r in result.levels) and math.isfinite(above):
-            level = snap(max(r.level for r in result.levels) * st.growth)
+            level = snap(max(r.level for r in result.levels) * step)
         elif not any(r.verdict is Verdict.meets for r in result.levels) and math.isfinite(below):
-            level = snap(min(r.level for r in result.levels) / st.growth)
+            level = snap(min(r.level for r in result.levels) / step)
         else:
             break
         if level in measured:

@@ -38,24 +38,41 @@ def binding(r: LevelResult) -> Judgement:
     return max(judged, key=lambda j: j.high / j.slo.limit_ms if math.isfinite(j.high) else math.inf)
 
 
+def why_short(stopped: str | None) -> str:
+    """A run's early end in a word or two for the table (the JSON keeps the whole reason):
+    `look 200`, `lost`, `saturated`."""
+    if not stopped:
+        return ""
+    if " at look " in stopped:
+        return "look " + stopped.split(" at look ")[1].split(":")[0].split("/")[0]
+    return stopped.split(" ")[0].rstrip(":")
+
+
 def bracket_text(est: CapacityEstimate) -> str:
     return f"[{est.low:.3g}, {'∞' if not math.isfinite(est.high) else format(est.high, '.3g')}]"
 
 
 def levels_table(levels: list[LevelResult], load: str, integer: bool) -> Table:
     """One row per level in the order measured; bracket and capacity as they stood after it."""
-    table = Table(title=escape(f"capacity search ({unit(load)}); statistic [interval] in ms"))
-    for name, right in (("#", True), (load, True), ("runs", True), ("judged", True), ("binding SLO", False),
-                        ("statistic [interval]", True), ("verdict", False), ("bracket", True), ("capacity", True)):
-        table.add_column(name, justify="right" if right else "left")
+    slos = sorted({str(j.slo) for r in levels for j in r.judgements})
+    what = "binding SLO's statistic" if len(slos) > 1 else (slos[0] if slos else "statistic")
+    table = Table(title=escape(f"capacity search ({unit(load)}); {what} [interval] in ms"))
+    several = len({str(j.slo) for r in levels for j in r.judgements}) > 1
+    columns = [("#", True), (load, True), ("runs", True), ("judged", True)]
+    columns += [("binding SLO", False)] if several else []
+    columns += [("statistic [interval]", True), ("verdict", False), ("bracket", True), ("capacity", True)]
+    for name, right in columns:
+        table.add_column(name, justify="right" if right else "left", no_wrap=True)
     for i, r in enumerate(levels):
         j = binding(r)
         word, style = _VERDICT[r.verdict]
-        why = f" ({r.stopped})" if r.stopped else ""
+        why = f" ({why_short(r.stopped)})" if r.stopped else ""
         est = estimate(levels[:i + 1], integer=integer)
-        table.add_row(str(i + 1), f"{r.level:.4g}", str(len(r.samples)), f"{r.completed}/{r.requests}",
-                      escape(str(j.slo)), f"{j.estimate:.1f} [{_bound(j.low)}, {_bound(j.high)}]",
-                      Text(word, style=style) + Text(why, style="dim"), bracket_text(est), f"{est.capacity:.3g}")
+        cells: list[str | Text] = [str(i + 1), f"{r.level:.4g}", str(len(r.samples)), f"{r.completed}/{r.requests}"]
+        cells += [escape(str(j.slo))] if several else []
+        cells += [f"{j.estimate:.1f} [{_bound(j.low)}, {_bound(j.high)}]",
+                  Text(word, style=style) + Text(why, style="dim"), bracket_text(est), f"{est.capacity:.3g}"]
+        table.add_row(*cells)
     return table
 
 

@@ -36,8 +36,9 @@ LEVEL_KEY = "load_level"    # in a level Run's summary: the offered rate or conc
 # In a capacity Run's summary: the rules its levels were judged by. A capacity made by older
 # rules is estimated again from its stored levels when the study resumes (refresh_estimates).
 # 2: a percentile's bound stretched instead of infinite where clustering leaves too few values;
-# 3: a closed loop's first wave (all users at once) is not judged (capacity.http.ramp_of).
-JUDGEMENT = 3
+# 3: a closed loop's first wave (all users at once) is not judged (capacity.http.ramp_of);
+# 4: each level judged at the alpha of the look it ended at (capacity/sequential.py).
+JUDGEMENT = 4
 
 
 @dataclass(frozen=True)
