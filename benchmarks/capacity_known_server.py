@@ -8,6 +8,8 @@ request of 32 + 32 tokens holds one for 20 ms of gamma prefill + 31 x 5 ms: 175 
 is printed with the table; over HTTP on a busy host the server is slower than its model, never faster.
 
 Run: python benchmarks/capacity_known_server.py [--before] [--aiperf PATH/TO/aiperf] [--out-dir DIR]
+(aiperf in an environment of its own: `python -m venv V && V/bin/pip install aiperf`; installed
+into servetune's it would downgrade rich, pillow, prometheus_client, psutil, pyzmq, huggingface_hub)
 (--before: also the search as it was, --start 1 --looks-per-run 1: some 26 minutes)
 """
 
@@ -50,12 +52,15 @@ def servetune(url: str, out: Path, *extra: str) -> dict[str, Any]:
             "levels": doc["levels_measured"], "requests": doc["requests"] + probe.get("requests", 0), "wall_s": wall}
 
 
-def aiperf(binary: str, url: str, out_dir: Path) -> dict[str, Any]:
+def aiperf(binary: str, url: str, out_dir: Path, tokenizer: Path) -> dict[str, Any]:
     """AIPerf's 1-D SLA search over the request rate: the highest rate whose p99 TTFT is under
-    the limit, by its monotonic-sla planner (a binary search), 500 requests a point."""
+    the limit, by its monotonic-sla planner (a binary search over whole req/s: it takes integer
+    dimensions only), 500 Poisson requests a point. Its "builtin" tokenizer downloads its
+    encoding, so a local tokenizer directory is given."""
     argv = [binary, "profile", "--model", "fake-model", "--url", url, "--endpoint-type", "chat", "--streaming",
-            "--isl", "32", "--osl", "32", "--request-count", str(RUN), "--tokenizer", "builtin",
-            "--search-space", "phases.profiling.request_rate:1,30", "--search-planner", "monotonic-sla",
+            "--isl", "32", "--osl", "32", "--request-count", str(RUN), "--request-rate", "5",
+            "--tokenizer", str(tokenizer),
+            "--search-space", "phases.profiling.rate:2,24:int", "--search-planner", "monotonic-sla",
             "--search-sla", f"time_to_first_token:p99:le:{SLO_MS:g}", "--search-metric", "request_throughput",
             "--search-direction", "maximize", "--search-max-iterations", "12", "--artifact-dir", str(out_dir)]
     began = time.monotonic()
@@ -71,6 +76,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--before", action="store_true", help="also the search as it was (--start 1 --looks-per-run 1)")
     p.add_argument("--aiperf", default=None, help="an aiperf executable (its own environment)")
+    p.add_argument("--tokenizer", type=Path, default=ROOT / "models" / "tiny", help="a tokenizer directory for aiperf")
     p.add_argument("--out-dir", type=Path, default=None)
     args = p.parse_args()
     out_dir = args.out_dir or Path(tempfile.mkdtemp(prefix="capacity-known-"))
@@ -91,7 +97,7 @@ def main() -> None:
             table.add_row(name, f"{r['value']:.3g}", r["interval"], str(r["levels"]), f"{r['requests']:,}",
                           f"{r['wall_s'] / 60:.1f}")
         if args.aiperf:
-            found = aiperf(args.aiperf, url, out_dir / "aiperf")
+            found = aiperf(args.aiperf, url, out_dir / "aiperf", args.tokenizer)
             (out_dir / "aiperf-history.json").write_text(json.dumps(found["history"], indent=1))
             table.add_row("AIPerf SLA search (monotonic-sla, request rate)", "see aiperf-history.json", "none",
                           "", "", f"{found['wall_s'] / 60:.1f}")

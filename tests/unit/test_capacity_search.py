@@ -38,7 +38,7 @@ def truth() -> float:
 
 @pytest.fixture(scope="module")
 def searches() -> list[SearchResult]:
-    return [search(simulated_measure(MODEL, SLOS, N, SETTINGS.alpha, seed), SLOS, SETTINGS)
+    return [search(simulated_measure(MODEL, SLOS, N, SETTINGS.alpha, seed, looks=SETTINGS.looks), SLOS, SETTINGS)
             for seed in range(SEARCHES)]
 
 
@@ -67,8 +67,8 @@ def test_early_stops_save_requests_and_keep_the_answer(searches: list[SearchResu
     assert all(smp.completed < N for smp in runs)   # stopped before the last request ended
     # the clear losses (far above capacity) end within the first fifth of their run
     assert min(smp.sent for smp in runs) < N / 5
-    full = [search(simulated_measure(MODEL, SLOS, N, SETTINGS.alpha, s, early_stop=False), SLOS, SETTINGS)
-            for s in range(20)]
+    full = [search(simulated_measure(MODEL, SLOS, N, SETTINGS.alpha, s, early_stop=False, looks=SETTINGS.looks),
+                   SLOS, SETTINGS) for s in range(20)]
     err_full = np.median([abs(estimate(r.levels).capacity / truth - 1) for r in full])
     err_early = np.median([abs(estimate(r.levels).capacity / truth - 1) for r in searches[:20]])
     assert err_early <= err_full + 0.02
