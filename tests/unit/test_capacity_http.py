@@ -114,7 +114,7 @@ def test_an_interrupted_search_keeps_its_levels_and_resumes_from_them(tmp_path: 
         assert proc.returncode == 130, printed
         stopped = json.loads(out.read_text())
         assert stopped["status"] == "interrupted" and stopped["levels"] and stopped["start"] == 40, stopped
-        assert "continue with --resume" in printed
+        assert "continue with --resume" in " ".join(printed.split())
         res = servetune(*args, "--url", url, "--resume")
     assert res.code == 0, res.stderr
     done = json.loads(out.read_text())

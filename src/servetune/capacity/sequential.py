@@ -64,6 +64,11 @@ class Looks:
         return sorted({round(planned * k / self.looks_per_run) for k in range(1, self.looks_per_run)})
 
 
+# An interim look judges at least this many values: two of slo.py's consecutive batches, the
+# fewest in which its correction for clustered (slow-spell) values can see anything; on fewer,
+# an interval takes the values as independent and is too narrow near capacity.
+MIN_LOOK_VALUES = 100
+
 # A request still in flight at an interim look counts, for a "met" call, as a value over every
 # limit: the finished ones are the fast ones, and those still waiting may be the slow tail.
 _IN_FLIGHT_OVER = 2.0
@@ -88,7 +93,8 @@ class InterimLooks:
         self.finished += 1
         for metric, value in values_ms.items():
             self.values.setdefault(metric, []).append((index, value))
-        if self.finished not in self.points:
+        pooled = self.finished + sum(len(v) for v in self.prior.get("ttft", []))
+        if self.finished not in self.points or pooled < MIN_LOOK_VALUES:
             return None
         judged = {s: self._judge(s, 0) for s in self.slos}
         lost = [j for j in judged.values() if j.verdict is Verdict.violates]

@@ -151,7 +151,9 @@ def register(app: typer.Typer) -> None:
         est = estimate(result.levels, integer=kind == "concurrency")
         write_document(out, document(status))
         console.print(escape(capacity_line(est, load, alpha)))
-        console.print(f"{len(result.levels)} levels, {result.requests} requests, "
+        probed = (search_start["probe"] or {}).get("requests")
+        in_probe = f" (and {probed} in the probe)" if probed else ""
+        console.print(f"{len(result.levels)} levels, {result.requests} requests{in_probe}, "
                       f"{result.seconds / 60:.1f} min measuring")
         if result.error:
             console.print(f"[red]error:[/] {escape(result.error)}")
