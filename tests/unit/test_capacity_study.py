@@ -48,7 +48,7 @@ def _spec(tmp_path: Path, **over: Any) -> StudySpec:
         "scenarios": [{"name": "chat", "input_len": 8, "output_len": OUTPUT_LEN, "rate": 10, "concurrency": None,
                        "warmups": 0}],
         "objective": {"maximize": "capacity", "slo": {"mean_ttft_ms": 100}},
-        "capacity": {"start": 10, "num_prompts": 40, "rel_tol": 0.25, "max_levels": 6, "max_runs_per_level": 1},
+        "capacity": {"start": 10, "num_prompts": 40, "rel_tol": 0.25, "max_levels": 8, "max_runs_per_level": 1},
         "strategy": "grid", "replicates": 1, "finalists": 1,
     }
     data.update(over)
