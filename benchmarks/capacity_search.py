@@ -1,15 +1,23 @@
-"""Levels and requests a capacity search needs, and how far its answer is from the truth:
-servetune's search (intervals, pooled repeats, early stops) next to the plain searches other tools
-run, on the same simulated server of known capacity (tests/fakes/queue_model.py, no HTTP).
+"""Levels, requests and time a capacity search needs, and how far its answer is from the truth:
+servetune's search next to the plain searches other tools run, on the same simulated server of
+known capacity (tests/fakes/queue_model.py, no HTTP), and how often a level above the capacity
+is called met (the false-pass rate) with and without the interim looks.
 
+- servetune before: levels of fixed length (judged at each run's end), started at 5 req/s.
+- servetune + looks: interim looks (capacity/sequential.py), a level ends once decided.
+- servetune + probe: the first level at half of what a 5 s closed loop of 128 users completes.
+- servetune (defaults): both.
 - auto_tune-style (vLLM benchmarks/auto_tune.sh): one run at an unlimited rate gives the
   throughput; then the rate starts there and is lowered step by step (5 % of it) until one run's
   point p99 fits the SLO.
 - plain bisection: bracket by doubling, bisect until 5 % apart, judged on one run's point p99.
 
-Run: python benchmarks/capacity_search.py [--searches 50] [--requests 1000] [--bursty]
+Wall time is the simulated time the requests take (arrival of the first to the last end judged,
+summed over runs, plus the probe's), not the time this script computes.
+
+Run: python benchmarks/capacity_search.py [--searches 100] [--requests 1000] [--false-pass 400] [--bursty]
 (--bursty: also servetune alone in gamma-0.5 traffic with a p95 SLO and 200 requests a run,
-the H200 capacity study's chat regime)
+the H200 capacity study's chat regime; --known-server: see known_server.py next to this file)
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +36,26 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from servetune.capacity.estimate import estimate  # noqa: E402
+from servetune.capacity.probe import PROBE_SECONDS, PROBE_USERS, SaturationProbe, completion_rate  # noqa: E402
 from servetune.capacity.search import SearchSettings, search  # noqa: E402
-from servetune.capacity.slo import parse_slo  # noqa: E402
+from servetune.capacity.slo import Verdict, parse_slo  # noqa: E402
 from tests.fakes.queue_model import QueueModel, simulated_measure  # noqa: E402
 
 MODEL = QueueModel(slots=16, prefill_ms=20.0, itl_ms=10.0, output_len=8)
 LIMIT_MS, Q = 100.0, 0.99
+SLOS = [parse_slo(f"ttft:p{Q * 100:g}={LIMIT_MS:g}")]
+FIXED_START = 5.0
+BASE = SearchSettings(start=FIXED_START, min_level=0.5, max_level=500.0)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    capacity: float
+    levels: int
+    runs: int
+    requests: int
+    seconds: float
+    interval: tuple[float, float] | None = None
 
 
 class PointRuns:
@@ -42,11 +65,13 @@ class PointRuns:
         self.n, self.rng = n, np.random.default_rng(seed)
         self.levels = 0
         self.requests = 0
+        self.seconds = 0.0
 
     def p99(self, rate: float) -> float:
         self.levels += 1
         self.requests += self.n
-        arrival, first, _ = MODEL.run(rate, self.n, self.rng)
+        arrival, first, end = MODEL.run(rate, self.n, self.rng)
+        self.seconds += float(end.max())
         return float(np.percentile((first - arrival) * 1000.0, 100 * Q))
 
     def throughput(self) -> float:
@@ -54,20 +79,24 @@ class PointRuns:
         self.levels += 1
         self.requests += self.n
         _, _, end = MODEL.run(1e6, self.n, self.rng)
+        self.seconds += float(end.max())
         return self.n / float(end.max())
 
+    def outcome(self, capacity: float) -> Outcome:
+        return Outcome(capacity, self.levels, self.levels, self.requests, self.seconds)
 
-def auto_tune_like(n: int, seed: int) -> tuple[float, int, int, int]:
+
+def auto_tune_like(n: int, seed: int) -> Outcome:
     runs = PointRuns(n, seed)
     top = runs.throughput()
     step = 0.05 * top
     rate = top
     while rate > step and runs.p99(rate) > LIMIT_MS:
         rate -= step
-    return rate, runs.levels, runs.levels, runs.requests
+    return runs.outcome(rate)
 
 
-def plain_bisection(n: int, seed: int, start: float = 5.0, rel_tol: float = 0.05) -> tuple[float, int, int, int]:
+def plain_bisection(n: int, seed: int, start: float = FIXED_START, rel_tol: float = 0.05) -> Outcome:
     runs = PointRuns(n, seed)
     below, above, rate = 0.0, math.inf, start
     while not math.isfinite(above):
@@ -81,45 +110,87 @@ def plain_bisection(n: int, seed: int, start: float = 5.0, rel_tol: float = 0.05
             above = mid
         else:
             below = mid
-    return below, runs.levels, runs.levels, runs.requests
+    return runs.outcome(below)
 
 
-def servetune_search(n: int, seed: int) -> tuple[float, int, int, bool]:
-    slos = [parse_slo(f"ttft:p{Q * 100:g}={LIMIT_MS:g}")]
-    result = search(simulated_measure(MODEL, slos, n, 0.05, seed), slos,
-                    SearchSettings(start=5.0, min_level=0.5, max_level=500.0))
+def simulated_probe(rng: np.random.Generator) -> SaturationProbe:
+    """What `servetune capacity`'s saturation probe would measure on the simulated server."""
+    ends, sent = MODEL.closed_loop_ends(PROBE_USERS, PROBE_SECONDS, rng)
+    fastest = (MODEL.prefill_ms / 4 + (MODEL.output_len - 1) * MODEL.itl_ms) / 1000.0
+    return SaturationProbe(rate=completion_rate(list(ends)), min_latency_s=fastest, users=PROBE_USERS,
+                           requests=sent, seconds=float(ends.max()))
+
+
+def servetune(n: int, seed: int, *, probe: bool, looks_per_run: int) -> Outcome:
+    settings = replace(BASE, looks_per_run=looks_per_run)
+    requests, seconds = 0, 0.0
+    if probe:
+        found = simulated_probe(np.random.default_rng(100_000 + seed))
+        settings = replace(settings, start=found.start("rate"))
+        requests, seconds = found.requests, found.seconds
+    result = search(simulated_measure(MODEL, SLOS, n, settings.alpha, seed, looks=settings.looks), SLOS, settings)
     est = estimate(result.levels)
     runs = sum(len(r.samples) for r in result.levels)
-    return est.capacity, len(result.levels), runs, result.requests, (est.low, est.high)
+    return Outcome(est.capacity, len(result.levels), runs, requests + result.requests, seconds + result.seconds,
+                   (est.low, est.high))
+
+
+METHODS: list[tuple[str, Callable[[int, int], Outcome]]] = [
+    ("servetune before (fixed-length levels, start 5)", lambda n, s: servetune(n, s, probe=False, looks_per_run=1)),
+    ("servetune + looks (start 5)", lambda n, s: servetune(n, s, probe=False, looks_per_run=5)),
+    ("servetune + probe (fixed-length levels)", lambda n, s: servetune(n, s, probe=True, looks_per_run=1)),
+    ("servetune (defaults: probe + looks)", lambda n, s: servetune(n, s, probe=True, looks_per_run=5)),
+    ("plain bisection (point p99)", plain_bisection),
+    ("auto_tune-style (lower the rate)", auto_tune_like),
+]
+
+
+def false_pass(console: Console, truth: float, n: int, levels: int) -> None:
+    """How often a level at or above the capacity (its pooled p99 at or over the limit) is called
+    met, with runs pooled as the search pools them: the verdict's error, which must stay at or
+    under alpha / 2 (one side of the interval) with the looks as without."""
+    table = Table(title=f"false passes: {levels} levels each, {n} requests a run, up to "
+                        f"{BASE.max_runs_per_level} runs (alpha {BASE.alpha:g}: at most {BASE.alpha / 2:.1%})")
+    for col in ("level", "looks a run", "called met", "called violated", "requests a level (mean)"):
+        table.add_column(col, justify="right")
+    for factor in (1.0, 1.05):
+        for looks in (1, 5):
+            st = replace(BASE, start=truth * factor, max_levels=1, looks_per_run=looks)
+            judged = [search(simulated_measure(MODEL, SLOS, n, st.alpha, 50_000 + seed, looks=st.looks), SLOS,
+                             st).levels[0] for seed in range(levels)]
+            table.add_row(f"{factor:g} x truth", str(looks),
+                          f"{np.mean([lv.verdict is Verdict.meets for lv in judged]):.1%}",
+                          f"{np.mean([lv.verdict is Verdict.violates for lv in judged]):.1%}",
+                          f"{np.mean([lv.requests for lv in judged]):,.0f}")
+    console.print(table)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--searches", type=int, default=50)
     p.add_argument("--requests", type=int, default=1000, help="requests a run")
+    p.add_argument("--false-pass", type=int, default=0, help="levels a false-pass cell simulates (0: none)")
     p.add_argument("--bursty", action="store_true", help="also servetune in bursty traffic with a p95 SLO")
     args = p.parse_args()
-    console = Console(width=150)
+    console = Console(width=170)
     truth = MODEL.true_crossing(Q, LIMIT_MS, args.requests, runs=300)
     console.print(f"simulated server: {MODEL.slots} slots, saturates at {MODEL.saturation_rate:.1f} req/s; "
                   f"SLO p99 TTFT <= {LIMIT_MS:g} ms holds up to {truth:.1f} req/s (truth, 300 runs a rate)")
     table = Table(title=f"{args.searches} searches each, {args.requests} requests a run")
-    for col in ("method", "levels (mean)", "runs (mean)", "requests (mean)", "|error| median", "|error| p95", "within 10 %",
-                "interval covers truth"):
+    for col in ("method", "levels (mean)", "runs (mean)", "requests (mean)", "wall min (median)", "|error| median",
+                "|error| p95", "within 10 %", "interval covers truth"):
         table.add_column(col, justify="right" if col != "method" else "left")
-    methods: list[tuple[str, Callable[[int, int], tuple]]] = [
-        ("servetune (intervals, early stop)", servetune_search),
-        ("plain bisection (point p99)", plain_bisection),
-        ("auto_tune-style (lower the rate)", auto_tune_like),
-    ]
-    for name, fn in methods:
+    for name, fn in METHODS:
         outs = [fn(args.requests, seed) for seed in range(args.searches)]
-        err = np.array([abs(o[0] / truth - 1) for o in outs])
-        cover = (f"{np.mean([o[4][0] <= truth <= o[4][1] for o in outs]):.0%}" if len(outs[0]) > 4 else "no interval")
-        table.add_row(name, f"{np.mean([o[1] for o in outs]):.1f}", f"{np.mean([o[2] for o in outs]):.1f}",
-                      f"{np.mean([o[3] for o in outs]):,.0f}",
+        err = np.array([abs(o.capacity / truth - 1) for o in outs])
+        cover = (f"{np.mean([o.interval[0] <= truth <= o.interval[1] for o in outs if o.interval]):.0%}"
+                 if outs[0].interval else "no interval")
+        table.add_row(name, f"{np.mean([o.levels for o in outs]):.1f}", f"{np.mean([o.runs for o in outs]):.1f}",
+                      f"{np.mean([o.requests for o in outs]):,.0f}", f"{np.median([o.seconds for o in outs]) / 60:.1f}",
                       f"{np.median(err):.1%}", f"{np.quantile(err, 0.95):.1%}", f"{np.mean(err <= 0.10):.0%}", cover)
     console.print(table)
+    if args.false_pass:
+        false_pass(console, truth, args.requests, args.false_pass)
     if args.bursty:
         bursty(console, args.searches)
 
@@ -132,7 +203,8 @@ def bursty(console: Console, searches: int) -> None:
     truth = MODEL.true_crossing(0.95, limit, n, runs=300, seed=5, burstiness=shape)
     settings = SearchSettings(start=20.0, min_level=0.5, max_level=500.0, rel_tol=0.1, max_levels=8,
                               max_runs_per_level=2)
-    ests = [estimate(search(simulated_measure(MODEL, slos, n, 0.05, seed, burstiness=shape), slos, settings).levels)
+    ests = [estimate(search(simulated_measure(MODEL, slos, n, 0.05, seed, burstiness=shape, looks=settings.looks),
+                            slos, settings).levels)
             for seed in range(searches)]
     err = np.array([abs(e.capacity / truth - 1) for e in ests])
     console.print(f"bursty (gamma shape {shape}), p95 TTFT <= {limit:g} ms, {n} requests a run: truth {truth:.1f} "

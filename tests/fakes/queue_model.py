@@ -16,6 +16,7 @@ import numpy as np
 
 from servetune.capacity.monitor import LevelMonitor
 from servetune.capacity.search import LevelSample, Measure
+from servetune.capacity.sequential import Looks
 from servetune.capacity.slo import Slo
 
 PREFILL_SHAPE = 2.0   # as fake_stream_server.py --slots draws it
@@ -49,6 +50,20 @@ class QueueModel:
             heapq.heappush(free, first[i] + decode)
         return arrival, first, first + decode
 
+    def closed_loop_ends(self, users: int, seconds: float, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        """End times (s) of the requests `users` users (more than the slots) complete in a closed
+        loop, each sending its next request as its last one ends, until `seconds` after the first
+        end; and the requests sent. With more users than slots no slot is ever idle."""
+        decode = (self.output_len - 1) * self.itl_ms / 1000.0
+        free = [0.0] * self.slots
+        ends: list[float] = []
+        while not ends or max(ends[-self.slots:]) - min(ends[:self.slots]) < seconds:
+            start = heapq.heappop(free)   # slots free up in time order: `start` never decreases
+            end = start + rng.gamma(PREFILL_SHAPE, self.prefill_ms / 1000.0 / PREFILL_SHAPE) + decode
+            heapq.heappush(free, end)
+            ends.append(end)
+        return np.sort(ends), len(ends) + users - self.slots
+
     def pooled_ttft_ms(self, rate: float, n: int, runs: int, seed: int, burstiness: float = 1.0) -> np.ndarray:
         rng = np.random.default_rng(seed)
         return np.concatenate([(lambda a, f, _e: (f - a) * 1000.0)(*self.run(rate, n, rng, burstiness))
@@ -69,27 +84,32 @@ class QueueModel:
 
 
 def simulated_measure(model: QueueModel, slos: list[Slo], n: int, alpha: float, seed: int,
-                      early_stop: bool = True, burstiness: float = 1.0) -> Measure:
-    """`measure(rate)` over the simulated queue: `n` requests a run (gamma gaps of shape
+                      early_stop: bool = True, burstiness: float = 1.0, looks: Looks | None = None) -> Measure:
+    """`measure(rate, prior)` over the simulated queue: `n` requests a run (gamma gaps of shape
     `burstiness`), fed to the same LevelMonitor the HTTP measurement uses (in the order they
-    end), so a run ends where a real one would."""
+    end, with `looks` pooled with the level's `prior` runs), so a run ends where a real one would."""
     rng = np.random.default_rng(seed)
     itl_gaps = np.full(model.output_len - 1, model.itl_ms)
 
-    def measure(rate: float) -> LevelSample:
+    def measure(rate: float, prior: list[LevelSample]) -> LevelSample:
         arrival, first, end = model.run(rate, n, rng, burstiness)
         ttft, e2el = (first - arrival) * 1000.0, (end - arrival) * 1000.0
-        monitor = LevelMonitor(slos, n, alpha, offered_rate=rate, burstiness=burstiness)
+        pooled = {m: [v for smp in prior for v in smp.values.get(m, [])] for m in ("ttft", "e2el", "tpot")}
+        monitor = LevelMonitor(slos, n, looks.planned_alpha if looks else alpha, offered_rate=rate,
+                               burstiness=burstiness, looks=looks, prior=pooled)
         done: list[int] = []
         stopped = None
         for i in np.argsort(end, kind="stable"):
             done.append(int(i))
             values = {"ttft": ttft[i], "e2el": e2el[i], "tpot": model.itl_ms}
-            if early_stop and (stopped := monitor.observe(end[i], values, int(np.searchsorted(arrival, end[i], "right")))):
+            started = int(np.searchsorted(arrival, end[i], "right"))
+            if early_stop and (stopped := monitor.observe(end[i], values, started, index=int(i))):
                 break
         sent = int(np.searchsorted(arrival, end[done[-1]], "right")) if stopped else n
+        done.sort()   # judged in the order sent, as the records are
         return LevelSample(rate, {"ttft": [ttft[done]], "e2el": [e2el[done]],
                                   "tpot": [np.full(len(done), model.itl_ms)],
-                                  "itl": [itl_gaps for _ in done]}, sent, len(done), stopped)
+                                  "itl": [itl_gaps for _ in done]}, sent, len(done), stopped,
+                           stopped_verdict=monitor.verdict if stopped else None, seconds=float(end[done].max()))
 
     return measure

@@ -4,6 +4,11 @@ queue model's long simulation gives the truth; plus the command's one-line error
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +22,7 @@ from tests.unit.cli_run import servetune
 # prefill (100 ms mean) and the limit; saturates at 80 req/s.
 MODEL = QueueModel(slots=16, prefill_ms=100.0, itl_ms=20.0, output_len=6)
 RUN = 200   # requests a run; a p90 is decided on that many
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
@@ -52,7 +58,7 @@ def test_capacity_of_the_fake_server_is_found_over_http(tmp_path: Path) -> None:
     (["--slo", "ttft:p99=100", "--start", "50", "--max-level", "10"], "--start 50 is above --max-level 10"),
     (["--slo", "ttft:p99=100", "--alpha", "2"], "--alpha 2: must be between 0 and 1"),
     (["--slo", "ttft:p99=100", "--num-prompts", "200"],
-     "--num-prompts 200 cannot show ttft:p99<=100ms met at alpha 0.05: a level needs at least 368"),
+     "--num-prompts 200 cannot show ttft:p99<=100ms met at alpha 0.05: a level needs at least 396"),
 ])
 def test_bad_options_end_as_one_line_and_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
     out = tmp_path / "cap.json"
@@ -86,3 +92,35 @@ def test_a_closed_loop_is_judged_after_its_first_wave(tmp_path: Path) -> None:
     assert max(float(v[0]) for v in steady.values["ttft"]) == pytest.approx(300.0)
     everything = sample_from_records(users, path)
     assert everything.sent == 3 * users and max(float(v[0]) for v in everything.values["ttft"]) == pytest.approx(3000.0)
+
+
+@pytest.mark.slow
+def test_an_interrupted_search_keeps_its_levels_and_resumes_from_them(tmp_path: Path) -> None:
+    """SIGTERM after the first level: exit 130, the JSON holds that level with "interrupted";
+    --resume replays it (no run measured again) and finishes the search."""
+    out = tmp_path / "cap.json"
+    args = ["capacity", "--scenario", "chat", "--slo", "ttft:p90=250", "--input-len", "16",
+            "--output-len", str(MODEL.output_len), "--num-prompts", str(RUN), "--start", "40", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    with fake_server(ttft_ms=MODEL.prefill_ms, itl_ms=MODEL.itl_ms, slots=MODEL.slots, log=False) as url:
+        proc = subprocess.Popen([sys.executable, "-m", "servetune", *args, "--url", url], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 120
+        while not (out.exists() and json.loads(out.read_text())["levels"]):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        printed = proc.communicate(timeout=60)[0]
+        assert proc.returncode == 130, printed
+        stopped = json.loads(out.read_text())
+        assert stopped["status"] == "interrupted" and stopped["levels"] and stopped["start"] == 40, stopped
+        assert "continue with --resume" in " ".join(printed.split())
+        res = servetune(*args, "--url", url, "--resume")
+    assert res.code == 0, res.stderr
+    done = json.loads(out.read_text())
+    assert done["status"] == "complete" and "resuming" in res.stdout
+    kept = [(lv["level"], lv["requests"], lv["verdict"]) for lv in stopped["levels"]]
+    assert [(lv["level"], lv["requests"], lv["verdict"]) for lv in done["levels"][:len(kept)]] == kept
+    runs = sum(lv["runs"] for lv in done["levels"])
+    # the replayed runs were not measured again (one more file: the run SIGTERM cut short)
+    assert runs <= len(list(out.with_name("cap.runs").glob("level*.requests.jsonl"))) <= runs + 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ def truth() -> float:
 
 @pytest.fixture(scope="module")
 def searches() -> list[SearchResult]:
-    return [search(simulated_measure(MODEL, SLOS, N, SETTINGS.alpha, seed), SLOS, SETTINGS)
+    return [search(simulated_measure(MODEL, SLOS, N, SETTINGS.alpha, seed, looks=SETTINGS.looks), SLOS, SETTINGS)
             for seed in range(SEARCHES)]
 
 
@@ -66,8 +67,8 @@ def test_early_stops_save_requests_and_keep_the_answer(searches: list[SearchResu
     assert all(smp.completed < N for smp in runs)   # stopped before the last request ended
     # the clear losses (far above capacity) end within the first fifth of their run
     assert min(smp.sent for smp in runs) < N / 5
-    full = [search(simulated_measure(MODEL, SLOS, N, SETTINGS.alpha, s, early_stop=False), SLOS, SETTINGS)
-            for s in range(20)]
+    full = [search(simulated_measure(MODEL, SLOS, N, SETTINGS.alpha, s, early_stop=False, looks=SETTINGS.looks),
+                   SLOS, SETTINGS) for s in range(20)]
     err_full = np.median([abs(estimate(r.levels).capacity / truth - 1) for r in full])
     err_early = np.median([abs(estimate(r.levels).capacity / truth - 1) for r in searches[:20]])
     assert err_early <= err_full + 0.02
@@ -75,20 +76,20 @@ def test_early_stops_save_requests_and_keep_the_answer(searches: list[SearchResu
 
 def test_an_overloaded_open_loop_is_called_saturated_long_before_its_end() -> None:
     measure = simulated_measure(MODEL, [parse_slo("ttft:mean=100000")], N, 0.05, seed=1)  # no SLO can stop it
-    over = measure(2 * MODEL.saturation_rate)
+    over = measure(2 * MODEL.saturation_rate, [])
     assert over.stopped is not None and over.stopped.startswith("saturated") and over.sent < N / 2
     for rate in (0.5 * MODEL.saturation_rate, 0.9 * MODEL.saturation_rate):   # a stable queue runs to its end
-        assert measure(rate).stopped is None
+        assert measure(rate, []).stopped is None
 
 
 def test_bursty_arrivals_a_stable_queue_absorbs_are_not_called_saturated() -> None:
     """Gamma gaps of shape 0.5 (the chat-bursty preset) at 90 % of what the slots serve: bursts
     pile requests up for a while, the queue drains again; only a rate past saturation is called."""
     slos = [parse_slo("ttft:mean=100000")]
-    calls = [simulated_measure(MODEL, slos, 200, 0.05, seed=s, burstiness=0.5)(0.9 * MODEL.saturation_rate).stopped
+    calls = [simulated_measure(MODEL, slos, 200, 0.05, seed=s, burstiness=0.5)(0.9 * MODEL.saturation_rate, []).stopped
              for s in range(200)]
     assert sum(c is not None for c in calls) <= 2, [c for c in calls if c]
-    over = simulated_measure(MODEL, slos, N, 0.05, seed=1, burstiness=0.5)(2 * MODEL.saturation_rate)
+    over = simulated_measure(MODEL, slos, N, 0.05, seed=1, burstiness=0.5)(2 * MODEL.saturation_rate, [])
     assert over.stopped is not None and over.stopped.startswith("saturated") and over.sent < 0.8 * N
 
 
@@ -102,7 +103,7 @@ def _stub(ttft_ms_at: Callable[[float], float]) -> Measure:
     """measure(level) whose every request has TTFT ttft_ms_at(level), plus a little noise."""
     rng = np.random.default_rng(0)
 
-    def measure(level: float) -> LevelSample:
+    def measure(level: float, prior: list[LevelSample]) -> LevelSample:
         values = ttft_ms_at(level) + rng.uniform(0, 1, 600)
         return LevelSample(level, {"ttft": [values]}, 600, 600)
     return measure
@@ -130,7 +131,7 @@ def test_a_capacity_beyond_the_range_is_an_open_interval() -> None:
 def test_an_undecided_level_is_measured_again_up_to_the_cap() -> None:
     slos = [Slo("ttft", "p99", 100.0)]
 
-    def small(level: float) -> LevelSample:   # 40 requests: a p99 is never decided on them
+    def small(level: float, prior: list[LevelSample]) -> LevelSample:   # 40 requests: a p99 is never decided on them
         return LevelSample(level, {"ttft": [np.full(40, 50.0)]}, 40, 40)
 
     result = search(small, slos, SearchSettings(start=1, min_level=1, max_level=2, max_runs_per_level=3))
@@ -141,7 +142,7 @@ def test_an_undecided_level_is_measured_again_up_to_the_cap() -> None:
 def test_a_bracket_without_a_decided_violation_is_closed_one_step_beyond() -> None:
     slos = [Slo("ttft", "p90", 100.0)]
 
-    def measure(level: float) -> LevelSample:
+    def measure(level: float, prior: list[LevelSample]) -> LevelSample:
         if level < 16:
             values = np.full(600, 50.0)
         elif level == 16:   # p90 over the limit by its point, its interval straddling it: undecided
@@ -150,7 +151,11 @@ def test_a_bracket_without_a_decided_violation_is_closed_one_step_beyond() -> No
             values = np.full(600, 500.0)
         return LevelSample(level, {"ttft": [values]}, 600, 600)
 
-    result = search(measure, slos, SearchSettings(start=1, min_level=1, max_level=1024, rel_tol=1.0))
+    fixed = SearchSettings(start=1, min_level=1, max_level=1024, rel_tol=1.0, looks_per_run=1)
+    result = search(measure, slos, fixed)
     assert [r.verdict for r in result.levels if r.level == 16] == [Verdict.undecided]
     est = estimate(result.levels)
     assert (est.low, est.high) == (8, 32) and result.levels[-1].level == 32
+    # with interim looks the step beyond is sqrt(2): a level a little over is decided already
+    result = search(measure, slos, replace(fixed, looks_per_run=5))
+    assert estimate(result.levels).high == result.levels[-1].level == pytest.approx(16 * math.sqrt(2))

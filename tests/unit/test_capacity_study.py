@@ -48,7 +48,7 @@ def _spec(tmp_path: Path, **over: Any) -> StudySpec:
         "scenarios": [{"name": "chat", "input_len": 8, "output_len": OUTPUT_LEN, "rate": 10, "concurrency": None,
                        "warmups": 0}],
         "objective": {"maximize": "capacity", "slo": {"mean_ttft_ms": 100}},
-        "capacity": {"start": 10, "num_prompts": 40, "rel_tol": 0.25, "max_levels": 6, "max_runs_per_level": 1},
+        "capacity": {"start": 10, "num_prompts": 40, "rel_tol": 0.25, "max_levels": 8, "max_runs_per_level": 1},
         "strategy": "grid", "replicates": 1, "finalists": 1,
     }
     data.update(over)
@@ -200,7 +200,7 @@ def test_a_capacity_made_by_older_judgement_rules_is_estimated_again_from_its_le
     ({"minimize": "capacity", "slo": {"p99_ttft_ms": 100}}, "capacity can only be maximised"),
     # 40 requests a level (the spec's num_prompts) cannot show a p99 or a p95 met; a p90 needs 36
     ({"maximize": "capacity", "slo": {"p95_ttft_ms": 100, "p99_tpot_ms": 50}},
-     "40 requests a level cannot show p99_tpot_ms met at alpha 0.05: a level needs at least 368"),
+     "40 requests a level cannot show p99_tpot_ms met at alpha 0.05: a level needs at least 396"),
 ])
 def test_a_capacity_objective_without_a_latency_slo_is_refused(tmp_path: Path, objective: dict, says: str) -> None:
     with pytest.raises(ServetuneError) as err:

@@ -19,7 +19,8 @@ from ..load.scenario import Scenario
 from ..vocabulary import Outcome
 from .monitor import LevelMonitor
 from .search import LevelSample, Measure
-from .slo import Slo
+from .sequential import Looks
+from .slo import Slo, Verdict
 
 LoadKind = Literal["rate", "concurrency", "speedup"]
 # Outcomes of a run whose requests still measured the server (a client-bound run is kept, marked).
@@ -85,7 +86,7 @@ def _finished_values(event: Finished, ramp: int) -> dict[str, float]:
 
 
 def sample_from_records(level: float, records_path: Path, stopped: str | None = None,
-                        load: LoadKind = "rate") -> LevelSample:
+                        load: LoadKind = "rate", stopped_verdict: str | None = None) -> LevelSample:
     """A level's LevelSample from its run's request records (JSONL), as measured or as stored;
     a closed loop's first wave is not judged (ramp_of)."""
     records = [RequestRecord.model_validate_json(line)
@@ -93,48 +94,60 @@ def sample_from_records(level: float, records_path: Path, stopped: str | None = 
     ramp = ramp_of(load, level)
     measured = [r for r in records if not r.warmup and r.index >= ramp]
     values = request_values(measured)
-    return LevelSample(level, values, len(measured), len(values["ttft"]), stopped)
+    sent = [r.dispatch_ns for r in measured if r.dispatch_ns]
+    ended = [r.end_ns for r in measured if r.end_ns]
+    seconds = (max(ended) - min(sent)) / 1e9 if sent and ended else 0.0
+    return LevelSample(level, values, len(measured), len(values["ttft"]), stopped,
+                       stopped_verdict=Verdict(stopped_verdict) if stopped_verdict else None,
+                       records=str(Path(records_path).resolve()), seconds=seconds)
 
 
 def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKind, level: float, run: int,
-                  num_prompts: int, alpha: float, out_dir: Path, run_id: str, model: str | None = None,
+                  num_prompts: int, looks: Looks, out_dir: Path, run_id: str, model: str | None = None,
                   tokenizer_dir: Path | None = None, api_key: str | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> tuple[RunResult, LevelSample]:
-    """One Run of `scenario` at `level`, ended early by a LevelMonitor; the RunResult as
-    `run_scenario` gave it and the level's sample (with `error` when it could not measure)."""
+                  progress: Callable[[int, int], None] | None = None,
+                  prior: list[LevelSample] | None = None) -> tuple[RunResult, LevelSample]:
+    """One Run of `scenario` at `level`, ended early by a LevelMonitor (its interim looks pooled
+    with the level's `prior` runs); the RunResult as `run_scenario` gave it and the level's
+    sample (with `error` when it could not measure)."""
     sc = at_level(scenario, load, level, num_prompts, run)
     ramp = ramp_of(load, level)
     planned = len(trace_specs(sc)) if sc.trace is not None else (sc.num_prompts or num_prompts) - ramp
+    pooled = {m: [v for smp in prior or [] for v in smp.values.get(m, [])] for m in ("ttft", "e2el", "tpot")}
     # A trace's rate moves with its recording: no steady offered rate to call a runaway queue by.
-    monitor = LevelMonitor(slos, planned, alpha, offered_rate=level if load == "rate" else None,
-                           burstiness=scenario.burstiness)
+    monitor = LevelMonitor(slos, planned, looks.planned_alpha,
+                           offered_rate=level if load == "rate" else None, burstiness=scenario.burstiness,
+                           looks=looks, prior=pooled)
 
     def should_stop(event: Finished) -> bool:
-        return monitor.observe(event.now_ns / 1e9, _finished_values(event, ramp), event.started) is not None
+        values = _finished_values(event, ramp)
+        if event.record.index < ramp:
+            return False   # the unjudged first wave is no look's business
+        return monitor.observe(event.now_ns / 1e9, values, event.started - ramp, index=event.record.index) is not None
 
     # Like a study's runs, a level's JSON leaves out the per-request arrays its JSONL holds.
     result = run_scenario(url, model, sc, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id,
                           api_key=api_key, should_stop=should_stop, progress=progress, detailed=False)
     if result.outcome not in _MEASURED or result.records_path is None:
         return result, LevelSample(level, {}, 0, 0, error=f"{result.outcome.value}: {result.error}")
-    return result, sample_from_records(level, Path(result.records_path), monitor.reason, load)
+    return result, sample_from_records(level, Path(result.records_path), monitor.reason, load,
+                                       monitor.verdict.value if monitor.verdict else None)
 
 
 def http_measure(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKind, num_prompts: int,
-                 alpha: float, out_dir: Path, model: str | None = None, tokenizer_dir: Path | None = None,
-                 api_key: str | None = None,
-                 on_level: Callable[[float, int], None] | None = None) -> Measure:
-    """A `measure(level)` that runs `scenario` at each level against the server at `url`,
-    writing each run's files under `out_dir` (level<NN>-<level>.json and .requests.jsonl).
-    `on_level(level, run)` is called before each run (for progress display)."""
-    runs = itertools.count()
+                 looks: Looks, out_dir: Path, model: str | None = None, tokenizer_dir: Path | None = None,
+                 api_key: str | None = None, first_run: int = 0,
+                 progress: Callable[[float, int, int, int], None] | None = None) -> Measure:
+    """A `measure(level, prior)` that runs `scenario` at each level against the server at `url`,
+    writing each run's files under `out_dir` (level<NN>-<level>.json and .requests.jsonl), the
+    runs numbered from `first_run`. `progress(level, run, done, total)` follows each run."""
+    runs = itertools.count(first_run)
 
-    def measure(level: float) -> LevelSample:
+    def measure(level: float, prior: list[LevelSample]) -> LevelSample:
         run = next(runs)
-        if on_level:
-            on_level(level, run)
         return measure_level(url, scenario, slos, load=load, level=level, run=run, num_prompts=num_prompts,
-                             alpha=alpha, out_dir=out_dir, run_id=f"level{run:02d}-{level:g}", model=model,
-                             tokenizer_dir=tokenizer_dir, api_key=api_key)[1]
+                             looks=looks, out_dir=out_dir, run_id=f"level{run:02d}-{level:g}", model=model,
+                             tokenizer_dir=tokenizer_dir, api_key=api_key, prior=prior,
+                             progress=(lambda d, t: progress(level, run, d, t)) if progress else None)[1]
 
     return measure

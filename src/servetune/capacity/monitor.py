@@ -1,7 +1,9 @@
-"""Ending a load level early: once an SLO is surely lost, or the server cannot keep up.
+"""Ending a load level early: once an SLO is surely lost, once an interim look decides the
+level's verdict (sequential.py), or once the server cannot keep up.
 
 Fed one finished request at a time (from the HTTP client's `should_stop` hook, or from a
-simulation), it answers why the level should stop, or None to go on.
+simulation), it answers why the level should stop, or None to go on; `verdict` says what the
+stop decided (every stop but a "met" look is a violation).
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ import math
 from bisect import bisect_left
 from collections.abc import Mapping
 
-from .slo import Slo, lost_after
+import numpy as np
+
+from .sequential import InterimLooks, Looks
+from .slo import Slo, Verdict, lost_after
 
 # Over-saturation is called only on strong evidence (about 4 standard deviations), because a
 # false call ends a level that might have met its SLOs and biases the capacity low.
@@ -22,10 +27,14 @@ _CHECK_EVERY = 8          # requests between saturation checks (each looks at th
 class LevelMonitor:
     """`planned`: requests the level sends; `offered_rate`: req/s of an open loop (None: a
     closed loop, whose queue is bounded by its concurrency and cannot run away); `burstiness`:
-    the shape of its gamma gaps (1: Poisson)."""
+    the shape of its gamma gaps (1: Poisson); `looks`: the level's interim looks (None: none),
+    `prior` the values of its earlier runs (per metric, in the order sent) they pool with."""
 
     def __init__(self, slos: list[Slo], planned: int, alpha: float, offered_rate: float | None = None,
-                 burstiness: float = 1.0) -> None:
+                 burstiness: float = 1.0, looks: Looks | None = None,
+                 prior: Mapping[str, list[np.ndarray]] | None = None) -> None:
+        self.looks = InterimLooks(slos, looks, planned, prior or {}) if looks and looks.sequential else None
+        self.verdict: Verdict | None = None
         self.lost_at = {s: n for s in slos if (n := lost_after(s, planned, alpha)) is not None}
         self.planned, self.offered_rate = planned, offered_rate
         # Counts of a gamma renewal process vary 1 / shape times as much as Poisson ones: bursts
@@ -36,22 +45,32 @@ class LevelMonitor:
         self.started: list[int] = []      # requests released by then
         self.reason: str | None = None
 
-    def observe(self, t_s: float, values_ms: Mapping[str, float], started: int) -> str | None:
+    def observe(self, t_s: float, values_ms: Mapping[str, float], started: int, index: int | None = None) -> str | None:
         """A request ended at `t_s` (seconds, any origin) with these metric values (ms; a failed
-        request: none), `started` requests released so far. The reason to stop, or None."""
+        request: none), `started` requests released so far; `index`: its place in the order sent
+        (default: the order they end). The reason to stop, or None."""
         if self.reason is not None:
             return self.reason
         self.times.append(t_s)
         self.started.append(started)
+        if self.looks is not None:
+            decided = self.looks.observe(len(self.times) if index is None else index, values_ms,
+                                         started - len(self.times))
+            if decided is not None:
+                self.verdict, self.reason = decided
+                return self.reason
         for slo, lost_at in self.lost_at.items():
             value = values_ms.get(slo.metric)
             if value is not None and value > slo.limit_ms:
                 self.above[slo] += 1
                 if self.above[slo] >= lost_at:
+                    self.verdict = Verdict.violates
                     self.reason = (f"lost {slo.key}: {self.above[slo]} of {self.planned} requests already "
                                    f"over {slo.limit_ms:g} ms")
                     return self.reason
         self.reason = self._saturated()
+        if self.reason is not None:
+            self.verdict = Verdict.violates
         return self.reason
 
     def _saturated(self) -> str | None:

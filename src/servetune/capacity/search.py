@@ -1,11 +1,13 @@
 """The load-level search: bracket, then bisect, over a `measure(level)` callable.
 
-`measure` runs one load level (an arrival rate, or a concurrency) and returns what it measured;
-it is the seam between the search and how a level is run: `http.py` drives a server,
-the tests a simulated queue, a study would run it on one boot and store each level as a Run.
-Every level measured is kept; a level whose SLO verdict is undecided is measured again (pooled)
-up to `max_runs_per_level` times. Navigation follows the point estimates (which side of the limit
-a level is on); the interval (estimate.py) uses only the levels the statistics decide.
+`measure(level, prior)` runs one load level (an arrival rate, a concurrency, or any load axis
+whose latency rises with the level) and returns what it measured; `prior` holds the level's
+earlier runs, which its interim looks pool with (sequential.py). It is the seam between the
+search and how a level is run: `http.py` drives a server, the tests a simulated queue, a study
+runs it on one boot and stores each level as a Run. Every level measured is kept; a level whose
+SLO verdict is undecided is measured again (pooled) up to `max_runs_per_level` times, each run
+ending as soon as a look decides the level. Navigation follows the point estimates (which side
+of the limit a level is on); the interval (estimate.py) uses only the levels the statistics decide.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .sequential import LOOKS_PER_RUN, Looks, worth_another_run
 from .slo import Judgement, Slo, Verdict, judge
 
 
@@ -28,11 +31,21 @@ class LevelSample:
     values: dict[str, list[np.ndarray]]
     sent: int
     completed: int
-    stopped: str | None = None   # why the run was ended early (an SLO surely lost, saturation)
+    stopped: str | None = None   # why the run was ended early (a look's verdict, an SLO surely lost, saturation)
     error: str | None = None     # the run could not measure (server failure): the search stops
+    stopped_verdict: Verdict | None = None   # what the early end decided (None with `stopped`: violates)
+    records: str | None = None   # the run's request records (JSONL), where it has them
+    seconds: float = 0.0         # how long the run took
+
+    @property
+    def early_verdict(self) -> Verdict | None:
+        if self.stopped is None:
+            return None
+        return self.stopped_verdict or Verdict.violates
 
 
-Measure = Callable[[float], LevelSample]
+# measure(level, the level's earlier runs) -> one more run at it
+Measure = Callable[[float, list[LevelSample]], LevelSample]
 
 
 @dataclass
@@ -62,14 +75,17 @@ class LevelResult:
         return any(j.estimate > j.slo.limit_ms for j in self.judgements)
 
 
-def judge_level(level: float, samples: list[LevelSample], slos: list[Slo], alpha: float) -> LevelResult:
-    """Pool the runs of one level and judge every SLO; a run ended early by the monitor makes
-    the level violate (the monitor stops only on a sure loss or a runaway queue)."""
+def judge_level(level: float, samples: list[LevelSample], slos: list[Slo], looks: Looks) -> LevelResult:
+    """Pool the runs of one level and judge every SLO at the alpha of the look it stands at; a
+    run ended early by the monitor gives the level the verdict that ended it (a look's, which
+    counted the requests then in flight; every other early end is a sure loss or a runaway queue)."""
+    alpha = looks.alpha_for(len(samples), samples[-1].stopped is not None)
     judgements = [judge(s, [v for smp in samples for v in smp.values.get(s.metric, [])], alpha, seed=i)
                   for i, s in enumerate(slos)]
-    if any(smp.stopped for smp in samples) or any(j.verdict is Verdict.violates for j in judgements):
+    early = [smp.early_verdict for smp in samples if smp.stopped]
+    if Verdict.violates in early or any(j.verdict is Verdict.violates for j in judgements):
         verdict = Verdict.violates
-    elif all(j.verdict is Verdict.meets for j in judgements):
+    elif Verdict.meets in early or all(j.verdict is Verdict.meets for j in judgements):
         verdict = Verdict.meets
     else:
         verdict = Verdict.undecided
@@ -87,6 +103,11 @@ class SearchSettings:
     alpha: float = 0.05             # confidence of each level's SLO intervals: 1 - alpha
     max_levels: int = 12            # distinct levels measured, at most
     max_runs_per_level: int = 3     # runs pooled at an undecided level, at most
+    looks_per_run: int = LOOKS_PER_RUN   # looks at a run's verdict, its end included (1: at its end only)
+
+    @property
+    def looks(self) -> Looks:
+        return Looks(self.alpha, self.looks_per_run, self.max_runs_per_level)
 
 
 # Highest level tried when none is given: an open loop's req/s, a closed loop's users.
@@ -95,7 +116,7 @@ DEFAULT_MAX_LEVEL = {"rate": 1000.0, "concurrency": 1024.0, "speedup": 100.0}
 
 
 def settings_for(load: str, *, start: float | None, max_level: float | None, alpha: float, rel_tol: float,
-                 max_levels: int, max_runs_per_level: int) -> SearchSettings:
+                 max_levels: int, max_runs_per_level: int, looks_per_run: int = LOOKS_PER_RUN) -> SearchSettings:
     """Settings of a search of `load` (rate or concurrency): whole levels for a concurrency; the
     first level 1 and the highest DEFAULT_MAX_LEVEL unless given."""
     integer = load == "concurrency"
@@ -104,7 +125,7 @@ def settings_for(load: str, *, start: float | None, max_level: float | None, alp
     return SearchSettings(start=1.0 if start is None else min(start, top), min_level=1.0 if integer else 1e-3,
                           max_level=top,
                           integer=integer, alpha=alpha, rel_tol=rel_tol, max_levels=max_levels,
-                          max_runs_per_level=max_runs_per_level)
+                          max_runs_per_level=max_runs_per_level, looks_per_run=looks_per_run)
 
 
 @dataclass
@@ -116,23 +137,37 @@ class SearchResult:
     def requests(self) -> int:
         return sum(r.requests for r in self.levels)
 
+    @property
+    def seconds(self) -> float:
+        return sum(smp.seconds for r in self.levels for smp in r.samples)
 
-def search(measure: Measure, slos: list[Slo], settings: SearchSettings) -> SearchResult:
-    """Find the highest level at which every SLO holds; returns every level measured."""
-    result = SearchResult()
+
+def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
+           on_level: Callable[[SearchResult], None] | None = None, result: SearchResult | None = None) -> SearchResult:
+    """Find the highest level at which every SLO holds; returns every level measured, in
+    `result` when given (so that a caller interrupted mid-search still holds what was done).
+    `on_level(result)` is called as each level is judged."""
+    result = SearchResult() if result is None else result
     st = settings
+
+    def again(judged: LevelResult, runs: int) -> bool:
+        if runs >= st.max_runs_per_level:
+            return False
+        return not st.looks.sequential or worth_another_run(judged.judgements, st.looks, runs)
 
     def visit(level: float) -> LevelResult | None:
         samples: list[LevelSample] = []
         while True:
-            sample = measure(level)
+            sample = measure(level, list(samples))
             if sample.error is not None:
                 result.error = f"level {level:g}: {sample.error}"
                 return None
             samples.append(sample)
-            judged = judge_level(level, samples, slos, st.alpha)
-            if judged.verdict is not Verdict.undecided or len(samples) >= st.max_runs_per_level:
+            judged = judge_level(level, samples, slos, st.looks)
+            if judged.verdict is not Verdict.undecided or not again(judged, len(samples)):
                 result.levels.append(judged)
+                if on_level is not None:
+                    on_level(result)
                 return judged
 
     def snap(level: float) -> float:
@@ -140,11 +175,13 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings) -> Searc
         return float(round(level)) if st.integer else level
 
     below, above = -math.inf, math.inf   # the bracket by point estimates
+    verdict_at: dict[float, Verdict] = {}
     level = snap(st.start)
     while len(result.levels) < st.max_levels:   # bracketing
         r = visit(level)
         if r is None:
             return result
+        verdict_at[level] = r.verdict
         if r.over_limit:
             above = level
             nxt = snap(level / st.growth)
@@ -157,6 +194,10 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings) -> Searc
             return result
         level = nxt
     while len(result.levels) < st.max_levels:   # bisection
+        if st.looks.sequential and verdict_at.get(below) is verdict_at.get(above) is Verdict.undecided:
+            # Both ends were measured until more runs could not be expected to decide them: a
+            # level between them would stay undecided too, and only cost time.
+            break
         if st.integer:
             if above - below <= 1:
                 break
@@ -168,18 +209,22 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings) -> Searc
         r = visit(level)
         if r is None:
             return result
+        verdict_at[level] = r.verdict
         if r.over_limit:
             above = level
         else:
             below = level
     # The bracket follows point estimates; the interval needs a level decided on each side.
-    # One step beyond the bracket gives an undecided side its decided level.
+    # Steps beyond the bracket give an undecided side its decided level: with looks, steps of
+    # sqrt(growth), since a level far under the capacity takes long to send (a rate half the
+    # capacity's takes twice as long a request) and one a little under it is decided already.
+    step = math.sqrt(st.growth) if st.looks.sequential else st.growth
     while len(result.levels) < st.max_levels:
         measured = {r.level for r in result.levels}
         if not any(r.verdict is Verdict.violates for r in result.levels) and math.isfinite(above):
-            level = snap(max(r.level for r in result.levels) * st.growth)
+            level = snap(max(r.level for r in result.levels) * step)
         elif not any(r.verdict is Verdict.meets for r in result.levels) and math.isfinite(below):
-            level = snap(min(r.level for r in result.levels) / st.growth)
+            level = snap(min(r.level for r in result.levels) / step)
         else:
             break
         if level in measured:

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from ..capacity.document import capacity_document
+from ..capacity.document import COMPLETE, INTERRUPTED, RUNNING, capacity_document, stored_samples, write_document
 from ..capacity.estimate import CapacityEstimate, estimate
 from ..capacity.http import LoadKind, http_measure
-from ..capacity.search import DEFAULT_MAX_LEVEL, SearchResult, SearchSettings, search, settings_for
-from ..capacity.slo import Judgement, Slo, parse_slos, requests_to_meet
+from ..capacity.probe import http_probe
+from ..capacity.replay import Replay
+from ..capacity.search import DEFAULT_MAX_LEVEL, LevelSample, SearchResult, SearchSettings, search, settings_for
+from ..capacity.sequential import LOOKS_PER_RUN
+from ..capacity.slo import Slo, parse_slos, requests_to_meet
 from ..errors import ServetuneError
 from ..load.dataset import trace_specs
-from ..load.scenario import PRESETS
+from ..load.scenario import PRESETS, Scenario
+from ..tune.runner import sigterm_as_interrupt
 from . import validate
 from .bench_cmd import (
     API_KEY_ENV_HELP,
@@ -30,7 +35,8 @@ from .bench_cmd import (
     check_server_choice,
     served,
 )
-from .boundary import EXIT_NO_RESULT, on_interrupt, print_error
+from .boundary import EXIT_INTERRUPTED, EXIT_NO_RESULT, print_error
+from .capacity_view import SearchView, unit
 from .paths import companion_dir, result_file, runs_dir_of
 from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
 from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
@@ -38,38 +44,11 @@ from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spe
 console = Console()
 
 
-def _unit(load: str) -> str:
-    return {"rate": "req/s", "speedup": "x the recorded traffic"}.get(load, "concurrent requests")
-
-
-def _cell(j: Judgement) -> str:
-    high = f"{j.high:.1f}" if math.isfinite(j.high) else "∞"
-    low = f"{j.low:.1f}" if math.isfinite(j.low) else "-∞"
-    return f"{j.estimate:.1f} [{low}, {high}] {j.verdict.value}"
-
-
-def levels_table(result: SearchResult, slos: list[Slo], load: str) -> Table:
-    """One row per level measured, in level order: requests, each SLO's statistic with its interval."""
-    table = Table(title=escape(f"load levels ({_unit(load)}); per SLO: estimate [interval] in ms, verdict"),
-                  show_header=True)
-    table.add_column(load, justify="right")
-    table.add_column("runs", justify="right")
-    table.add_column("requests", justify="right")
-    for s in slos:
-        table.add_column(str(s), justify="right")
-    table.add_column("verdict")
-    for r in sorted(result.levels, key=lambda r: r.level):
-        verdict = r.verdict.value + (f" (stopped: {r.stopped})" if r.stopped else "")
-        table.add_row(f"{r.level:g}", str(len(r.samples)), f"{r.completed}/{r.requests}",
-                      *(escape(_cell(j)) for j in r.judgements), escape(verdict))
-    return table
-
-
 def capacity_line(est: CapacityEstimate, load: str, alpha: float) -> str:
     if est.capacity == 0:
-        return f"capacity: below the lowest level measured ({est.high:g} {_unit(load)} violates)"
+        return f"capacity: below the lowest level measured ({est.high:g} {unit(load)} violates)"
     high = f"{est.high:.3g}" if math.isfinite(est.high) else "∞ (no level measured violated)"
-    return (f"capacity: {est.capacity:.3g} {_unit(load)}, {1 - alpha:.0%} interval [{est.low:.3g}, {high}]"
+    return (f"capacity: {est.capacity:.3g} {unit(load)}, {1 - alpha:.0%} interval [{est.low:.3g}, {high}]"
             + (f"; binding SLO {est.binding}" if est.binding else ""))
 
 
@@ -82,7 +61,7 @@ def register(app: typer.Typer) -> None:
         trace_set: list[str] = typer.Option([], "--trace-set", help=TRACE_SET_HELP),
         slo: list[str] = typer.Option(
             ..., "--slo", help="METRIC:STAT=MS, e.g. ttft:p99=1000 (ttft, tpot, itl, e2el; mean, pNN); repeatable"),
-        out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
+        out: Path = typer.Option(..., "--out", help="result JSON, named exactly so, rewritten as each level ends "
                                   "(each level's runs beside it: res.json -> res.runs/)"),
         url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
         serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
@@ -92,7 +71,9 @@ def register(app: typer.Typer) -> None:
         load: str | None = typer.Option(
             None, "--load", help="rate (open loop, req/s; the default), concurrency (closed loop), or speedup "
                                  "(of --trace, its default)"),
-        start: float | None = typer.Option(None, "--start", help="first level tried (default 1)"),
+        start: float | None = typer.Option(
+            None, "--start", help="first level tried (default: half of what a 5 s saturation probe completes; "
+                                  "with --trace, 1 = the recorded traffic)"),
         max_level: float | None = typer.Option(
             None, "--max-level", help="highest level tried (default 1000 req/s, 1024 users)"),
         num_prompts: int = typer.Option(
@@ -106,6 +87,10 @@ def register(app: typer.Typer) -> None:
         rel_tol: float = typer.Option(0.05, "--rel-tol", help="bisect until the bracket is this narrow"),
         max_levels: int = typer.Option(12, "--max-levels", min=1),
         max_runs: int = typer.Option(3, "--max-runs-per-level", min=1, help="runs pooled at an undecided level"),
+        looks_per_run: int = typer.Option(
+            LOOKS_PER_RUN, "--looks-per-run", min=1,
+            help="looks at a level's verdict per run, its end included; a decided level ends there (1: no early look)"),
+        resume: bool = typer.Option(False, "--resume", help="continue the search written to OUT (same SLOs and load)"),
         stall_timeout: float | None = typer.Option(
             None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
         connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
@@ -113,7 +98,9 @@ def register(app: typer.Typer) -> None:
         api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
         force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     ) -> None:
-        """Search the load level: prints the capacity with its interval and the levels measured."""
+        """Search the load level: a live table of the levels as they are judged, then the capacity
+        with its interval. OUT holds every finished level as it ends; an interrupted search
+        (Ctrl-C, SIGTERM) writes its bracket so far, marked "interrupted", and exits 130."""
         url = check_server_choice(url, serve, serve_arg)
         load = load or ("speedup" if trace is not None else "rate")
         _check_options(load, start, max_level, input_len, output_len, num_prompts, burstiness, seed,
@@ -133,50 +120,102 @@ def register(app: typer.Typer) -> None:
         if trace is not None:
             sc = trace_scenario(scenario, trace_spec(trace, trace_set), endpoint=endpoint, seed=seed)
             num_prompts = len(trace_specs(sc))  # a level replays the whole window
+            start = 1.0 if start is None else start  # the recorded traffic: no probe for a trace
         else:
             assert scenario is not None
             sc = build_scenario(scenario, input_len=input_len, output_len=output_len, burstiness=burstiness,
                                 endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None,
                                 stall_timeout_s=stall_timeout)
+        settings = _settings(load, start, max_level, alpha, rel_tol, max_levels, max_runs, looks_per_run)
         per_level = f"--num-prompts {num_prompts}" if trace is None else f"the trace's {num_prompts} requests"
-        _check_requests_per_level(slos, num_prompts, alpha, per_level)
-        settings = _settings(load, start, max_level, alpha, rel_tol, max_levels, max_runs)
+        _check_requests_per_level(slos, num_prompts, settings, per_level)
         tokenizer = validate.tokenizer_dir(tokenizer)
         api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
-        runs_dir = _check_outputs(out, force)
         kind: LoadKind = "concurrency" if load == "concurrency" else "rate" if load == "rate" else "speedup"
+        stored: list[LevelSample] = []
+        previous: dict[str, Any] = {}
+        if resume:
+            previous, stored = stored_samples(out, kind, slos)
+        # OUT and OUT.runs/ checked before the first level (a resumed search writes on over its own).
+        result_file(out, "--out", force or resume)
+        runs_dir = companion_dir(runs_dir_of(out), "--out", force or resume)
+        search_start: dict[str, Any] = {"start": previous.get("start"), "probe": previous.get("probe")}
+        result = SearchResult()
+        view = SearchView(console, load, integer=kind == "concurrency")
 
-        def announce(level: float, run: int) -> None:
-            console.print(escape(f"run {run + 1}: {load} {level:g} ..."))
+        def document(status: str) -> dict[str, Any]:
+            est = estimate(result.levels, integer=kind == "concurrency")
+            return capacity_document(result, est, slos, settings, load, {
+                "url": url, "serve": str(serve) if serve else None, "scenario": json.loads(sc.model_dump_json()),
+                "num_prompts": num_prompts, **search_start}, status)
 
-        def run_search(base_url: str, key: str | None, tok: Path | None) -> SearchResult:
-            measure = http_measure(base_url, sc, slos, load=kind, num_prompts=num_prompts, alpha=alpha,
-                                   out_dir=runs_dir, model=model, tokenizer_dir=tok, api_key=key, on_level=announce)
-            return search(measure, slos, settings)
+        def on_level(done: SearchResult) -> None:
+            write_document(out, document(RUNNING))
+            view.level_done(done)
 
-        if serve is not None:
-            with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key) as (base_url, key):
-                result = run_search(base_url, key, tokenizer or serve)
-        else:
-            assert url is not None
-            check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
-                            first_byte_timeout_s=first_byte_timeout)
-            result = run_search(url, api_key, tokenizer)
+        def run_search(base_url: str, key: str | None, tok: Path | None) -> None:
+            first = settings.start
+            if search_start["start"] is not None:
+                first = float(search_start["start"])   # a resumed search starts where it started
+            elif start is None:
+                first = _probed_start(base_url, key, tok, sc, kind, settings, runs_dir, model, view, search_start)
+            search_start["start"] = first
+            if stored:
+                view.note(f"resuming {out}: {len(stored)} stored runs replayed")
+            measure = http_measure(base_url, sc, slos, load=kind, num_prompts=num_prompts, looks=settings.looks,
+                                   out_dir=runs_dir, model=model, tokenizer_dir=tok, api_key=key,
+                                   first_run=len(stored), progress=view.progress)
+            search(Replay(stored, measure), slos, replace(settings, start=first), on_level=on_level, result=result)
+
+        status = COMPLETE
+        try:
+            with sigterm_as_interrupt(), view:
+                if serve is not None:
+                    with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key) as (base_url, key):
+                        run_search(base_url, key, tokenizer or serve)
+                else:
+                    assert url is not None
+                    check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
+                                    first_byte_timeout_s=first_byte_timeout)
+                    run_search(url, api_key, tokenizer)
+        except KeyboardInterrupt:
+            status = INTERRUPTED
         if not result.levels:
-            print_error(f"{result.error or 'no level was measured'}; nothing written to {out}")
-            raise typer.Exit(EXIT_NO_RESULT)
+            why = ("interrupted before a level ended" if status == INTERRUPTED
+                   else result.error or "no level was measured")
+            print_error(f"{why}; nothing written to {out}")
+            raise typer.Exit(EXIT_INTERRUPTED if status == INTERRUPTED else EXIT_NO_RESULT)
         est = estimate(result.levels, integer=kind == "concurrency")
-        console.print(levels_table(result, slos, load))
+        write_document(out, document(status))
         console.print(escape(capacity_line(est, load, alpha)))
-        console.print(f"{len(result.levels)} levels, {result.requests} requests")
+        probed = (search_start["probe"] or {}).get("requests")
+        in_probe = f" (and {probed} in the probe)" if probed else ""
+        console.print(f"{len(result.levels)} levels, {result.requests} requests{in_probe}, "
+                      f"{result.seconds / 60:.1f} min measuring")
         if result.error:
             console.print(f"[red]error:[/] {escape(result.error)}")
-        doc = capacity_document(result, est, slos, settings, load,
-                                {"url": url, "serve": str(serve) if serve else None,
-                                 "scenario": json.loads(sc.model_dump_json()), "num_prompts": num_prompts})
-        out.write_text(json.dumps(doc, indent=1) + "\n")
+        if status == INTERRUPTED:
+            console.print(escape(f"interrupted: wrote the bracket so far to {out}; continue with --resume"))
+            raise typer.Exit(EXIT_INTERRUPTED)
         console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
-        _exit_if_search_failed(result)
+        if result.error:  # a search a server failure ended (its error said above) is no capacity: exit 1
+            print_error(f"{result.error}; the search did not finish, so the capacity above is not a result "
+                        "(the levels measured are kept)")
+            raise typer.Exit(EXIT_NO_RESULT)
+
+
+def _probed_start(url: str, key: str | None, tok: Path | None, sc: Scenario, kind: LoadKind, settings: SearchSettings,
+                  runs_dir: Path, model: str | None, view: SearchView, record: dict[str, Any]) -> float:
+    """The first level from a saturation probe (settings.start when the probe completes too few)."""
+    view.note("probe: keeping the server busy for a few seconds ...")
+    probe = http_probe(url, sc, out_dir=runs_dir, model=model, tokenizer_dir=tok, api_key=key)
+    if probe is None:
+        view.note(f"probe: too few requests completed to say; first level {settings.start:g}")
+        return settings.start
+    first = min(max(probe.start(kind), settings.min_level), settings.max_level)
+    record["probe"] = probe.to_dict()
+    view.probed(probe, first)
+    return first
 
 
 def _check_options(load: str, start: float | None, max_level: float | None, input_len: int | None,
@@ -191,33 +230,17 @@ def _check_options(load: str, start: float | None, max_level: float | None, inpu
                 raise ServetuneError(f"{option} {level:g}: --load concurrency takes a whole number of users")
 
 
-def _check_outputs(out: Path, force: bool) -> Path:
-    """OUT and OUT.runs/ checked before the first level: a bad path must not cost the measurements."""
-    result_file(out, "--out", force)
-    runs_dir = companion_dir(runs_dir_of(out), "--out", force)
-    on_interrupt(f"nothing written to {out}; the runs measured so far are kept under {runs_dir}")
-    return runs_dir
-
-
-def _exit_if_search_failed(result: SearchResult) -> None:
-    """A search a server failure ended (its error said above) is no capacity: exit 1, the levels kept."""
-    if result.error:
-        print_error(f"{result.error}; the search did not finish, so the capacity above is not a result "
-                    "(the levels measured are kept)")
-        raise typer.Exit(EXIT_NO_RESULT)
-
-
-def _check_requests_per_level(slos: list[Slo], num_prompts: int, alpha: float, what: str) -> None:
-    """Refused before any request: with fewer, no level could be shown to meet the percentile."""
+def _check_requests_per_level(slos: list[Slo], num_prompts: int, settings: SearchSettings, what: str) -> None:
+    """Refused before any request: with fewer, no level's planned look could show the percentile met."""
     for one in slos:
-        needed = requests_to_meet(one, alpha)
+        needed = requests_to_meet(one, settings.looks.planned_alpha)
         if needed is not None and needed > num_prompts:
-            raise ServetuneError(f"{what} cannot show {one} met at alpha {alpha:g}: "
+            raise ServetuneError(f"{what} cannot show {one} met at alpha {settings.alpha:g}: "
                                  f"a level needs at least {needed} (or judge a lower percentile, or a longer window)")
 
 
 def _settings(load: str, start: float | None, max_level: float | None, alpha: float, rel_tol: float,
-              max_levels: int, max_runs: int) -> SearchSettings:
+              max_levels: int, max_runs: int, looks_per_run: int) -> SearchSettings:
     lowest = 1.0 if load == "concurrency" else 1e-3
     top = DEFAULT_MAX_LEVEL[load] if max_level is None else max_level
     first = 1.0 if start is None else start
@@ -227,4 +250,4 @@ def _settings(load: str, start: float | None, max_level: float | None, alpha: fl
     if first > top:
         raise ServetuneError(f"--start {first:g} is above --max-level {top:g}")
     return settings_for(load, start=first, max_level=top, alpha=alpha, rel_tol=rel_tol, max_levels=max_levels,
-                        max_runs_per_level=max_runs)
+                        max_runs_per_level=max_runs, looks_per_run=looks_per_run)

@@ -19,7 +19,7 @@ from ..capacity.slo import Judgement, Slo, slo_from_key, slos_from_limits, stati
 from ..engine.placement import server_gpus
 from ..store import Run, Trial
 from ..study.metrics import CAPACITY
-from ..study.spec import ObjectiveSpec
+from ..study.spec import CapacitySpec, ObjectiveSpec
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
 from ..tune.capacity_trial import current_capacity_runs, interval_text, is_level_run, judged_levels
 from . import plots
@@ -77,7 +77,7 @@ def _capacity_runs(c: ConfigResult, runs_by_trial: Mapping[int, list[Run]], scen
 
 
 def build_capacity(analysis: StudyAnalysis, trials: Sequence[Trial], objective: ObjectiveSpec,
-                   price_per_gpu_hour: float | None, study_dir: Path) -> CapacityView | None:
+                   price_per_gpu_hour: float | None, study_dir: Path, capacity: CapacitySpec) -> CapacityView | None:
     """None unless the study maximised capacity."""
     if analysis.objective_metric != CAPACITY:
         return None
@@ -98,7 +98,7 @@ def build_capacity(analysis: StudyAnalysis, trials: Sequence[Trial], objective: 
                 capacity=result.metrics.get(CAPACITY), per_boot=[interval_text(r.summary) for r in runs],
                 effect=result.effects.get(CAPACITY), usd_per_million_tokens=cost,
                 binding=runs[-1].summary.get("capacity_binding")))
-    judged = _judge_boots(analysis, trials, objective, study_dir)
+    judged = _judge_boots(analysis, trials, objective, study_dir, capacity)
     view.plot = _curves(analysis, judged, objective)
     view.levels = _level_tables(analysis, trials, judged)
     return view
@@ -123,11 +123,11 @@ def _plotted_metric(limits: Mapping[str, float], metric: str) -> str:
 
 
 def _judge_boots(analysis: StudyAnalysis, trials: Sequence[Trial], objective: ObjectiveSpec,
-                 study_dir: Path) -> dict[int, dict[str, _BootLevels]]:
+                 study_dir: Path, capacity: CapacitySpec) -> dict[int, dict[str, _BootLevels]]:
     """Every boot's levels judged again from their stored records, once for the table and the
     curves alike: a closed loop's first wave is left out of both, as it is of the verdicts (a run
     summary's percentiles count it)."""
-    alpha = 1.0 - analysis.confidence
+    looks = capacity.looks(1.0 - analysis.confidence)
     out: dict[int, dict[str, _BootLevels]] = {}
     for trial in trials:
         by_scenario: dict[str, list[Run]] = {}
@@ -137,7 +137,7 @@ def _judge_boots(analysis: StudyAnalysis, trials: Sequence[Trial], objective: Ob
         for scenario, level_runs in by_scenario.items():
             slos = slos_from_limits(objective.slo_for(scenario))
             out.setdefault(trial.id, {})[scenario] = _BootLevels(
-                str(level_runs[0].summary.get("load", "")), slos, judged_levels(level_runs, slos, alpha, study_dir))
+                str(level_runs[0].summary.get("load", "")), slos, judged_levels(level_runs, slos, looks, study_dir))
     return out
 
 

@@ -25,7 +25,7 @@ from ..errors import ServetuneError
 from ..secrets import Redactor
 from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
 from ..study.metrics import higher_is_better
-from ..study.spec import ObjectiveSpec, StudySpec
+from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
 from ..tune import bandwidth
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
 from ..tune.revalidation import next_look
@@ -178,6 +178,14 @@ def _objective(spec: dict[str, Any]) -> ObjectiveSpec:
         return ObjectiveSpec.model_validate(spec.get("objective") or {})
     except ValueError:
         return ObjectiveSpec()
+
+
+def _capacity_spec(spec: dict[str, Any]) -> CapacitySpec:
+    """The study's capacity settings (how its levels were judged); unreadable ones: the defaults."""
+    try:
+        return CapacitySpec.model_validate(spec.get("capacity") or {})
+    except ValueError:
+        return CapacitySpec()
 
 
 def _metric_rows(analysis: StudyAnalysis, subject: ConfigResult | None, objective: ObjectiveSpec) -> list[MetricRow]:
@@ -514,7 +522,8 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
     except (ValueError, RuntimeError) as exc:  # fANOVA needs enough distinct points
         importances, notes = {}, [f"parameter importance not computed: {exc}"]
 
-    capacity = build_capacity(analysis, trials, objective, spec.get("price_per_gpu_hour"), store.path.parent)
+    capacity = build_capacity(analysis, trials, objective, spec.get("price_per_gpu_hour"), store.path.parent,
+                              _capacity_spec(spec))
     figures = _plots(analysis, store, trial_by_id, slo_metrics)
     if capacity is not None and capacity.plot is not None:
         figures.insert(0, capacity.plot)

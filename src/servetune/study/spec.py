@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ..capacity.sequential import LOOKS_PER_RUN, Looks
 from ..capacity.slo import requests_to_meet, slo_from_key
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..errors import ServetuneError
@@ -287,10 +288,15 @@ class CapacitySpec(_Strict):
     max_level: float | None = Field(default=None, gt=0, allow_inf_nan=False,
                                     description="highest level (default 1000 req/s, 1024 users)")
     num_prompts: int = Field(default=400, ge=1,
-                             description="requests per run of a level (a p99 needs 368 to be shown met)")
+                             description="requests per run of a level (a p99 needs 396 to be shown met)")
     rel_tol: float = Field(default=0.1, gt=0, lt=1, description="bisect until the bracket is this narrow")
     max_levels: int = Field(default=10, ge=1)
     max_runs_per_level: int = Field(default=2, ge=1, description="runs pooled at an undecided level")
+    looks_per_run: int = Field(default=LOOKS_PER_RUN, ge=1,
+                               description="looks at a level's verdict per run, its end included (1: at the end only)")
+
+    def looks(self, alpha: float) -> Looks:
+        return Looks(alpha, self.looks_per_run, self.max_runs_per_level)
 
     @model_validator(mode="after")
     def _check(self) -> CapacitySpec:
@@ -477,7 +483,7 @@ class StudySpec(_Strict):
             limits = self.objective.slo_for(scenario.name)
             for key, limit in limits.items():
                 slo = slo_from_key(key, limit)
-                n = None if slo is None else requests_to_meet(slo, self.alpha)
+                n = None if slo is None else requests_to_meet(slo, self.capacity.looks(self.alpha).planned_alpha)
                 if scenario.trace is not None:  # a level replays the trace's window, whatever num_prompts says
                     sent = len(load_replay(scenario.trace).requests)
                     if self.objective.maximize == CAPACITY and n is not None and n > sent:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,9 @@ from statistics import fmean
 
 from ..capacity.estimate import CapacityEstimate, estimate
 from ..capacity.http import LoadKind, measure_level, sample_from_records
+from ..capacity.replay import Replay
 from ..capacity.search import LevelResult, LevelSample, SearchSettings, judge_level, search, settings_for
+from ..capacity.sequential import Looks
 from ..capacity.slo import Slo
 from ..engine.outcome import Outcome
 from ..load.records import RunResult, RunSummary, SummaryLike
@@ -35,8 +36,9 @@ LEVEL_KEY = "load_level"    # in a level Run's summary: the offered rate or conc
 # In a capacity Run's summary: the rules its levels were judged by. A capacity made by older
 # rules is estimated again from its stored levels when the study resumes (refresh_estimates).
 # 2: a percentile's bound stretched instead of infinite where clustering leaves too few values;
-# 3: a closed loop's first wave (all users at once) is not judged (capacity.http.ramp_of).
-JUDGEMENT = 3
+# 3: a closed loop's first wave (all users at once) is not judged (capacity.http.ramp_of);
+# 4: each level judged at the alpha of the look it ended at (capacity/sequential.py).
+JUDGEMENT = 4
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ def plan_for(spec: StudySpec) -> CapacityPlan | None:
         slos={n: objective.capacity_slos(n) for n in objective.scored_scenarios},
         settings={n: settings_for(load_kind(scenarios[n]), start=first_level(scenarios[n], c.start),
                                   max_level=c.max_level, alpha=spec.alpha,
-                                  rel_tol=c.rel_tol, max_levels=c.max_levels, max_runs_per_level=c.max_runs_per_level)
+                                  rel_tol=c.rel_tol, max_levels=c.max_levels, max_runs_per_level=c.max_runs_per_level,
+                                  looks_per_run=c.looks_per_run)
                   for n in objective.scored_scenarios},
         num_prompts=c.num_prompts,
     )
@@ -112,7 +115,7 @@ def refresh_estimates(store: StudyStore, spec: StudySpec, study_dir: Path) -> li
                 if old.summary.get("judgement", 1) >= JUDGEMENT:
                     continue
                 level_runs = [r for r in trial.runs if r.scenario == name and is_level_run(r.summary)]
-                levels = judged_levels(level_runs, slos, plan.settings[name].alpha, study_dir)
+                levels = judged_levels(level_runs, slos, plan.settings[name].looks, study_dir)
                 est = estimate(levels, integer=kinds[name] == "concurrency")
                 summary = capacity_summary(est, kinds[name], slos, len(levels), sum(lv.requests for lv in levels),
                                            level_runs)
@@ -122,13 +125,13 @@ def refresh_estimates(store: StudyStore, spec: StudySpec, study_dir: Path) -> li
     return refreshed
 
 
-def judged_levels(level_runs: list[Run], slos: list[Slo], alpha: float, study_dir: Path) -> list[LevelResult]:
+def judged_levels(level_runs: list[Run], slos: list[Slo], looks: Looks, study_dir: Path) -> list[LevelResult]:
     """One boot's stored level runs of one scenario pooled per level, as the search pooled them,
     judged by today's rules; in the order the levels were first measured."""
     by_level: dict[float, list[LevelSample]] = {}
     for sample in _stored_samples(level_runs, study_dir):
         by_level.setdefault(sample.level, []).append(sample)
-    return [judge_level(level, pooled, slos, alpha) for level, pooled in by_level.items()]
+    return [judge_level(level, pooled, slos, looks) for level, pooled in by_level.items()]
 
 
 def censoring(summary: SummaryLike) -> str:
@@ -194,9 +197,9 @@ def measure_capacity(store: StudyStore, trial: Trial, scenarios: list[Scenario],
         runs = [r for r in store.runs(trial.id) if r.scenario == scenario.name]
         if any(r.replicate == CAPACITY_REPLICATE and r.outcome == str(Outcome.ok) for r in runs):
             continue  # searched on an earlier boot of this trial
-        levels = _LevelRuns(trial, scenario, slos, plan, server, runs, runs_dir=runs_dir, study_dir=study_dir,
+        levels = _LevelRuns(trial, scenario, slos, plan, server, runs, runs_dir=runs_dir,
                             tokenizer_dir=tokenizer_dir, record=record, progress=progress)
-        searched = search(levels.measure, slos, plan.settings[scenario.name])
+        searched = search(Replay(_stored_samples(runs, study_dir), levels.measure), slos, plan.settings[scenario.name])
         if searched.error is not None or not searched.levels:
             return levels.failure or (str(Outcome.crashed), f"{scenario.name}: {searched.error}")
         est = estimate(searched.levels, integer=levels.kind == "concurrency")
@@ -208,24 +211,20 @@ def measure_capacity(store: StudyStore, trial: Trial, scenarios: list[Scenario],
 
 
 class _LevelRuns:
-    """The `measure(level)` of one scenario's search on one boot: the levels an earlier boot of
-    the trial stored are handed back in their order, then each level is a Run on this server,
-    committed as it ends."""
+    """The `measure(level, prior)` of one scenario's search on one boot (behind a Replay of the
+    levels an earlier boot of the trial stored): each level a Run on this server, committed as it
+    ends."""
 
     def __init__(self, trial: Trial, scenario: Scenario, slos: list[Slo], plan: CapacityPlan, server: Server,
-                 runs: list[Run], *, runs_dir: Path, study_dir: Path, tokenizer_dir: Path | None,
+                 runs: list[Run], *, runs_dir: Path, tokenizer_dir: Path | None,
                  record: RecordRun, progress: LevelProgress) -> None:
         self.trial, self.scenario, self.slos, self.plan, self.server = trial, scenario, slos, plan, server
         self.runs_dir, self.tokenizer_dir, self.record, self.progress = runs_dir, tokenizer_dir, record, progress
         self.kind = load_kind(scenario)
-        self.stored = deque(_stored_samples(runs, study_dir))
         self.next_number = max((r.replicate for r in runs), default=0) + 1
         self.failure: tuple[str, str] | None = None   # the outcome that ended the search early
 
-    def measure(self, level: float) -> LevelSample:
-        if self.stored and math.isclose(self.stored[0].level, level, rel_tol=1e-9):
-            return self.stored.popleft()
-        self.stored.clear()  # the search went elsewhere: what is left of the stored levels is not replayed
+    def measure(self, level: float, prior: list[LevelSample]) -> LevelSample:
         name = self.scenario.name
         where = f"{name} at {self.kind} {level:g}"
         if not self.server.is_alive():
@@ -236,16 +235,17 @@ class _LevelRuns:
         started_at = time.time()
         result, sample = measure_level(
             self.server.url, self.scenario, self.slos, load=self.kind, level=level, run=number,
-            num_prompts=self.plan.num_prompts, alpha=self.plan.settings[name].alpha, out_dir=self.runs_dir,
+            num_prompts=self.plan.num_prompts, looks=self.plan.settings[name].looks, out_dir=self.runs_dir,
             run_id=f"trial{self.trial.seq:03d}-{name}-L{number:02d}", model=self.server.model,
             tokenizer_dir=self.tokenizer_dir, api_key=self.server.api_key,
-            progress=lambda d, t: self.progress(name, number, d, t))
+            progress=lambda d, t: self.progress(name, number, d, t), prior=prior)
         if not self.server.is_alive():
             # Requests that died with the server are not a measurement of this config.
             self.failure = (str(Outcome.crashed), f"server died during {where}")
             return LevelSample(level, {}, 0, 0, error="server died")
+        verdict = sample.stopped_verdict.value if sample.stopped_verdict else None
         summary = RunSummary.model_validate({**result.summary.to_dict(), LEVEL_KEY: level, "load": self.kind,
-                                             "stopped_early": sample.stopped})
+                                             "stopped_early": sample.stopped, "stopped_verdict": verdict})
         self.record(number, result.model_copy(update={"summary": summary}), started_at)
         if sample.error is not None:
             self.failure = (str(result.outcome), f"{where}: {result.error}")
@@ -296,5 +296,5 @@ def _stored_samples(runs: list[Run], study_dir: Path) -> list[LevelSample]:
         path = path if path.is_absolute() else study_dir / path
         if path.is_file():
             out.append(sample_from_records(float(run.summary[LEVEL_KEY]), path, run.summary.get("stopped_early"),
-                                           run.summary.get("load", "rate")))
+                                           run.summary.get("load", "rate"), run.summary.get("stopped_verdict")))
     return out

@@ -103,7 +103,7 @@ class StudyRunner:
         self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
         reason = "interrupted"
         try:
-            with self.display, _sigterm_as_interrupt():
+            with self.display, sigterm_as_interrupt():
                 try:
                     self._read_engine_defaults()
                     for line in capacity_trial.refresh_estimates(self.store, self.spec, self.out_dir):
@@ -500,7 +500,7 @@ class _Pause(Exception):
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM ends the study as Ctrl-C does (the driver then stops every slot's server).
     Signals reach Python's main thread only and a handler is the whole process's: a runner
     driven from another thread (an embedding program) leaves the process's handler alone."""

@@ -1,0 +1,118 @@
+"""Sequential levels (capacity/sequential.py): the alpha spent over a level's looks, a level that
+ends as soon as its verdict is decided (met as well as violated) on the simulated queue, the
+requests in flight counted against a "met" call, and the saturation probe's start."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from servetune.capacity.probe import SaturationProbe, completion_rate
+from servetune.capacity.search import LevelSample, SearchSettings, judge_level, search
+from servetune.capacity.sequential import InterimLooks, Looks, worth_another_run
+from servetune.capacity.slo import Verdict, judge, parse_slo
+from tests.fakes.queue_model import QueueModel, simulated_measure
+
+MODEL = QueueModel(slots=16, prefill_ms=20.0, itl_ms=10.0, output_len=8)   # saturates at 178 req/s
+P90 = [parse_slo("ttft:p90=100")]
+
+
+@pytest.mark.parametrize("looks_per_run, max_runs", [(5, 3), (4, 1), (10, 2)])
+def test_the_looks_spend_exactly_alpha(looks_per_run: int, max_runs: int) -> None:
+    looks = Looks(0.05, looks_per_run, max_runs)
+    spent = looks.planned_alpha + looks.interim_alpha * (looks_per_run * max_runs - 1)
+    assert math.isclose(spent, 0.05) and looks.planned_alpha > looks.interim_alpha
+
+
+def test_without_interim_looks_every_run_end_is_judged_at_alpha() -> None:
+    looks = Looks(0.05, 1, 3)
+    assert not looks.sequential and looks.look_points(500) == []
+    assert looks.alpha_for(1, False) == looks.alpha_for(3, False) == 0.05
+
+
+def test_a_level_far_under_capacity_ends_met_at_an_interim_look() -> None:
+    looks = Looks(0.05, 5, 3)
+    sample = simulated_measure(MODEL, P90, 1000, 0.05, seed=3, looks=looks)(0.3 * MODEL.saturation_rate, [])
+    assert sample.stopped_verdict is Verdict.meets and sample.stopped.startswith("met at look")
+    assert sample.sent < 1000
+    assert judge_level(sample.level, [sample], P90, looks).verdict is Verdict.meets
+
+
+def test_a_level_over_capacity_ends_violated_at_an_interim_look() -> None:
+    looks = Looks(0.05, 5, 3)
+    sample = simulated_measure(MODEL, P90, 1000, 0.05, seed=3, looks=looks)(0.97 * MODEL.saturation_rate, [])
+    assert sample.early_verdict is Verdict.violates and sample.sent < 1000
+    assert judge_level(sample.level, [sample], P90, looks).verdict is Verdict.violates
+
+
+def test_a_fixed_length_level_runs_to_its_end() -> None:
+    sample = simulated_measure(MODEL, P90, 1000, 0.05, seed=3, looks=Looks(0.05, 1, 3))(0.3 * MODEL.saturation_rate, [])
+    assert sample.stopped is None and sample.sent == 1000
+
+
+def test_requests_in_flight_are_counted_over_the_limit_before_a_met_call() -> None:
+    """400 finished requests far under a p90 limit: met with nothing in flight; with 100 still
+    in flight (as many as could all be slow) the look waits."""
+    looks = Looks(0.05, 5, 1)
+
+    def look(in_flight: int) -> tuple[Verdict, str] | None:
+        interim = InterimLooks(P90, looks, 500, {})
+        calls = [interim.observe(i, {"ttft": 10.0}, in_flight) for i in range(400)]
+        return calls[-1]
+
+    assert look(0) is not None and look(0)[0] is Verdict.meets   # type: ignore[index]
+    assert look(100) is None
+
+
+def test_an_interim_look_pools_the_levels_earlier_runs() -> None:
+    looks = Looks(0.05, 5, 3)
+    p99 = [parse_slo("ttft:p99=100")]
+    interim = InterimLooks(p99, looks, 500, {"ttft": [np.full(800, 10.0)]})
+    # 100 values alone cannot show a p99 met at the interim alpha; with 800 before them they can
+    assert judge(p99[0], [np.full(100, 10.0)], looks.interim_alpha).verdict is Verdict.undecided
+    calls = [interim.observe(i, {"ttft": 10.0}, 0) for i in range(100)]
+    assert calls[-1] is not None and calls[-1][0] is Verdict.meets
+
+
+def test_a_level_whose_estimate_sits_on_its_limit_is_not_measured_a_third_time() -> None:
+    looks = Looks(0.05, 5, 3)
+    rng = np.random.default_rng(0)
+    on_limit = [LevelSample(1.0, {"ttft": [rng.uniform(0, 100 / 0.9, 500)]}, 500, 500) for _ in range(2)]
+    assert judge_level(1.0, on_limit, P90, looks).verdict is Verdict.undecided
+    assert not worth_another_run(judge_level(1.0, on_limit, P90, looks).judgements, looks, 2)
+    assert worth_another_run(judge_level(1.0, on_limit[:1], P90, looks).judgements, looks, 1)   # a second: always
+    # a p99 of 2 x 150 values far under its limit has no upper bound yet: a third run can give one
+    p99 = [parse_slo("ttft:p99=100")]
+    few = [LevelSample(1.0, {"ttft": [np.full(150, 10.0)]}, 150, 150) for _ in range(2)]
+    judged_few = judge_level(1.0, few, p99, looks)
+    assert judged_few.verdict is Verdict.undecided and worth_another_run(judged_few.judgements, looks, 2)
+
+
+def test_the_probe_measures_the_saturation_rate_and_starts_at_half_of_it() -> None:
+    ends, sent = MODEL.closed_loop_ends(128, 5.0, np.random.default_rng(1))
+    rate = completion_rate(list(ends))
+    assert abs(rate / MODEL.saturation_rate - 1) < 0.05 and sent > len(ends)
+    probe = SaturationProbe(rate=rate, min_latency_s=0.09, users=128, requests=sent, seconds=float(ends.max()))
+    assert probe.start("rate") == pytest.approx(rate / 2)
+    assert probe.start("concurrency") == round(rate * 0.09 / 2)   # Little's law over the fastest request
+
+
+@pytest.mark.slow
+def test_sequential_searches_spend_fewer_requests_for_the_same_answer() -> None:
+    """The same simulated searches with and without interim looks: fewer requests, each
+    interval still covering the crossing as often (p90 TTFT, 400 requests a run)."""
+    truth = MODEL.true_crossing(0.9, 100.0, 400, runs=100)
+    totals, covered = {}, {}
+    for looks_per_run in (1, 5):
+        st = SearchSettings(start=20.0, min_level=0.5, max_level=500.0, looks_per_run=looks_per_run)
+        runs = [search(simulated_measure(MODEL, P90, 400, st.alpha, seed, looks=st.looks), P90, st) for seed in range(20)]
+        totals[looks_per_run] = sum(r.requests for r in runs)
+        covered[looks_per_run] = 0
+        for r in runs:
+            met = [lv.level for lv in r.levels if lv.verdict is Verdict.meets]
+            violated = [lv.level for lv in r.levels if lv.verdict is Verdict.violates]
+            covered[looks_per_run] += max(met, default=0) <= truth <= min(violated, default=math.inf)
+    assert totals[5] < 0.8 * totals[1], totals
+    assert covered[5] >= 18, covered
