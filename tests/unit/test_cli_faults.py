@@ -30,7 +30,8 @@ COMMANDS = {
     "bench": ["bench", "--scenario", "single-decode", "--input-len", "8", "--output-len", "8", "--num-prompts", "3",
               "--warmups", "0"],
     "capacity": ["capacity", "--scenario", "chat-bursty", "--slo", "ttft:p50=1000", "--input-len", "8",
-                 "--output-len", "8", "--num-prompts", "6", "--max-levels", "2", "--endpoint", "completions"],
+                 "--output-len", "8", "--num-prompts", "6", "--max-levels", "2", "--endpoint", "completions",
+                 "--start", "1"],  # no saturation probe: the server dies at a level, whose runs are kept
     "drift": ["drift", "--short-per-phase", "2", "--long-requests", "1", "--short-input-len", "8",
               "--short-output-len", "4", "--long-input-len", "32", "--long-output-len", "4", "--warmups", "0"],
 }
