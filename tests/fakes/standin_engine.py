@@ -157,7 +157,7 @@ class StandinServer(FakeServer):
     def __init__(self, args: argparse.Namespace, model: str, kv_tokens: int) -> None:
         super().__init__(ttft_ms=2.0, itl_ms=1.0, tokens_per_chunk=1, log=False, model=model)
         self.args = args
-        self.requests = 0
+        self.completions = 0   # its own count: FakeServer.requests counts the same requests for /fake/seen
         self.tokens_out = 0
         # A KV pool of kv_tokens: each running request holds prompt + max_tokens; a request that
         # does not fit is counted as a preemption (it runs anyway: timings are not the point here).
@@ -170,10 +170,10 @@ class StandinServer(FakeServer):
 
     def faulty(self) -> bool:
         """Request-count faults apply from request K+1 on (warmups count)."""
-        return self.requests > self.args.fault_after
+        return self.completions > self.args.fault_after
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
-        self.requests += 1
+        self.completions += 1
         if "crash-after" in self.args.fault and self.faulty():
             BootLog().line("EngineCore", "ERROR", "core.py:1021", "EngineCore encountered a fatal error.")
             print("RuntimeError: stand-in engine core died (fault crash-after)", flush=True)
@@ -214,7 +214,7 @@ class StandinServer(FakeServer):
             "# TYPE vllm:num_requests_running gauge\n"
             f"vllm:num_requests_running {self._take_running_peak()}\n"
             "# TYPE vllm:request_success_total counter\n"
-            f'vllm:request_success_total{{finished_reason="length"}} {float(self.requests)}\n'
+            f'vllm:request_success_total{{finished_reason="length"}} {float(self.completions)}\n'
             "# TYPE vllm:generation_tokens_total counter\n"
             f"vllm:generation_tokens_total {float(self.tokens_out)}\n"
             "# TYPE vllm:num_preemptions_total counter\n"
