@@ -17,20 +17,25 @@ class TraceSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    path: Path
-    format: TraceFormat = "auto"
-    speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    start_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    path: Path = Field(description="the trace file (a study's relative path is from the study file)")
+    format: TraceFormat = Field(default="auto", description="mooncake, azure, burstgpt, servetune, or auto (detected)")
+    speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False,
+                           description="replay this many times as fast as recorded (2: in half the time)")
+    start_s: float = Field(default=0.0, ge=0, allow_inf_nan=False,
+                           description="the window's start, seconds into the recording")
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                     description="the window's length in recorded seconds (none: to the end)")
     sample: float = Field(default=1.0, gt=0, le=1, description="share of requests (whole sessions) kept")
     max_requests: int | None = Field(default=None, ge=1, description="the window's first N requests")
     seed: int = Field(default=0, description="which requests a sample keeps")
     # The tokens one hash id stands for (Mooncake's traces: 512). `token_scale` shrinks or grows every
     # length and the block alike, so the prefix structure survives on a model of a shorter context.
-    block_size: int = Field(default=MOONCAKE_BLOCK_TOKENS, ge=1)
-    token_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    block_size: int = Field(default=MOONCAKE_BLOCK_TOKENS, ge=1, description="tokens one hash id stands for")
+    token_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False,
+                               description="every length (and block) multiplied by this, to fit a smaller server")
     # The server's KV block (vLLM: --block-size): a prefix cache hits whole blocks of it.
-    cache_block_size: int = Field(default=16, ge=1)
+    cache_block_size: int = Field(default=16, ge=1,
+                                  description="the server's KV block (vLLM --block-size), for the implied hit rate")
 
     @model_validator(mode="after")
     def _check(self) -> TraceSpec:
