@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import numpy as np
 
 from ..errors import ServetuneError
 from .scenario import Fixed, FromFile, Length, Normal, Scenario, Uniform
+from .trace.jsonl import json_lines
 from .trace.window import load_replay
 
 
@@ -69,20 +69,7 @@ def sample_lengths(spec: Length, n: int, rng: np.random.Generator) -> list[int]:
 def read_dataset(path: Path) -> list[RequestSpec]:
     """JSONL, one request a line: {"prompt": str, "output_len"?: int} or {"input_len", "output_len"}."""
     specs: list[RequestSpec] = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise ServetuneError(f"cannot read dataset {path}: {exc}") from exc
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ServetuneError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict):
-            raise ServetuneError(f"{where}: expected a JSON object")
+    for where, row in json_lines(path, "dataset"):
         out = row.get("output_len", row.get("max_tokens"))
         if "prompt" in row:
             if not isinstance(row["prompt"], str) or not row["prompt"]:

@@ -12,12 +12,13 @@ from typing import Any
 from .rows import TraceError, TraceRow, finite_float, positive_int
 
 
-def json_lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(`file:line`, object) of every non-blank line."""
+def json_lines(path: Path, what: str = "trace") -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`file:line`, object) of every non-blank line of a JSONL file (a `what`: trace, dataset),
+    streamed; a line that is not a JSON object is an error naming its file and line."""
     try:
         f = path.open(encoding="utf-8")
     except OSError as exc:
-        raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from None
+        raise TraceError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     with f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
