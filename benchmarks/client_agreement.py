@@ -32,11 +32,11 @@ import tempfile
 from pathlib import Path
 from statistics import fmean
 
-from servetune.engine.server_metrics import VLLM_METRIC_NAMES
 from servetune.load.bench import run_scenario
 from servetune.load.scenario import preset
 from servetune.load.scrape import histogram_means, read_counters
 from servetune.report.advice import Evidence
+from servetune.vocabulary import VLLM_METRIC_NAMES
 
 _VLLM_BENCH = (
     "import sys; from vllm.benchmarks.serve import add_cli_args, main; "

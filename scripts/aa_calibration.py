@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 from servetune.engine import Engine, engine_for
-from servetune.engine.outcome import Outcome
 from servetune.load.bench import run_scenario
 from servetune.stats import (
     Verdict,
@@ -41,6 +40,7 @@ from servetune.study.loader import load_study
 from servetune.study.spec import StudySpec
 from servetune.tune.analysis import power_line, study_power
 from servetune.tune.trial import served_model_name
+from servetune.vocabulary import Outcome
 
 LABEL_VAR = "SERVETUNE_AA_LABEL"
 

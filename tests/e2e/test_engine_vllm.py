@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from servetune.engine.launch import group_members
-from servetune.engine.outcome import Outcome
 from servetune.engine.ports import port_is_free
+from servetune.vocabulary import Outcome
 from tests.conftest import VllmTestServer, tiny_config, tiny_engine, tiny_model_dir
 
 pytestmark = pytest.mark.vllm

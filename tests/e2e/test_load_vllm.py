@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from servetune.engine.outcome import Outcome
 from servetune.load.bench import run_scenario
 from servetune.load.prompts import LocalTokenizer, PromptFactory
 from servetune.load.records import RequestRecord
 from servetune.load.scenario import PRESETS, Scenario, SharedPrefix, preset
+from servetune.vocabulary import Outcome
 
 # Every preset, scaled to what the tiny model's 2048-token context and a 2-core CPU allow.
 TINY = {
@@ -105,7 +105,7 @@ import asyncio, json, sys
 from vllm.benchmarks.datasets import SampleRequest
 from vllm.benchmarks.serve import TaskType, benchmark
 from vllm.tokenizers import get_tokenizer
-from servetune.engine.server_metrics import VLLM_METRIC_NAMES
+from servetune.vocabulary import VLLM_METRIC_NAMES
 from servetune.load.scrape import histogram_means, read_counters
 url, model, tok_dir, prompts_path, out_len, conc, warm, out = sys.argv[1:]
 prompts = json.load(open(prompts_path))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from servetune.engine.config import Config, render_flags
-from servetune.engine.outcome import Outcome
+from servetune.vocabulary import Outcome
 from tests.conftest import EAGER, servetune, tiny_engine, tiny_model_dir
 
 # Boots, KV-cache sizes and preemption counts: nothing timed, no core pinned.

@@ -16,13 +16,12 @@ from servetune.engine.classify import Failure
 from servetune.engine.config import Config
 from servetune.engine.defaults import EngineDefaults
 from servetune.engine.launch import Server, StopReport
-from servetune.engine.outcome import Outcome
-from servetune.engine.server_metrics import VLLM_METRIC_NAMES
 from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
 from servetune.tune import known
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
+from servetune.vocabulary import VLLM_METRIC_NAMES, Outcome
 from tests.fakes.launch import fake_server
 
 CPU_DEFAULTS = EngineDefaults(known=True, source="test", values={"load-format": "auto"})

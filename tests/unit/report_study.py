@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 from servetune.engine.config import Config
-from servetune.engine.outcome import Outcome
 from servetune.load.metrics import summarize
 from servetune.load.records import RequestRecord, RunResult
 from servetune.stats.compare import compare
@@ -27,6 +26,7 @@ from servetune.tune.analysis_types import (
     ScenarioResult,
     StudyAnalysis,
 )
+from servetune.vocabulary import Outcome
 
 SPEC_INPUT = {
     "name": "tiny-cpu",

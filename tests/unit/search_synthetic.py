@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from servetune.engine.config import Config
-from servetune.engine.outcome import Outcome
 from servetune.search import Strategy, TrialView
 from servetune.study import StudySpec
+from servetune.vocabulary import Outcome
 
 # A Config's true objective value, or the Outcome it fails with.
 TrueValue = Callable[[Config], "float | Outcome"]

@@ -14,11 +14,11 @@ from servetune.ab.analysis import analyze
 from servetune.ab.render import markdown
 from servetune.ab.runner import AbRunner, boot_order
 from servetune.ab.spec import load_ab
-from servetune.engine.outcome import Outcome
 from servetune.errors import ServetuneError
 from servetune.load.records import RequestRecord, RunResult
 from servetune.store import StudyStore, TrialRole
 from servetune.tune.display import StudyDisplay
+from servetune.vocabulary import Outcome
 from tests.fakes.standin import REPO, STANDIN, TINY_SCENARIO
 from tests.unit.cli_run import servetune
 

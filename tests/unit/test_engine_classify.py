@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from servetune.engine.classify import classify_failure
-from servetune.engine.outcome import Outcome
+from servetune.vocabulary import Outcome
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 

@@ -11,9 +11,9 @@ import psutil
 
 from servetune.engine.config import Config
 from servetune.engine.launch import HealthWait, group_members, launch, stop_if_ours, terminate, wait_healthy
-from servetune.engine.outcome import Outcome
 from servetune.engine.ports import free_port, port_is_free
 from servetune.engine.vllm import VllmEngine
+from servetune.vocabulary import Outcome
 
 PY = sys.executable
 # A child that ignores SIGTERM: only SIGKILL after the grace period removes it.

@@ -13,10 +13,10 @@ from rich.console import Console
 
 from servetune.engine import VllmEngine, engine_for, engine_kinds, register_engine, registry
 from servetune.engine.bootfacts import BootFacts
-from servetune.engine.server_metrics import MetricNames
 from servetune.study.spec import EngineSpec, StudySpec
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
+from servetune.vocabulary import MetricNames
 from tests.fakes.counting_engine import CountingEngine
 from tests.fakes.launch import fake_server
 

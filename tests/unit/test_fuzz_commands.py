@@ -21,7 +21,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from report_study import build_study
 
-from servetune.engine.outcome import Outcome
+from servetune.vocabulary import Outcome
 
 # No shrinking: a failing case is reported as found (shrinking one in-process CLI run can take minutes).
 FAST = settings(max_examples=15, deadline=None, derandomize=True, database=None,

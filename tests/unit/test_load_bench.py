@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from servetune.engine.outcome import Outcome
 from servetune.engine.ports import free_port
 from servetune.load.bench import run_scenario
 from servetune.load.records import RequestRecord
 from servetune.load.scenario import Scenario
+from servetune.vocabulary import Outcome
 from tests.fakes.launch import fake_server
 
 

@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 from servetune.cli import app
 from servetune.engine.config import Config, render_flags
 from servetune.engine.launch import group_members
-from servetune.engine.outcome import Outcome
 from servetune.engine.ports import free_port
 from servetune.engine.vllm import VllmEngine
 from servetune.errors import ServetuneError
@@ -29,6 +28,7 @@ from servetune.load.scenario import Scenario
 from servetune.server_http import DIRECT
 from servetune.store import StudyStore, TrialRole
 from servetune.tune.trial import TrialExecutor, TrialPlan
+from servetune.vocabulary import Outcome
 from tests.fakes.launch import SCRIPT, fake_server
 
 pytestmark = pytest.mark.slow  # fast tier: ./scripts/test-fast.sh leaves these out

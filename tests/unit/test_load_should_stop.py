@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from servetune.engine.outcome import Outcome
 from servetune.load.bench import run_scenario
 from servetune.load.client import STOPPED_EARLY, Finished
 from servetune.load.records import RequestRecord
 from servetune.load.scenario import Scenario
+from servetune.vocabulary import Outcome
 from tests.fakes.launch import fake_server
 
 

@@ -16,10 +16,10 @@ from servetune.engine.defaults import (
     read_engine_defaults,
 )
 from servetune.engine.equivalence import Booted, same_server
-from servetune.engine.outcome import Outcome
 from servetune.report.context import build as build_report_data
 from servetune.store import StudyStore, TrialRole
 from servetune.tune import analysis, known
+from servetune.vocabulary import Outcome
 from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine
 from tests.fakes.counting_engine import spec as _spec
 from tests.fakes.counting_engine import tune as _tune

@@ -10,8 +10,8 @@ import pytest
 from servetune.engine.base import StartResult
 from servetune.engine.bootfacts import parse_boot_facts
 from servetune.engine.classify import classify_failure
-from servetune.engine.outcome import Outcome
 from servetune.probe.context import AUTO, ProbeBoot, find_max_model_len, model_max_len, probe_boot
+from servetune.vocabulary import Outcome
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 

@@ -13,7 +13,6 @@ from rich.console import Console
 
 from benchmarks.replay_strategies import main as replay_main
 from servetune.engine.bootfacts import BootFacts
-from servetune.engine.outcome import Outcome
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
 from servetune.search import Grid
@@ -25,6 +24,7 @@ from servetune.tune.analysis import search_size
 from servetune.tune.display import StudyDisplay
 from servetune.tune.replay import GridTable, benchmark, quantile, replay, trial_seconds
 from servetune.tune.runner import StudyRunner
+from servetune.vocabulary import Outcome
 from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine
 from tests.fakes.launch import fake_server
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from servetune.engine.outcome import Outcome
 from servetune.load.records import RunResult
 from servetune.report import capacity as report_capacity
 from servetune.report.context import build as build_report_data
 from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
 from servetune.tune import analysis, capacity_trial
+from servetune.vocabulary import Outcome
 from tests.fakes.records import closed_loop_records
 
 USERS = (40, 80)   # levels measured; 80 users violates by its steady TTFT

@@ -11,7 +11,6 @@ import pytest
 from report_study import build_study
 
 from servetune.engine.config import Config
-from servetune.engine.outcome import Outcome
 from servetune.load.scenario import PRESETS as SCENARIO_PRESETS
 from servetune.load.scenario import Scenario
 from servetune.models.presets import PRESETS
@@ -31,6 +30,7 @@ from servetune.study.spec import StudySpec
 from servetune.tune import bandwidth
 from servetune.tune.analysis_types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
 from servetune.tune.eta import active_fraction
+from servetune.vocabulary import Outcome
 
 # docs/results/h200.md: HBM read 4,314 GB/s; 15.27 GiB of Qwen3-8B weights; single-decode TPOT 5.11 ms.
 H200_GBPS, Q8B_GIB, Q8B_TPOT_MS = 4314.0, 15.27, 5.11

@@ -7,9 +7,9 @@ import itertools
 import pytest
 from search_synthetic import flags_changed, make_study, run
 
-from servetune.engine.outcome import Outcome
 from servetune.errors import ServetuneError
 from servetune.search import Grid, gray_order, make_strategy
+from servetune.vocabulary import Outcome
 
 SPACE = {"max-num-batched-tokens": [256, 1024, 4096], "max-num-seqs": [4, 16, 32], "enable-prefix-caching": [True, False], "env.X": ["a", "b"]}
 RULE = {"expr": "max-num-batched-tokens >= max-model-len", "when": {"enable-prefix-caching": False}}

@@ -7,8 +7,8 @@ import random
 from search_synthetic import make_study, measure, run
 
 from servetune.engine.config import Config
-from servetune.engine.outcome import Outcome
 from servetune.search import OneFactorAtATime, TrialView, Tried
+from servetune.vocabulary import Outcome
 
 SPACE = {"a": [1, 2, 3], "b": ["x", "y"], "c": [10, 20]}
 ARGS = {"a": 1, "b": "x", "c": 10}

@@ -8,8 +8,8 @@ import random
 from search_synthetic import make_study, run
 
 from servetune.engine.config import Config
-from servetune.engine.outcome import Outcome
 from servetune.search import OptunaTPE, Proposal, TrialView, make_strategy
+from servetune.vocabulary import Outcome
 
 SPACE = {"x": {"low": 0, "high": 40}, "y": {"low": 0, "high": 16}, "c": ["a", "b", "c"]}
 ARGS = {"x": 0, "y": 0, "c": "a"}

@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 from servetune.cli import app
 from servetune.engine.config import Config
 from servetune.engine.launch import launch, terminate
-from servetune.engine.outcome import Outcome
 from servetune.engine.vllm import VllmEngine
 from servetune.errors import ServetuneError
 from servetune.report import write_report
@@ -22,6 +21,7 @@ from servetune.secrets import Redactor, Secrets, is_secret_name
 from servetune.store import TrialRole
 from servetune.store.sqlite import StudyStore
 from servetune.study.loader import parse_study
+from servetune.vocabulary import Outcome
 
 STUDY = """name: s
 engine:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from servetune.engine.server_metrics import VLLM_METRIC_NAMES
 from servetune.load.scrape import histogram_means, parse_values
+from servetune.vocabulary import VLLM_METRIC_NAMES
 
 PAGE = (Path(__file__).parents[1] / "fixtures" / "metrics" / "vllm-0.32-cpu.txt").read_text()
 HIST = VLLM_METRIC_NAMES.histograms

@@ -8,11 +8,11 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from servetune.engine.server_metrics import VLLM_METRIC_NAMES
 from servetune.load import speculative_metrics as sm
 from servetune.load.client import request_body
 from servetune.load.scenario import Scenario
 from servetune.load.scrape import COUNTERS, Scraper, parse_values
+from servetune.vocabulary import VLLM_METRIC_NAMES
 
 # vLLM 0.32's exposition of the spec-decode counters (lines as the CPU server writes them).
 TEMPLATE = """\

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from servetune.engine.config import Config
-from servetune.engine.outcome import Outcome
 from servetune.engine.placement import Placement
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
 from servetune.store import EtaEntry, PlannedTrial, StudyStore, TrialRole, Verdict
 from servetune.store.schema import SCHEMA_VERSION
+from servetune.vocabulary import Outcome
 
 
 def test_trial_and_runs_round_trip(tmp_path):

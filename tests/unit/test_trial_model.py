@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servetune.engine.outcome import Outcome
 from servetune.load.records import RunResult, RunSummary
 from servetune.store import StudyStore, TrialRole, TrialState
 from servetune.study import parse_study
 from servetune.tune import analysis
+from servetune.vocabulary import Outcome
 from tests.unit.test_tune_analysis import STUDY, _trial
 
 BENCH_FIELDS = {"duration": 2.0, "completed": 8, "failed": 0, "request_throughput": 4.0,

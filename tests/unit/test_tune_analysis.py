@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from servetune.engine.outcome import Outcome
 from servetune.engine.placement import Placement
 from servetune.load.records import RunResult
 from servetune.report import write_report
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
 from servetune.tune import analysis
+from servetune.vocabulary import Outcome
 
 STUDY = """
 name: unit

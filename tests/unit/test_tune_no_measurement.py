@@ -9,11 +9,11 @@ import pytest
 from cli_run import servetune
 
 from servetune.engine.config import Config
-from servetune.engine.outcome import Outcome
 from servetune.load.records import RunResult
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
 from servetune.tune import analysis
+from servetune.vocabulary import Outcome
 
 STUDY = """\
 name: nothing-runs

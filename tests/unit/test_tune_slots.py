@@ -17,7 +17,6 @@ from rich.console import Console
 from servetune.engine import VllmEngine
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
-from servetune.engine.outcome import Outcome
 from servetune.engine.placement import Placement, plan_placements
 from servetune.errors import ServetuneError
 from servetune.report import write_report
@@ -26,6 +25,7 @@ from servetune.study.spec import StudySpec
 from servetune.tune import analysis, known
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
+from servetune.vocabulary import Outcome
 from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine
 from tests.fakes.launch import fake_server
 

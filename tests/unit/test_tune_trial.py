@@ -7,9 +7,9 @@ from pathlib import Path
 from servetune.engine.base import StartResult
 from servetune.engine.config import Config
 from servetune.engine.launch import Server, StopReport
-from servetune.engine.outcome import Outcome
 from servetune.store import StudyStore, TrialRole
 from servetune.tune.trial import TrialExecutor, TrialPlan
+from servetune.vocabulary import Outcome
 from tests.fakes.launch import fake_server
 
 

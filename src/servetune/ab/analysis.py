@@ -7,7 +7,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from ..engine.outcome import Outcome
 from ..stats.hierarchy import compare_boots, variance_components
 from ..stats.intervals import geometric_mean_ci
 from ..stats.multiple import holm
@@ -16,6 +15,7 @@ from ..stats.types import Comparison, Interval
 from ..stats.verdict import label, verdict
 from ..store import Run, StudyStore, Trial
 from ..study.metrics import higher_is_better
+from ..vocabulary import Outcome
 from . import prefix_reuse
 from .spec import SIDES, AbSpec
 

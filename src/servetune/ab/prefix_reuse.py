@@ -18,13 +18,13 @@ import aiohttp
 import numpy as np
 
 from .. import server_http
-from ..engine.outcome import Outcome
 from ..load import client
 from ..load.bench import pick_tokenizer
 from ..load.prompts import PromptFactory
 from ..load.records import RequestRecord, RunResult, RunSummary
 from ..load.scenario import Scenario
 from ..load.scrape import Scraper
+from ..vocabulary import Outcome
 
 SCENARIO_NAME = "prefix-reuse"
 _API_TIMEOUT = aiohttp.ClientTimeout(total=120)

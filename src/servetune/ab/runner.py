@@ -15,7 +15,6 @@ from pathlib import Path
 from rich.markup import escape
 
 from ..engine import engine_for
-from ..engine.outcome import Outcome
 from ..errors import ServetuneError
 from ..load.records import RunResult
 from ..load.scenario import Scenario
@@ -25,6 +24,7 @@ from ..tune.lock import StudyLock, TunerProcess
 from ..tune.recovery import reclaim_unfinished
 from ..tune.runner import raise_interrupt
 from ..tune.trial import ProgressFn, TrialExecutor, TrialPlan
+from ..vocabulary import Outcome
 from . import prefix_reuse
 from .analysis import AbAnalysis, analyze
 from .spec import SIDES, AbSpec

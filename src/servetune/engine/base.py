@@ -13,15 +13,14 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..vocabulary import MetricNames, Outcome
 from .applied import AppliedMismatch
 from .bootfacts import BootFacts
 from .classify import Failure
 from .config import Config
 from .defaults import EngineDefaults
 from .launch import Server, StopReport
-from .outcome import Outcome
 from .placement import Placement
-from .server_metrics import MetricNames
 
 
 class StartResult(BaseModel):

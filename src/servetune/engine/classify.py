@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from .outcome import Outcome
+from ..vocabulary import Outcome
 
 
 class Failure(BaseModel):

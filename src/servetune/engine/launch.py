@@ -28,7 +28,7 @@ import psutil
 from pydantic import BaseModel
 
 from ..server_http import DIRECT as _DIRECT  # the server is on loopback: never through a proxy
-from .outcome import Outcome
+from ..vocabulary import Outcome
 from .ports import LOOPBACK, listening_pids, wait_port_free
 from .uninterruptible import signals_deferred
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .. import server_http
 from ..secrets import SECRET_FLAGS, Redactor, Secrets, flag_value_secret
+from ..vocabulary import VLLM_METRIC_NAMES, Outcome
 from .applied import check_applied
 from .base import StartResult
 from .bootfacts import parse_boot_facts
@@ -19,11 +20,9 @@ from .config import Config, normalize_flag_name, render_flags
 from .cpu_layout import pin_engine_core
 from .defaults import EngineDefaults, read_engine_defaults
 from .launch import HealthWait, Server, StopReport, launch, terminate, wait_healthy
-from .outcome import Outcome
 from .placement import Placement
 from .ports import LOOPBACK, free_port, port_is_free
 from .registry import register_engine
-from .server_metrics import VLLM_METRIC_NAMES
 
 if TYPE_CHECKING:
     from ..study.spec import EngineSpec

@@ -1,4 +1,4 @@
-"""Server-side view of a Run from Prometheus /metrics (the engine's family names, engine/server_metrics.py).
+"""Server-side view of a Run from Prometheus /metrics (the engine's family names, servetune/vocabulary.py).
 
 Counters are read before and after the run and reported as deltas (summed over label sets,
 e.g. over engines); gauges are sampled during the run (every 0.5 s) and reported as peaks.

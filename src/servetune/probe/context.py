@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field
 
 from ..engine.base import Engine, StartResult
 from ..engine.config import Config
-from ..engine.outcome import Outcome
 from ..errors import ServetuneError
+from ..vocabulary import Outcome
 
 AUTO = -1  # vLLM's "fit max-model-len to the KV cache" value
 BLOCK = 16  # bisection steps are whole KV blocks (vLLM's smallest block size)

@@ -17,7 +17,7 @@ from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 
 # Keys of RunResult.server_stats, as servetune.load.scrape names them (deltas; peaks prefixed "peak_").
-# The engine-neutral keys every engine's scrape stores (engine/server_metrics.py).
+# The engine-neutral keys every engine's scrape stores (servetune/vocabulary.py).
 _PREEMPTIONS = "preemptions"
 _PREFIX_HITS = "prefix_cache_hits"
 _PREFIX_QUERIES = "prefix_cache_queries"

@@ -19,7 +19,6 @@ import numpy as np
 
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
-from ..engine.outcome import Outcome
 from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..secrets import Redactor
@@ -30,6 +29,7 @@ from ..tune import bandwidth
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
 from ..tune.revalidation import next_look
 from ..tune.verdict_rule import revalidation_cap
+from ..vocabulary import Outcome
 from . import plots
 from .advice import Advice, Evidence, advise_config, describe_mismatch
 from .capacity import CapacityView, build_capacity

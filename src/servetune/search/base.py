@@ -21,10 +21,10 @@ from statistics import fmean
 from typing import Any, ClassVar, Protocol
 
 from ..engine.config import Config
-from ..engine.outcome import Outcome
 from ..store.model import Trial
 from ..study.constraints import config_value
 from ..study.spec import StudySpec
+from ..vocabulary import Outcome
 
 
 @dataclass(frozen=True)

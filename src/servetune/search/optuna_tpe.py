@@ -30,8 +30,8 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import TPESampler
 from optuna.trial import TrialState, create_trial
 
-from ..engine.outcome import Outcome
 from ..study.spec import StudySpec
+from ..vocabulary import Outcome
 from .base import Proposal, SearchBase, TrialView, Tried
 from .grid import Grid
 from .registry import register_strategy

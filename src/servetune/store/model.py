@@ -14,9 +14,9 @@ from typing import Any
 
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
-from ..engine.outcome import Outcome
 from ..engine.placement import Placement
 from ..load.records import RunSummary
+from ..vocabulary import Outcome
 
 
 class TrialRole(StrEnum):

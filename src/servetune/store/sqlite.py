@@ -25,10 +25,10 @@ from urllib.parse import quote
 
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
-from ..engine.outcome import Outcome
 from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
+from ..vocabulary import Outcome
 from . import meta
 from .model import Run, Trial, TrialRole, TrialState
 from .schema import SCHEMA, SCHEMA_VERSION, migration_sql

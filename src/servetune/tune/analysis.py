@@ -37,7 +37,6 @@ from scipy import stats as scipy_stats
 
 from .. import stats
 from ..engine.config import Config
-from ..engine.outcome import Outcome
 from ..engine.placement import server_gpus
 from ..load.records import RunSummary
 from ..search.base import SearchBase, TrialView
@@ -45,6 +44,7 @@ from ..store import BASELINE_ROLES, StudyStore, Trial, TrialRole, TrialState
 from ..study.metrics import CAPACITY, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
+from ..vocabulary import Outcome
 from .analysis_types import (
     ConfigResult,
     DriftPoint,

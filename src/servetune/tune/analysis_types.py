@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.config import Config
-from ..engine.outcome import Outcome
 from ..stats.hierarchy import VarianceComponents
 from ..store.model import TrialState
+from ..vocabulary import Outcome
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ from ..capacity.replay import Replay
 from ..capacity.search import LevelResult, LevelSample, SearchSettings, judge_level, search, settings_for
 from ..capacity.sequential import Looks
 from ..capacity.slo import Slo
-from ..engine.outcome import Outcome
 from ..load.records import RunResult, RunSummary, SummaryLike
 from ..load.scenario import Scenario
 from ..store import Run, StudyStore, Trial
 from ..study.metrics import CAPACITY
 from ..study.objective import Objective
 from ..study.spec import StudySpec
+from ..vocabulary import Outcome
 
 CAPACITY_REPLICATE = 0      # the Run that holds a scenario's capacity on one boot
 LEVEL_KEY = "load_level"    # in a level Run's summary: the offered rate or concurrency it ran at

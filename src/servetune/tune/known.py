@@ -14,8 +14,8 @@ from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults, read_engine_defaults
 from ..engine.equivalence import Booted, duplicate_detail, fitting_length, known_to_fail
-from ..engine.outcome import Outcome
 from ..store import StudyStore, Trial
+from ..vocabulary import Outcome
 
 DEFAULTS_META = "engine_defaults"
 NOT_BOOTED = (Outcome.duplicate, Outcome.skipped)

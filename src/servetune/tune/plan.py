@@ -23,13 +23,13 @@ from typing import Any
 
 from ..engine.defaults import EngineDefaults
 from ..engine.equivalence import Booted, duplicate_detail
-from ..engine.outcome import Outcome
 from ..models.source import ModelSource, locate
 from ..search import make_strategy
 from ..search.base import TrialView
 from ..study._hints import did_you_mean
 from ..study.space import env_var, json_field
 from ..study.spec import Loc, SpecError, StudySpec
+from ..vocabulary import Outcome
 from . import eta as eta_seed
 from .analysis import trial_count
 

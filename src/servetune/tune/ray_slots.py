@@ -54,11 +54,11 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskErro
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..engine.config import Config
-from ..engine.outcome import Outcome
 from ..engine.placement import _GPU_FLAGS, Placement, plan_placements, server_gpus
 from ..errors import ServetuneError
 from ..store import StudyStore, Trial
 from ..study.spec import StudySpec
+from ..vocabulary import Outcome
 from .recovery import Leftovers
 from .slots import Driver, Finished, LiveServers, SlotCalls, SlotLost, SlotStopped, resolve_call
 from .trial import TrialExecutor, TrialPlan

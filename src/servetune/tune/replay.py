@@ -41,11 +41,11 @@ from typing import Any, cast
 
 import numpy as np
 
-from ..engine.outcome import Outcome
 from ..errors import ServetuneError
 from ..search import STRATEGIES, Grid, Strategy, TrialView
 from ..store import StudyStore, Trial
 from ..study.spec import StudySpec
+from ..vocabulary import Outcome
 from . import analysis, known
 
 

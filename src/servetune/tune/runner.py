@@ -27,12 +27,12 @@ from rich.markup import escape
 from ..engine import Engine, engine_for
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
-from ..engine.outcome import Outcome
 from ..engine.placement import Placement, plan_placements
 from ..errors import ServetuneError
 from ..search import Strategy, make_strategy
 from ..store import EtaEntry, PlannedTrial, StudyStore, Trial, TrialRole, Verdict
 from ..study.spec import StudySpec
+from ..vocabulary import Outcome
 from . import analysis, bandwidth, capacity_trial, known, plan, revalidation, verdict_rule
 from . import eta as eta_seed
 from .analysis_types import StudyAnalysis

@@ -18,13 +18,13 @@ from ..engine.bootfacts import BootFacts
 from ..engine.classify import tail
 from ..engine.config import Config
 from ..engine.launch import new_launch_token
-from ..engine.outcome import Outcome, for_http_status
 from ..engine.placement import Placement
 from ..load.bench import run_scenario
 from ..load.records import RunResult
 from ..load.scenario import Scenario
 from ..store import StudyStore, Trial
 from ..study.spec import StudySpec
+from ..vocabulary import Outcome, for_http_status
 from . import capacity_trial
 from .slots import LiveServers
 
