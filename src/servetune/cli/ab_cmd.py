@@ -23,40 +23,42 @@ console = Console()
 REPORT_NAME = "ab.md"
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def ab(
-        study_files: list[Path] = typer.Argument(..., exists=True, dir_okay=False,
-                                                 help="A.yaml B.yaml (two study files: engines A and B, same "
-                                                      "scenarios), or one study file with an 'ab: {A: ..., B: ...}' "
-                                                      "section of engine keys per side"),
-        out: Path = typer.Option(..., "--out", "-o", help="A/B directory (store, logs, ab.md); run the same "
-                                 "command again to resume"),
-        boots: int = typer.Option(2, "--boots", min=1, max=100, help="boots per side, alternating A B A B ..."),
-        metric: list[str] = typer.Option([], "--metric", help="a summary metric to compare (repeatable; default: "
-                                         "output_throughput, mean_ttft_ms, mean_tpot_ms)"),
-        prefix_reuse_len: int = typer.Option(0, "--prefix-reuse-len", min=0, max=1_000_000, metavar="TOKENS",
-                                             help="also measure cold vs warm prefix cache: a prompt of TOKENS "
-                                                  "sent, then the identical one again (0: off)"),
-        prefix_reuse_pairs: int = typer.Option(3, "--prefix-reuse-pairs", min=1, max=1000,
-                                               help="cold/warm pairs per boot"),
-    ) -> None:
-        """Measure two engines (vLLM versions, images, launch commands) on the same workload, booted
-        alternately, and judge B against A per scenario and metric (two-level model, Holm)."""
-        from ..ab import prefix_reuse
-        from ..ab.analysis import DEFAULT_METRICS
-        from ..ab.spec import load_ab
+def ab(
+    study_files: list[Path] = typer.Argument(..., exists=True, dir_okay=False,
+                                             help="A.yaml B.yaml (two study files: engines A and B, same "
+                                                  "scenarios), or one study file with an 'ab: {A: ..., B: ...}' "
+                                                  "section of engine keys per side"),
+    out: Path = typer.Option(..., "--out", "-o", help="A/B directory (store, logs, ab.md); run the same "
+                             "command again to resume"),
+    boots: int = typer.Option(2, "--boots", min=1, max=100, help="boots per side, alternating A B A B ..."),
+    metric: list[str] = typer.Option([], "--metric", help="a summary metric to compare (repeatable; default: "
+                                     "output_throughput, mean_ttft_ms, mean_tpot_ms)"),
+    prefix_reuse_len: int = typer.Option(0, "--prefix-reuse-len", min=0, max=1_000_000, metavar="TOKENS",
+                                         help="also measure cold vs warm prefix cache: a prompt of TOKENS "
+                                              "sent, then the identical one again (0: off)"),
+    prefix_reuse_pairs: int = typer.Option(3, "--prefix-reuse-pairs", min=1, max=1000,
+                                           help="cold/warm pairs per boot"),
+) -> None:
+    """Measure two engines (vLLM versions, images, launch commands) on the same workload, booted
+    alternately, and judge B against A per scenario and metric (two-level model, Holm)."""
+    from ..ab import prefix_reuse
+    from ..ab.analysis import DEFAULT_METRICS
+    from ..ab.spec import load_ab
 
-        for name in metric:
-            if problem := metric_problem(name):
-                raise ServetuneError(f"--metric {name}: {problem}")
-        spec = load_ab(study_files)
-        reuse = prefix_reuse.prefix_reuse_scenario(prefix_reuse_len, prefix_reuse_pairs) if prefix_reuse_len else None
-        with store_errors(out / StudyStore.FILENAME):
-            check_store_kind(out, "ab", "--out")  # a study's store must not take an A/B's boots
-            writable_dir(out, "--out")  # after the files loaded: bad input writes nothing
-            on_interrupt(f"the store in {out} keeps every finished boot; run the same command again to resume")
-            _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS))
+    for name in metric:
+        if problem := metric_problem(name):
+            raise ServetuneError(f"--metric {name}: {problem}")
+    spec = load_ab(study_files)
+    reuse = prefix_reuse.prefix_reuse_scenario(prefix_reuse_len, prefix_reuse_pairs) if prefix_reuse_len else None
+    with store_errors(out / StudyStore.FILENAME):
+        check_store_kind(out, "ab", "--out")  # a study's store must not take an A/B's boots
+        writable_dir(out, "--out")  # after the files loaded: bad input writes nothing
+        on_interrupt(f"the store in {out} keeps every finished boot; run the same command again to resume")
+        _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ab")(ab)
 
 
 def _ab(spec: AbSpec, out: Path, boots: int, reuse: PrefixReuse | None, metrics: list[str]) -> None:

@@ -195,95 +195,97 @@ def fidelity_table(s: RunSummary) -> Table:
     return table
 
 
+def bench(
+    scenario: str | None = typer.Option(
+        None, "--scenario", help=f"preset: {', '.join(PRESETS)} (with --trace: its endpoint)"),
+    out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
+                              "(per-request JSONL beside it: NAME.requests.jsonl)"),
+    trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP),
+    trace_set: list[str] = typer.Option([], "--trace-set", help=TRACE_SET_HELP),
+    speedup: float = typer.Option(1.0, "--speedup", help="--trace: replay this many times as fast"),
+    url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
+    serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
+    serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
+    model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
+    input_len: int | None = typer.Option(None, "--input-len", min=1),
+    output_len: int | None = typer.Option(None, "--output-len", min=1),
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1),
+    rate: float | None = typer.Option(None, "--rate", help="req/s, open loop ('inf': all at once)"),
+    burstiness: float | None = typer.Option(None, "--burstiness", help="gamma shape; 1 = Poisson"),
+    num_prompts: int | None = typer.Option(None, "--num-prompts", min=1),
+    duration: float | None = typer.Option(None, "--duration", help="seconds (instead of or capping --num-prompts)"),
+    warmups: int | None = typer.Option(None, "--warmups", min=0),
+    seed: int | None = typer.Option(None, "--seed"),
+    endpoint: str | None = typer.Option(None, "--endpoint", help="completions or chat"),
+    slo: list[str] = typer.Option([], "--slo", help="goodput SLO NAME=MS (ttft, tpot, e2el); repeatable"),
+    percentiles: str = typer.Option("50,90,95,99", "--percentiles"),
+    workers: int = typer.Option(1, "--workers", min=1, help="client processes"),
+    stall_timeout: float | None = typer.Option(
+        None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
+    run_timeout: float | None = typer.Option(
+        None, "--run-timeout", help="seconds the whole run may take (default: from the scenario)"),
+    connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
+    first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+) -> None:
+    """Measure one scenario; prints a summary and writes vllm-bench-compatible JSON."""
+    url = check_server_choice(url, serve, serve_arg)
+    validate.load_options({"--input-len": input_len, "--output-len": output_len, "--concurrency": concurrency,
+                           "--rate": rate, "--burstiness": burstiness, "--num-prompts": num_prompts,
+                           "--duration": duration, "--warmups": warmups, "--seed": seed,
+                           "--stall-timeout": stall_timeout, "--run-timeout": run_timeout,
+                           "--connect-timeout": connect_timeout, "--first-byte-timeout": first_byte_timeout})
+    validate.count(workers, "--workers", high=MAX_WORKERS)
+    slo_ms = parse_slo(slo)
+    pcts = parse_percentiles(percentiles)
+    if trace is not None:
+        sc = trace_scenario(scenario, trace_spec(trace, trace_set, speedup), concurrency=concurrency,
+                            num_prompts=num_prompts, warmups=warmups, seed=seed, endpoint=endpoint,
+                            stall_timeout_s=stall_timeout, run_timeout_s=run_timeout)
+    elif scenario is None:
+        raise ServetuneError("give --scenario PRESET or --trace FILE")
+    else:
+        sc = build_scenario(scenario, input_len=input_len, output_len=output_len, concurrency=concurrency,
+                            rate=rate, burstiness=burstiness, num_prompts=num_prompts, duration_s=duration,
+                            warmups=warmups, seed=seed, endpoint=endpoint, stall_timeout_s=stall_timeout,
+                            run_timeout_s=run_timeout)
+    tokenizer = validate.tokenizer_dir(tokenizer)
+    api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
+    # Now, not after the run: a late failure would lose the measurements. Named exactly as given.
+    run_id = out.name.removesuffix(".json")
+    result_file(out, "--out", force)
+    result_file(out.with_name(f"{run_id}.requests.jsonl"), "--out (its per-request JSONL)", force)
+    on_interrupt(f"nothing written to {out}")
+    if url is not None:
+        check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
+                        first_byte_timeout_s=first_byte_timeout)
+        result = _bench(url, model, sc, tokenizer, out, run_id, slo_ms, pcts, workers, api_key)
+    else:
+        assert serve is not None
+        result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer, api_key)
+    if result.records_path is None:  # the run never reached the measurement: nothing was written
+        print_error(f"{result.error or result.outcome.value}; nothing written to {out}")
+        raise typer.Exit(EXIT_NO_RESULT)
+    console.print(summary_table(result, pcts))
+    console.print(totals_table(result))
+    if sc.trace is not None:
+        console.print(fidelity_table(result.summary))
+    if result.client_health.get("reasons"):
+        console.print("[yellow]client-bound:[/] " + escape("; ".join(result.client_health["reasons"])))
+    if result.error:
+        console.print(f"[red]error:[/] {escape(result.error)}")
+    if result.outcome.is_failure and result.outcome.value != "client_bound":
+        # Kept, marked with its outcome (compare refuses it); not presented as a result.
+        console.print(escape(f"the run failed ({result.outcome.value}): kept for inspection in {out} and "
+                             f"{result.records_path}; not a result"))
+        raise typer.Exit(EXIT_NO_RESULT)
+    console.print(escape(f"wrote {out} and {result.records_path}"))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("bench")
-    def bench(
-        scenario: str | None = typer.Option(
-            None, "--scenario", help=f"preset: {', '.join(PRESETS)} (with --trace: its endpoint)"),
-        out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
-                                  "(per-request JSONL beside it: NAME.requests.jsonl)"),
-        trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP),
-        trace_set: list[str] = typer.Option([], "--trace-set", help=TRACE_SET_HELP),
-        speedup: float = typer.Option(1.0, "--speedup", help="--trace: replay this many times as fast"),
-        url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
-        serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
-        serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
-        model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
-        tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
-        input_len: int | None = typer.Option(None, "--input-len", min=1),
-        output_len: int | None = typer.Option(None, "--output-len", min=1),
-        concurrency: int | None = typer.Option(None, "--concurrency", min=1),
-        rate: float | None = typer.Option(None, "--rate", help="req/s, open loop ('inf': all at once)"),
-        burstiness: float | None = typer.Option(None, "--burstiness", help="gamma shape; 1 = Poisson"),
-        num_prompts: int | None = typer.Option(None, "--num-prompts", min=1),
-        duration: float | None = typer.Option(None, "--duration", help="seconds (instead of or capping --num-prompts)"),
-        warmups: int | None = typer.Option(None, "--warmups", min=0),
-        seed: int | None = typer.Option(None, "--seed"),
-        endpoint: str | None = typer.Option(None, "--endpoint", help="completions or chat"),
-        slo: list[str] = typer.Option([], "--slo", help="goodput SLO NAME=MS (ttft, tpot, e2el); repeatable"),
-        percentiles: str = typer.Option("50,90,95,99", "--percentiles"),
-        workers: int = typer.Option(1, "--workers", min=1, help="client processes"),
-        stall_timeout: float | None = typer.Option(
-            None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
-        run_timeout: float | None = typer.Option(
-            None, "--run-timeout", help="seconds the whole run may take (default: from the scenario)"),
-        connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
-        first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
-        api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
-        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
-    ) -> None:
-        """Measure one scenario; prints a summary and writes vllm-bench-compatible JSON."""
-        url = check_server_choice(url, serve, serve_arg)
-        validate.load_options({"--input-len": input_len, "--output-len": output_len, "--concurrency": concurrency,
-                               "--rate": rate, "--burstiness": burstiness, "--num-prompts": num_prompts,
-                               "--duration": duration, "--warmups": warmups, "--seed": seed,
-                               "--stall-timeout": stall_timeout, "--run-timeout": run_timeout,
-                               "--connect-timeout": connect_timeout, "--first-byte-timeout": first_byte_timeout})
-        validate.count(workers, "--workers", high=MAX_WORKERS)
-        slo_ms = parse_slo(slo)
-        pcts = parse_percentiles(percentiles)
-        if trace is not None:
-            sc = trace_scenario(scenario, trace_spec(trace, trace_set, speedup), concurrency=concurrency,
-                                num_prompts=num_prompts, warmups=warmups, seed=seed, endpoint=endpoint,
-                                stall_timeout_s=stall_timeout, run_timeout_s=run_timeout)
-        elif scenario is None:
-            raise ServetuneError("give --scenario PRESET or --trace FILE")
-        else:
-            sc = build_scenario(scenario, input_len=input_len, output_len=output_len, concurrency=concurrency,
-                                rate=rate, burstiness=burstiness, num_prompts=num_prompts, duration_s=duration,
-                                warmups=warmups, seed=seed, endpoint=endpoint, stall_timeout_s=stall_timeout,
-                                run_timeout_s=run_timeout)
-        tokenizer = validate.tokenizer_dir(tokenizer)
-        api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
-        # Now, not after the run: a late failure would lose the measurements. Named exactly as given.
-        run_id = out.name.removesuffix(".json")
-        result_file(out, "--out", force)
-        result_file(out.with_name(f"{run_id}.requests.jsonl"), "--out (its per-request JSONL)", force)
-        on_interrupt(f"nothing written to {out}")
-        if url is not None:
-            check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
-                            first_byte_timeout_s=first_byte_timeout)
-            result = _bench(url, model, sc, tokenizer, out, run_id, slo_ms, pcts, workers, api_key)
-        else:
-            assert serve is not None
-            result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer, api_key)
-        if result.records_path is None:  # the run never reached the measurement: nothing was written
-            print_error(f"{result.error or result.outcome.value}; nothing written to {out}")
-            raise typer.Exit(EXIT_NO_RESULT)
-        console.print(summary_table(result, pcts))
-        console.print(totals_table(result))
-        if sc.trace is not None:
-            console.print(fidelity_table(result.summary))
-        if result.client_health.get("reasons"):
-            console.print("[yellow]client-bound:[/] " + escape("; ".join(result.client_health["reasons"])))
-        if result.error:
-            console.print(f"[red]error:[/] {escape(result.error)}")
-        if result.outcome.is_failure and result.outcome.value != "client_bound":
-            # Kept, marked with its outcome (compare refuses it); not presented as a result.
-            console.print(escape(f"the run failed ({result.outcome.value}): kept for inspection in {out} and "
-                                 f"{result.records_path}; not a result"))
-            raise typer.Exit(EXIT_NO_RESULT)
-        console.print(escape(f"wrote {out} and {result.records_path}"))
+    app.command("bench")(bench)
 
 
 def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, out: Path, run_id: str,

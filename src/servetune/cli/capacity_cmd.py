@@ -52,156 +52,158 @@ def capacity_line(est: CapacityEstimate, load: str, alpha: float) -> str:
             + (f"; binding SLO {est.binding}" if est.binding else ""))
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("capacity")
-    def capacity(
-        scenario: str | None = typer.Option(
-            None, "--scenario", help=f"preset: {', '.join(PRESETS)} (with --trace: its endpoint)"),
-        trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP + "; the load is its speed-up"),
-        trace_set: list[str] = typer.Option([], "--trace-set", help=TRACE_SET_HELP),
-        slo: list[str] = typer.Option(
-            ..., "--slo", help="METRIC:STAT=MS, e.g. ttft:p99=1000 (ttft, tpot, itl, e2el; mean, pNN); repeatable"),
-        out: Path = typer.Option(..., "--out", help="result JSON, named exactly so, rewritten as each level ends "
-                                  "(each level's runs beside it: res.json -> res.runs/)"),
-        url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
-        serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
-        serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
-        model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
-        tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
-        load: str | None = typer.Option(
-            None, "--load", help="rate (open loop, req/s; the default), concurrency (closed loop), or speedup "
-                                 "(of --trace, its default)"),
-        start: float | None = typer.Option(
-            None, "--start", help="first level tried (default: half of what a 5 s saturation probe completes; "
-                                  "with --trace, 1 = the recorded traffic)"),
-        max_level: float | None = typer.Option(
-            None, "--max-level", help="highest level tried (default 1000 req/s, 1024 users)"),
-        num_prompts: int = typer.Option(
-            500, "--num-prompts", min=1, help="requests per run (a p99 needs some 400 to be shown under a limit)"),
-        input_len: int | None = typer.Option(None, "--input-len", min=1),
-        output_len: int | None = typer.Option(None, "--output-len", min=1),
-        burstiness: float | None = typer.Option(None, "--burstiness", help="gamma shape of arrivals; 1 = Poisson"),
-        endpoint: str | None = typer.Option(None, "--endpoint", help="completions or chat"),
-        seed: int | None = typer.Option(None, "--seed"),
-        alpha: float = typer.Option(0.05, "--alpha", help="each SLO interval is 1 - alpha"),
-        rel_tol: float = typer.Option(0.05, "--rel-tol", help="bisect until the bracket is this narrow"),
-        max_levels: int = typer.Option(12, "--max-levels", min=1),
-        max_runs: int = typer.Option(3, "--max-runs-per-level", min=1, help="runs pooled at an undecided level"),
-        looks_per_run: int = typer.Option(
-            LOOKS_PER_RUN, "--looks-per-run", min=1,
-            help="looks at a level's verdict per run, its end included; a decided level ends there (1: no early look)"),
-        resume: bool = typer.Option(False, "--resume", help="continue the search written to OUT (same SLOs and load)"),
-        stall_timeout: float | None = typer.Option(
-            None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
-        connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
-        first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
-        api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
-        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
-    ) -> None:
-        """Search the load level: a live table of the levels as they are judged, then the capacity
-        with its interval. OUT holds every finished level as it ends; an interrupted search
-        (Ctrl-C, SIGTERM) writes its bracket so far, marked "interrupted", and exits 130."""
-        url = check_server_choice(url, serve, serve_arg)
-        load = load or ("speedup" if trace is not None else "rate")
-        _check_options(load, start, max_level, input_len, output_len, num_prompts, burstiness, seed,
-                       {"--stall-timeout": stall_timeout, "--connect-timeout": connect_timeout,
-                        "--first-byte-timeout": first_byte_timeout})
-        if load not in DEFAULT_MAX_LEVEL:
-            raise ServetuneError(f"--load {load!r}: expected rate, concurrency or speedup")
-        if (load == "speedup") != (trace is not None):
-            raise ServetuneError("--load speedup goes with --trace FILE, and a trace's load is its speed-up")
-        if trace is None and scenario is None:
-            raise ServetuneError("give --scenario PRESET or --trace FILE")
-        if not 0 < alpha < 1:
-            raise ServetuneError(f"--alpha {alpha:g}: must be between 0 and 1")
-        if not 0 < rel_tol < 1:
-            raise ServetuneError(f"--rel-tol {rel_tol:g}: must be between 0 and 1")
-        slos = parse_slos(slo)
-        if trace is not None:
-            sc = trace_scenario(scenario, trace_spec(trace, trace_set), endpoint=endpoint, seed=seed)
-            num_prompts = len(trace_specs(sc))  # a level replays the whole window
-            start = 1.0 if start is None else start  # the recorded traffic: no probe for a trace
-        else:
-            assert scenario is not None
-            sc = build_scenario(scenario, input_len=input_len, output_len=output_len, burstiness=burstiness,
-                                endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None,
-                                stall_timeout_s=stall_timeout)
-        settings = _settings(load, start, max_level, alpha, rel_tol, max_levels, max_runs, looks_per_run)
-        per_level = f"--num-prompts {num_prompts}" if trace is None else f"the trace's {num_prompts} requests"
-        _check_requests_per_level(slos, num_prompts, settings, per_level)
-        tokenizer = validate.tokenizer_dir(tokenizer)
-        api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
-        kind: LoadKind = "concurrency" if load == "concurrency" else "rate" if load == "rate" else "speedup"
-        stored: list[LevelSample] = []
-        previous: dict[str, Any] = {}
-        if resume:
-            previous, stored = stored_samples(out, kind, slos)
-        # OUT and OUT.runs/ checked before the first level (a resumed search writes on over its own).
-        result_file(out, "--out", force or resume)
-        runs_dir = companion_dir(runs_dir_of(out), "--out", force or resume)
-        search_start: dict[str, Any] = {"start": previous.get("start"), "probe": previous.get("probe")}
-        result = SearchResult()
-        view = SearchView(console, load, integer=kind == "concurrency")
+def capacity(
+    scenario: str | None = typer.Option(
+        None, "--scenario", help=f"preset: {', '.join(PRESETS)} (with --trace: its endpoint)"),
+    trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP + "; the load is its speed-up"),
+    trace_set: list[str] = typer.Option([], "--trace-set", help=TRACE_SET_HELP),
+    slo: list[str] = typer.Option(
+        ..., "--slo", help="METRIC:STAT=MS, e.g. ttft:p99=1000 (ttft, tpot, itl, e2el; mean, pNN); repeatable"),
+    out: Path = typer.Option(..., "--out", help="result JSON, named exactly so, rewritten as each level ends "
+                              "(each level's runs beside it: res.json -> res.runs/)"),
+    url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
+    serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
+    serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
+    model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
+    load: str | None = typer.Option(
+        None, "--load", help="rate (open loop, req/s; the default), concurrency (closed loop), or speedup "
+                             "(of --trace, its default)"),
+    start: float | None = typer.Option(
+        None, "--start", help="first level tried (default: half of what a 5 s saturation probe completes; "
+                              "with --trace, 1 = the recorded traffic)"),
+    max_level: float | None = typer.Option(
+        None, "--max-level", help="highest level tried (default 1000 req/s, 1024 users)"),
+    num_prompts: int = typer.Option(
+        500, "--num-prompts", min=1, help="requests per run (a p99 needs some 400 to be shown under a limit)"),
+    input_len: int | None = typer.Option(None, "--input-len", min=1),
+    output_len: int | None = typer.Option(None, "--output-len", min=1),
+    burstiness: float | None = typer.Option(None, "--burstiness", help="gamma shape of arrivals; 1 = Poisson"),
+    endpoint: str | None = typer.Option(None, "--endpoint", help="completions or chat"),
+    seed: int | None = typer.Option(None, "--seed"),
+    alpha: float = typer.Option(0.05, "--alpha", help="each SLO interval is 1 - alpha"),
+    rel_tol: float = typer.Option(0.05, "--rel-tol", help="bisect until the bracket is this narrow"),
+    max_levels: int = typer.Option(12, "--max-levels", min=1),
+    max_runs: int = typer.Option(3, "--max-runs-per-level", min=1, help="runs pooled at an undecided level"),
+    looks_per_run: int = typer.Option(
+        LOOKS_PER_RUN, "--looks-per-run", min=1,
+        help="looks at a level's verdict per run, its end included; a decided level ends there (1: no early look)"),
+    resume: bool = typer.Option(False, "--resume", help="continue the search written to OUT (same SLOs and load)"),
+    stall_timeout: float | None = typer.Option(
+        None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
+    connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
+    first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+) -> None:
+    """Search the load level: a live table of the levels as they are judged, then the capacity
+    with its interval. OUT holds every finished level as it ends; an interrupted search
+    (Ctrl-C, SIGTERM) writes its bracket so far, marked "interrupted", and exits 130."""
+    url = check_server_choice(url, serve, serve_arg)
+    load = load or ("speedup" if trace is not None else "rate")
+    _check_options(load, start, max_level, input_len, output_len, num_prompts, burstiness, seed,
+                   {"--stall-timeout": stall_timeout, "--connect-timeout": connect_timeout,
+                    "--first-byte-timeout": first_byte_timeout})
+    if load not in DEFAULT_MAX_LEVEL:
+        raise ServetuneError(f"--load {load!r}: expected rate, concurrency or speedup")
+    if (load == "speedup") != (trace is not None):
+        raise ServetuneError("--load speedup goes with --trace FILE, and a trace's load is its speed-up")
+    if trace is None and scenario is None:
+        raise ServetuneError("give --scenario PRESET or --trace FILE")
+    if not 0 < alpha < 1:
+        raise ServetuneError(f"--alpha {alpha:g}: must be between 0 and 1")
+    if not 0 < rel_tol < 1:
+        raise ServetuneError(f"--rel-tol {rel_tol:g}: must be between 0 and 1")
+    slos = parse_slos(slo)
+    if trace is not None:
+        sc = trace_scenario(scenario, trace_spec(trace, trace_set), endpoint=endpoint, seed=seed)
+        num_prompts = len(trace_specs(sc))  # a level replays the whole window
+        start = 1.0 if start is None else start  # the recorded traffic: no probe for a trace
+    else:
+        assert scenario is not None
+        sc = build_scenario(scenario, input_len=input_len, output_len=output_len, burstiness=burstiness,
+                            endpoint=endpoint, seed=seed, rate=1.0 if load == "rate" else None,
+                            stall_timeout_s=stall_timeout)
+    settings = _settings(load, start, max_level, alpha, rel_tol, max_levels, max_runs, looks_per_run)
+    per_level = f"--num-prompts {num_prompts}" if trace is None else f"the trace's {num_prompts} requests"
+    _check_requests_per_level(slos, num_prompts, settings, per_level)
+    tokenizer = validate.tokenizer_dir(tokenizer)
+    api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
+    kind: LoadKind = "concurrency" if load == "concurrency" else "rate" if load == "rate" else "speedup"
+    stored: list[LevelSample] = []
+    previous: dict[str, Any] = {}
+    if resume:
+        previous, stored = stored_samples(out, kind, slos)
+    # OUT and OUT.runs/ checked before the first level (a resumed search writes on over its own).
+    result_file(out, "--out", force or resume)
+    runs_dir = companion_dir(runs_dir_of(out), "--out", force or resume)
+    search_start: dict[str, Any] = {"start": previous.get("start"), "probe": previous.get("probe")}
+    result = SearchResult()
+    view = SearchView(console, load, integer=kind == "concurrency")
 
-        def document(status: str) -> dict[str, Any]:
-            est = estimate(result.levels, integer=kind == "concurrency")
-            return capacity_document(result, est, slos, settings, load, {
-                "url": url, "serve": str(serve) if serve else None, "scenario": json.loads(sc.model_dump_json()),
-                "num_prompts": num_prompts, **search_start}, status)
-
-        def on_level(done: SearchResult) -> None:
-            write_document(out, document(RUNNING))
-            view.level_done(done)
-
-        def run_search(base_url: str, key: str | None, tok: Path | None) -> None:
-            first = settings.start
-            if search_start["start"] is not None:
-                first = float(search_start["start"])   # a resumed search starts where it started
-            elif start is None:
-                first = _probed_start(base_url, key, tok, sc, kind, settings, runs_dir, model, view, search_start)
-            search_start["start"] = first
-            if stored:
-                view.note(f"resuming {out}: {len(stored)} stored runs replayed")
-            measure = http_measure(base_url, sc, slos, load=kind, num_prompts=num_prompts, looks=settings.looks,
-                                   out_dir=runs_dir, model=model, tokenizer_dir=tok, api_key=key,
-                                   first_run=len(stored), progress=view.progress)
-            search(Replay(stored, measure), slos, replace(settings, start=first), on_level=on_level, result=result)
-
-        status = COMPLETE
-        try:
-            with sigterm_as_interrupt(), view:
-                if serve is not None:
-                    with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key) as (base_url, key):
-                        run_search(base_url, key, tokenizer or serve)
-                else:
-                    assert url is not None
-                    check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
-                                    first_byte_timeout_s=first_byte_timeout)
-                    run_search(url, api_key, tokenizer)
-        except KeyboardInterrupt:
-            status = INTERRUPTED
-        if not result.levels:
-            why = ("interrupted before a level ended" if status == INTERRUPTED
-                   else result.error or "no level was measured")
-            print_error(f"{why}; nothing written to {out}")
-            raise typer.Exit(EXIT_INTERRUPTED if status == INTERRUPTED else EXIT_NO_RESULT)
+    def document(status: str) -> dict[str, Any]:
         est = estimate(result.levels, integer=kind == "concurrency")
-        write_document(out, document(status))
-        console.print(escape(capacity_line(est, load, alpha)))
-        probed = (search_start["probe"] or {}).get("requests")
-        in_probe = f" (and {probed} in the probe)" if probed else ""
-        console.print(f"{len(result.levels)} levels, {result.requests} requests{in_probe}, "
-                      f"{result.seconds / 60:.1f} min measuring")
-        if result.error:
-            console.print(f"[red]error:[/] {escape(result.error)}")
-        if status == INTERRUPTED:
-            console.print(escape(f"interrupted: wrote the bracket so far to {out}; continue with --resume"))
-            raise typer.Exit(EXIT_INTERRUPTED)
-        console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
-        if result.error:  # a search a server failure ended (its error said above) is no capacity: exit 1
-            print_error(f"{result.error}; the search did not finish, so the capacity above is not a result "
-                        "(the levels measured are kept)")
-            raise typer.Exit(EXIT_NO_RESULT)
+        return capacity_document(result, est, slos, settings, load, {
+            "url": url, "serve": str(serve) if serve else None, "scenario": json.loads(sc.model_dump_json()),
+            "num_prompts": num_prompts, **search_start}, status)
+
+    def on_level(done: SearchResult) -> None:
+        write_document(out, document(RUNNING))
+        view.level_done(done)
+
+    def run_search(base_url: str, key: str | None, tok: Path | None) -> None:
+        first = settings.start
+        if search_start["start"] is not None:
+            first = float(search_start["start"])   # a resumed search starts where it started
+        elif start is None:
+            first = _probed_start(base_url, key, tok, sc, kind, settings, runs_dir, model, view, search_start)
+        search_start["start"] = first
+        if stored:
+            view.note(f"resuming {out}: {len(stored)} stored runs replayed")
+        measure = http_measure(base_url, sc, slos, load=kind, num_prompts=num_prompts, looks=settings.looks,
+                               out_dir=runs_dir, model=model, tokenizer_dir=tok, api_key=key,
+                               first_run=len(stored), progress=view.progress)
+        search(Replay(stored, measure), slos, replace(settings, start=first), on_level=on_level, result=result)
+
+    status = COMPLETE
+    try:
+        with sigterm_as_interrupt(), view:
+            if serve is not None:
+                with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key) as (base_url, key):
+                    run_search(base_url, key, tokenizer or serve)
+            else:
+                assert url is not None
+                check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
+                                first_byte_timeout_s=first_byte_timeout)
+                run_search(url, api_key, tokenizer)
+    except KeyboardInterrupt:
+        status = INTERRUPTED
+    if not result.levels:
+        why = ("interrupted before a level ended" if status == INTERRUPTED
+               else result.error or "no level was measured")
+        print_error(f"{why}; nothing written to {out}")
+        raise typer.Exit(EXIT_INTERRUPTED if status == INTERRUPTED else EXIT_NO_RESULT)
+    est = estimate(result.levels, integer=kind == "concurrency")
+    write_document(out, document(status))
+    console.print(escape(capacity_line(est, load, alpha)))
+    probed = (search_start["probe"] or {}).get("requests")
+    in_probe = f" (and {probed} in the probe)" if probed else ""
+    console.print(f"{len(result.levels)} levels, {result.requests} requests{in_probe}, "
+                  f"{result.seconds / 60:.1f} min measuring")
+    if result.error:
+        console.print(f"[red]error:[/] {escape(result.error)}")
+    if status == INTERRUPTED:
+        console.print(escape(f"interrupted: wrote the bracket so far to {out}; continue with --resume"))
+        raise typer.Exit(EXIT_INTERRUPTED)
+    console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
+    if result.error:  # a search a server failure ended (its error said above) is no capacity: exit 1
+        print_error(f"{result.error}; the search did not finish, so the capacity above is not a result "
+                    "(the levels measured are kept)")
+        raise typer.Exit(EXIT_NO_RESULT)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("capacity")(capacity)
 
 
 def _probed_start(url: str, key: str | None, tok: Path | None, sc: Scenario, kind: LoadKind, settings: SearchSettings,

@@ -75,105 +75,107 @@ def drift_document(protocol: DriftProtocol, run: DriftRun, analysis: DriftAnalys
     }
 
 
+def drift(
+    out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
+                              "(each phase's run beside it: res.json -> res.runs/)"),
+    url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
+    serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
+    serve_arg: list[str] = typer.Option(
+        [], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-model-len 32768'"),
+    model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
+    short_per_phase: int = typer.Option(3, "--short-per-phase", help="short requests in each phase"),
+    long_requests: int = typer.Option(
+        2, "--long-requests", help="long requests, one between each two short phases"),
+    short_input_len: int = typer.Option(256, "--short-input-len"),
+    short_output_len: int = typer.Option(64, "--short-output-len"),
+    long_input_len: int = typer.Option(
+        24_000, "--long-input-len",
+        help="prompt tokens of a long request (it must fit the server's max-model-len)"),
+    long_output_len: int = typer.Option(16, "--long-output-len"),
+    warmups: int = typer.Option(2, "--warmups", help="short requests before the first phase, not measured"),
+    seed: int = typer.Option(0, "--seed"),
+    alpha: float = typer.Option(0.05, "--alpha", help="intervals are 1 - alpha; Holm across phases and metrics"),
+    min_effect_pct: float = typer.Option(
+        10.0, "--min-effect-pct", help="a significant change smaller than this is no slowdown"),
+    stall_timeout: float | None = typer.Option(
+        None, "--stall-timeout", help="seconds a stream may send nothing (default: from the phase's lengths)"),
+    connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
+    first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+) -> None:
+    """Short requests, a long one, short ones again ...: prints each phase's TTFT and TPOT and
+    whether the long requests left a slowdown behind."""
+    url = check_server_choice(url, serve, serve_arg)
+    validate.load_options({"--seed": seed, "--stall-timeout": stall_timeout, "--connect-timeout": connect_timeout,
+                           "--first-byte-timeout": first_byte_timeout})
+    for option, length in (("--short-input-len", short_input_len), ("--short-output-len", short_output_len),
+                           ("--long-input-len", long_input_len), ("--long-output-len", long_output_len)):
+        validate.tokens(length, option)
+    for option, n in (("--short-per-phase", short_per_phase), ("--long-requests", long_requests)):
+        validate.requests(n, option)
+    validate.count(warmups, "--warmups", low=0, high=validate.MAX_REQUESTS)
+    if not 0 < alpha < 1:
+        raise ServetuneError(f"--alpha {alpha:g}: must be between 0 and 1")
+    if not math.isfinite(min_effect_pct) or min_effect_pct < 0:
+        raise ServetuneError(f"--min-effect-pct {min_effect_pct:g}: must be a finite number >= 0")
+    try:
+        protocol = DriftProtocol(short_per_phase=short_per_phase, long_requests=long_requests,
+                                 short_input_len=short_input_len, short_output_len=short_output_len,
+                                 long_input_len=long_input_len, long_output_len=long_output_len,
+                                 warmups=warmups, seed=seed, stall_timeout_s=stall_timeout)
+    except ValidationError as exc:
+        raise ServetuneError(validation_text(exc, _OPTION_OF_FIELD)) from None
+    tokenizer = validate.tokenizer_dir(tokenizer)
+    api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
+    result_file(out, "--out", force)  # both now: a bad path must not cost the measurements
+    runs_dir = companion_dir(runs_dir_of(out), "--out", force)
+    on_interrupt(f"nothing written to {out}; the phases measured so far are kept under {runs_dir}")
+
+    silence = Silence(0.0, 0.0)  # set per phase: a long phase may be silent longer
+
+    def announce(phase: Phase) -> None:
+        what = (f"{protocol.short_per_phase} short ({protocol.short_input_len} in / "
+                f"{protocol.short_output_len} out)" if phase.kind == "short"
+                else f"one long ({protocol.long_input_len} in / {protocol.long_output_len} out)")
+        console.print(escape(f"{phase.name}: {what} ..."))
+        sc = protocol.scenario(phase)
+        silence.stall_timeout_s, silence.run_timeout_s = sc.effective_stall_timeout_s, sc.effective_run_timeout_s
+        silence.restart()
+
+    def measure(base_url: str, key: str | None, tok: Path | None) -> DriftRun:
+        with Live(silence, console=console, transient=True, refresh_per_second=2):
+            return run_protocol(base_url, protocol, runs_dir, model=model, tokenizer_dir=tok, api_key=key,
+                                on_phase=announce)
+
+    if serve is not None:
+        with served(serve, serve_arg, runs_dir / "logs", "drift", api_key) as (base_url, key):
+            run = measure(base_url, key, tokenizer or serve)
+    else:
+        assert url is not None
+        check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
+                        first_byte_timeout_s=first_byte_timeout)
+        run = measure(url, api_key, tokenizer)
+    if not run.runs:
+        print_error(f"{run.error or 'no phase was measured'}; nothing written to {out}{_kept(runs_dir)}")
+        raise typer.Exit(EXIT_NO_RESULT)
+    analysis = analyze(run.short_values(), run.after_long(), alpha=alpha, min_effect_pct=min_effect_pct)
+    console.print(phases_table(analysis))
+    if run.error:
+        console.print(f"[red]error:[/] {escape(run.error)}")
+    console.print(escape(analysis.line()))
+    doc = drift_document(protocol, run, analysis, {"url": url, "serve": str(serve) if serve else None})
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
+    if run.error:  # the protocol stopped early: its verdict covers only part of it
+        print_error(f"{run.error}; the protocol did not finish, so the verdict above is not a result "
+                    f"(what was measured is kept in {out})")
+        raise typer.Exit(EXIT_NO_RESULT)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("drift")
-    def drift(
-        out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
-                                  "(each phase's run beside it: res.json -> res.runs/)"),
-        url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
-        serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
-        serve_arg: list[str] = typer.Option(
-            [], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-model-len 32768'"),
-        model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
-        tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
-        short_per_phase: int = typer.Option(3, "--short-per-phase", help="short requests in each phase"),
-        long_requests: int = typer.Option(
-            2, "--long-requests", help="long requests, one between each two short phases"),
-        short_input_len: int = typer.Option(256, "--short-input-len"),
-        short_output_len: int = typer.Option(64, "--short-output-len"),
-        long_input_len: int = typer.Option(
-            24_000, "--long-input-len",
-            help="prompt tokens of a long request (it must fit the server's max-model-len)"),
-        long_output_len: int = typer.Option(16, "--long-output-len"),
-        warmups: int = typer.Option(2, "--warmups", help="short requests before the first phase, not measured"),
-        seed: int = typer.Option(0, "--seed"),
-        alpha: float = typer.Option(0.05, "--alpha", help="intervals are 1 - alpha; Holm across phases and metrics"),
-        min_effect_pct: float = typer.Option(
-            10.0, "--min-effect-pct", help="a significant change smaller than this is no slowdown"),
-        stall_timeout: float | None = typer.Option(
-            None, "--stall-timeout", help="seconds a stream may send nothing (default: from the phase's lengths)"),
-        connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
-        first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
-        api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
-        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
-    ) -> None:
-        """Short requests, a long one, short ones again ...: prints each phase's TTFT and TPOT and
-        whether the long requests left a slowdown behind."""
-        url = check_server_choice(url, serve, serve_arg)
-        validate.load_options({"--seed": seed, "--stall-timeout": stall_timeout, "--connect-timeout": connect_timeout,
-                               "--first-byte-timeout": first_byte_timeout})
-        for option, length in (("--short-input-len", short_input_len), ("--short-output-len", short_output_len),
-                               ("--long-input-len", long_input_len), ("--long-output-len", long_output_len)):
-            validate.tokens(length, option)
-        for option, n in (("--short-per-phase", short_per_phase), ("--long-requests", long_requests)):
-            validate.requests(n, option)
-        validate.count(warmups, "--warmups", low=0, high=validate.MAX_REQUESTS)
-        if not 0 < alpha < 1:
-            raise ServetuneError(f"--alpha {alpha:g}: must be between 0 and 1")
-        if not math.isfinite(min_effect_pct) or min_effect_pct < 0:
-            raise ServetuneError(f"--min-effect-pct {min_effect_pct:g}: must be a finite number >= 0")
-        try:
-            protocol = DriftProtocol(short_per_phase=short_per_phase, long_requests=long_requests,
-                                     short_input_len=short_input_len, short_output_len=short_output_len,
-                                     long_input_len=long_input_len, long_output_len=long_output_len,
-                                     warmups=warmups, seed=seed, stall_timeout_s=stall_timeout)
-        except ValidationError as exc:
-            raise ServetuneError(validation_text(exc, _OPTION_OF_FIELD)) from None
-        tokenizer = validate.tokenizer_dir(tokenizer)
-        api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
-        result_file(out, "--out", force)  # both now: a bad path must not cost the measurements
-        runs_dir = companion_dir(runs_dir_of(out), "--out", force)
-        on_interrupt(f"nothing written to {out}; the phases measured so far are kept under {runs_dir}")
-
-        silence = Silence(0.0, 0.0)  # set per phase: a long phase may be silent longer
-
-        def announce(phase: Phase) -> None:
-            what = (f"{protocol.short_per_phase} short ({protocol.short_input_len} in / "
-                    f"{protocol.short_output_len} out)" if phase.kind == "short"
-                    else f"one long ({protocol.long_input_len} in / {protocol.long_output_len} out)")
-            console.print(escape(f"{phase.name}: {what} ..."))
-            sc = protocol.scenario(phase)
-            silence.stall_timeout_s, silence.run_timeout_s = sc.effective_stall_timeout_s, sc.effective_run_timeout_s
-            silence.restart()
-
-        def measure(base_url: str, key: str | None, tok: Path | None) -> DriftRun:
-            with Live(silence, console=console, transient=True, refresh_per_second=2):
-                return run_protocol(base_url, protocol, runs_dir, model=model, tokenizer_dir=tok, api_key=key,
-                                    on_phase=announce)
-
-        if serve is not None:
-            with served(serve, serve_arg, runs_dir / "logs", "drift", api_key) as (base_url, key):
-                run = measure(base_url, key, tokenizer or serve)
-        else:
-            assert url is not None
-            check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
-                            first_byte_timeout_s=first_byte_timeout)
-            run = measure(url, api_key, tokenizer)
-        if not run.runs:
-            print_error(f"{run.error or 'no phase was measured'}; nothing written to {out}{_kept(runs_dir)}")
-            raise typer.Exit(EXIT_NO_RESULT)
-        analysis = analyze(run.short_values(), run.after_long(), alpha=alpha, min_effect_pct=min_effect_pct)
-        console.print(phases_table(analysis))
-        if run.error:
-            console.print(f"[red]error:[/] {escape(run.error)}")
-        console.print(escape(analysis.line()))
-        doc = drift_document(protocol, run, analysis, {"url": url, "serve": str(serve) if serve else None})
-        out.write_text(json.dumps(doc, indent=1) + "\n")
-        console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
-        if run.error:  # the protocol stopped early: its verdict covers only part of it
-            print_error(f"{run.error}; the protocol did not finish, so the verdict above is not a result "
-                        f"(what was measured is kept in {out})")
-            raise typer.Exit(EXIT_NO_RESULT)
+    app.command("drift")(drift)
 
 
 def _kept(runs_dir: Path) -> str:

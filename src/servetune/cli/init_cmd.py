@@ -26,58 +26,60 @@ from ..tune.plan import StudyPlan, assemble
 console = Console()
 
 
+def init(
+    study_file: Path = typer.Argument(..., dir_okay=False, help="the study file to write"),
+    model: str | None = typer.Option(None, "--model", "-m",
+                                     help="a local model directory or a Hugging Face id (or give --serve-cmd)"),
+    serve_cmd: str | None = typer.Option(None, "--serve-cmd", metavar="'vllm serve MODEL ...'",
+                                         help="the command line you serve with today: it becomes the baseline"),
+    workload: list[str] = typer.Option(["chat"], "--workload", "-w",
+                                       help=f"a scenario preset ({', '.join(PRESETS)}) or a JSONL file of your "
+                                            "requests ({prompt} or {input_len, output_len} a line); repeatable"),
+    slo: list[str] = typer.Option([], "--slo", metavar="METRIC:STAT=MS",
+                                  help="a latency limit every scenario must meet, e.g. ttft:p99=1000; repeatable"),
+    goal: str = typer.Option("throughput", "--goal", help="throughput (output tokens/s) or capacity (the "
+                             "highest load within the SLOs)"),
+    name: str | None = typer.Option(None, "--name", help="the study's name (default: from the model)"),
+    gpus: int | None = typer.Option(None, "--gpus", min=0, max=64,
+                                    help="write for this many GPUs instead of the ones found here (0: the CPU)"),
+    gpu_memory_gib: float = typer.Option(80.0, "--gpu-memory-gib", min=1,
+                                         help="with --gpus: each GPU's memory"),
+    compute_capability: str | None = typer.Option(None, "--compute-capability", metavar="MAJOR.MINOR",
+                                                  help="with --gpus: the GPUs' compute capability (e.g. 9.0)"),
+    offline: bool = typer.Option(False, "--offline", help="do not ask the Hugging Face Hub about a model id"),
+    force: bool = typer.Option(False, "--force", help="overwrite STUDY_FILE if it exists"),
+) -> None:
+    """Write a commented study file for your model, serve line, workload, SLOs and hardware."""
+    if study_file.exists() and not force:
+        raise ServetuneError(f"{study_file}: exists; give --force to overwrite it")
+    if goal not in ("throughput", "capacity"):
+        raise ServetuneError(f"--goal {goal!r}: expected throughput or capacity")
+    serve = parse_serve_line(serve_cmd) if serve_cmd else None
+    model_name = _model_name(model, serve)
+    source = locate(model_name, ask_hub=not offline)
+    if not source.reachable and source.directory is None and source.config is None:
+        console.print(f"[yellow]note[/]: {escape(model_name)}: {escape(source.where)}; the study is written "
+                      "anyway, `servetune plan` checks it again")
+    hardware = _hardware(gpus, gpu_memory_gib, compute_capability)
+    presets, workload_file, summary = _workload(workload, source)
+    inp = DraftInput(name=name or _default_name(model_name), model=source, hardware=hardware, serve=serve,
+                     presets=presets, workload=summary, workload_path=workload_file,
+                     slos=[parse_slo(s) for s in slo], goal=_goal(goal))
+    body, _facts = draft(inp)
+    spec = parse_study(body, str(study_file))  # what is written loads: checked before writing
+    plan = assemble(spec, EngineDefaults(), source)
+    study_file.parent.mkdir(parents=True, exist_ok=True)
+    study_file.write_text(_header(inp, plan, study_file, serve) + body)
+    console.print(f"wrote {escape(str(study_file))}: {len(spec.space)} flag(s) to search on "
+                  f"{escape(hardware.describe())}, {len(spec.scenarios)} scenario(s); about "
+                  f"{plan.boots} boots, {format_duration(plan.eta_s)}")
+    console.print(f"next: servetune plan {escape(str(study_file))}   (checks the engine, model and flags; "
+                  "starts nothing)")
+    console.print(f"then: servetune tune {escape(str(study_file))} --out runs/{escape(spec.name)}")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def init(
-        study_file: Path = typer.Argument(..., dir_okay=False, help="the study file to write"),
-        model: str | None = typer.Option(None, "--model", "-m",
-                                         help="a local model directory or a Hugging Face id (or give --serve-cmd)"),
-        serve_cmd: str | None = typer.Option(None, "--serve-cmd", metavar="'vllm serve MODEL ...'",
-                                             help="the command line you serve with today: it becomes the baseline"),
-        workload: list[str] = typer.Option(["chat"], "--workload", "-w",
-                                           help=f"a scenario preset ({', '.join(PRESETS)}) or a JSONL file of your "
-                                                "requests ({prompt} or {input_len, output_len} a line); repeatable"),
-        slo: list[str] = typer.Option([], "--slo", metavar="METRIC:STAT=MS",
-                                      help="a latency limit every scenario must meet, e.g. ttft:p99=1000; repeatable"),
-        goal: str = typer.Option("throughput", "--goal", help="throughput (output tokens/s) or capacity (the "
-                                 "highest load within the SLOs)"),
-        name: str | None = typer.Option(None, "--name", help="the study's name (default: from the model)"),
-        gpus: int | None = typer.Option(None, "--gpus", min=0, max=64,
-                                        help="write for this many GPUs instead of the ones found here (0: the CPU)"),
-        gpu_memory_gib: float = typer.Option(80.0, "--gpu-memory-gib", min=1,
-                                             help="with --gpus: each GPU's memory"),
-        compute_capability: str | None = typer.Option(None, "--compute-capability", metavar="MAJOR.MINOR",
-                                                      help="with --gpus: the GPUs' compute capability (e.g. 9.0)"),
-        offline: bool = typer.Option(False, "--offline", help="do not ask the Hugging Face Hub about a model id"),
-        force: bool = typer.Option(False, "--force", help="overwrite STUDY_FILE if it exists"),
-    ) -> None:
-        """Write a commented study file for your model, serve line, workload, SLOs and hardware."""
-        if study_file.exists() and not force:
-            raise ServetuneError(f"{study_file}: exists; give --force to overwrite it")
-        if goal not in ("throughput", "capacity"):
-            raise ServetuneError(f"--goal {goal!r}: expected throughput or capacity")
-        serve = parse_serve_line(serve_cmd) if serve_cmd else None
-        model_name = _model_name(model, serve)
-        source = locate(model_name, ask_hub=not offline)
-        if not source.reachable and source.directory is None and source.config is None:
-            console.print(f"[yellow]note[/]: {escape(model_name)}: {escape(source.where)}; the study is written "
-                          "anyway, `servetune plan` checks it again")
-        hardware = _hardware(gpus, gpu_memory_gib, compute_capability)
-        presets, workload_file, summary = _workload(workload, source)
-        inp = DraftInput(name=name or _default_name(model_name), model=source, hardware=hardware, serve=serve,
-                         presets=presets, workload=summary, workload_path=workload_file,
-                         slos=[parse_slo(s) for s in slo], goal=_goal(goal))
-        body, _facts = draft(inp)
-        spec = parse_study(body, str(study_file))  # what is written loads: checked before writing
-        plan = assemble(spec, EngineDefaults(), source)
-        study_file.parent.mkdir(parents=True, exist_ok=True)
-        study_file.write_text(_header(inp, plan, study_file, serve) + body)
-        console.print(f"wrote {escape(str(study_file))}: {len(spec.space)} flag(s) to search on "
-                      f"{escape(hardware.describe())}, {len(spec.scenarios)} scenario(s); about "
-                      f"{plan.boots} boots, {format_duration(plan.eta_s)}")
-        console.print(f"next: servetune plan {escape(str(study_file))}   (checks the engine, model and flags; "
-                      "starts nothing)")
-        console.print(f"then: servetune tune {escape(str(study_file))} --out runs/{escape(spec.name)}")
+    app.command("init")(init)
 
 
 def _goal(text: str) -> Goal:

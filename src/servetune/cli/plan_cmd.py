@@ -20,17 +20,19 @@ from ..tune.plan import StudyPlan, make_plan
 console = Console()
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def plan(
-        study_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="study YAML"),
-        offline: bool = typer.Option(False, "--offline", help="do not ask the Hugging Face Hub for a model id "
-                                     "that is not in the local cache"),
-    ) -> None:
-        """What a study will do, without starting a server: checks, candidates, boots, runs, ETA."""
-        from ..study import load_study
+def plan(
+    study_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="study YAML"),
+    offline: bool = typer.Option(False, "--offline", help="do not ask the Hugging Face Hub for a model id "
+                                 "that is not in the local cache"),
+) -> None:
+    """What a study will do, without starting a server: checks, candidates, boots, runs, ETA."""
+    from ..study import load_study
 
-        show_plan(load_study(study_file), study_file, ask_hub=not offline)
+    show_plan(load_study(study_file), study_file, ask_hub=not offline)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)
 
 
 def show_plan(spec: StudySpec, study_file: Path, *, ask_hub: bool = True) -> None:

@@ -83,109 +83,110 @@ def _scenarios(names: list[str]) -> list[Scenario]:
     return [build_scenario(name) for name in names]
 
 
+def context(
+    ctx: typer.Context,
+    model: str = typer.Option(..., "--model", help="model directory or name"),
+    start: int | None = typer.Option(None, "--start", help="first max-model-len to try (default: vLLM's "
+                                     "automatic length, then the model's maximum)"),
+    tolerance: int = typer.Option(256, "--tolerance", min=1, help="bisection stops this many tokens apart"),
+    max_boots: int = typer.Option(8, "--max-boots", min=1, help="boots at most"),
+    command: str | None = typer.Option(
+        None, "--command", help=f"base command (default: {' '.join(DEFAULT_COMMAND)})"),
+    startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
+    log_dir: Path = typer.Option(Path("runs/probe"), "--log-dir", help="where the server logs go"),
+    out: Path | None = typer.Option(None, "--out", help="write the answer and every boot as JSON here"),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+) -> None:
+    """The largest --max-model-len that fits the memory flags after `--`: vLLM's own answers first
+    (automatic length, its estimate, the max-concurrency line), confirmed by a boot at the answer."""
+    check_start(start)
+    validate.tokens(start, "--start")
+    validate.tokens(tolerance, "--tolerance")
+    validate.count(max_boots, "--max-boots", high=1000)
+    base = validate.command(command) or DEFAULT_COMMAND
+    validate.seconds(startup_timeout, "--startup-timeout")
+    config = _engine_flags(ctx)
+    if "max-model-len" in config.flags:
+        raise ServetuneError("probe context sets --max-model-len itself; leave it out of the engine flags")
+    if out is not None:
+        result_file(out, "--out", force)  # now, not after minutes of boots
+    writable_dir(log_dir, "--log-dir")
+    on_interrupt(f"nothing written{f' to {out}' if out else ''}; the server logs are under {log_dir}")
+    engine = VllmEngine(base, model=model, startup_timeout_s=startup_timeout, log_dir=log_dir)
+    console.print(f"probing the context of {model} (server logs in {log_dir}) ...")
+    answer = find_max_model_len(engine_boot(engine, config, log_dir), model_max=model_max_len(model), start=start,
+                                tolerance=tolerance, max_boots=max_boots,
+                                on_boot=lambda b: console.print("  " + _boot_line(b), markup=False,
+                                                                highlight=False))
+    if out is not None:
+        out.write_text(json.dumps(answer.model_dump(mode="json"), indent=2))
+    console.print(context_verdict(answer), style="bold" if answer.max_model_len else "bold red",
+                  markup=False, highlight=False)
+    if answer.max_model_len is None:
+        raise typer.Exit(EXIT_NO_RESULT)
+
+
+def memory(
+    ctx: typer.Context,
+    study: Path | None = typer.Argument(None, help="study file: its engine, baseline flags and scenarios"),
+    model: str | None = typer.Option(None, "--model", help="model directory (without a study file)"),
+    scenario: list[str] = typer.Option([], "--scenario", help=f"preset to run (repeatable): {', '.join(PRESETS)}"),
+    device_memory_gib: float | None = typer.Option(None, "--device-memory-gib", min=0.001,
+                                                   help="the accelerator's memory, to express the pool as "
+                                                        "--gpu-memory-utilization"),
+    out: Path = typer.Option(Path("runs/probe-memory"), "--out", help="directory for logs, runs and memory.json"),
+    command: str | None = typer.Option(None, "--command", help="base command without a study file (default: "
+                                       f"{' '.join(DEFAULT_COMMAND)})"),
+    startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
+    force: bool = typer.Option(False, "--force", help="overwrite an earlier memory.json in --out"),
+) -> None:
+    """Run the scenarios once on one server and say whether the KV cache memory should go up, down or
+    stay, with the smallest --kv-cache-memory-bytes that keeps preemptions at zero at that load."""
+    validate.seconds(startup_timeout, "--startup-timeout")
+    validate.number(device_memory_gib, "--device-memory-gib", low=0, high=1e6, low_open=True)
+    base = validate.command(command)
+    extra = _engine_flags(ctx)
+    if study is not None:
+        spec = load_study(study)
+        engine: Engine = engine_for(spec.engine)  # the study's engine, as `tune` builds it
+        engine.check_secrets()
+        config, model_dir = spec.baseline_config().merged(extra), str(spec.engine.model)
+        scenarios = _scenarios(scenario) if scenario else list(spec.scenarios)
+    else:
+        if model is None or not scenario:
+            raise ServetuneError("give a study file, or --model DIR and at least one --scenario")
+        engine = VllmEngine(base or DEFAULT_COMMAND, model=model,
+                            startup_timeout_s=startup_timeout, log_dir=out / "logs", dev_mode=True)
+        config, model_dir, scenarios = extra, model, _scenarios(scenario)
+    if out.exists() and not out.is_dir():
+        raise ServetuneError(f"--out {out}: exists and is not a directory")
+    result_file(out / "memory.json", "--out", force)
+    writable_dir(out, "--out")
+    on_interrupt(f"nothing written to {out / 'memory.json'}; the logs and runs so far are under {out}")
+    tokenizer = Path(model_dir) if (Path(model_dir) / "tokenizer.json").is_file() else None
+    console.print(f"booting {model_dir} and running {', '.join(s.name for s in scenarios)} once each ...")
+    measured = measure(engine, config, scenarios, out, tokenizer, "memory")
+    if measured.error and not measured.runs:  # ran, measured nothing: as `probe context` without an answer
+        raise NoResult(f"{measured.error}; nothing written to {out / 'memory.json'}")
+    facts = measured.start.boot_facts
+    max_num_seqs = as_number(config.flags.get("max-num-seqs"))
+    clients = {s.name: s.concurrency for s in scenarios}
+    needs = [scenario_need(r.scenario, r.server_stats, r.summary, facts.kv_cache_tokens, max_num_seqs,
+                           clients.get(r.scenario)) for r in measured.runs]
+    verdict = judge(needs, facts, config, device_memory_gib)
+    (out / "memory.json").write_text(json.dumps(verdict.model_dump(mode="json"), indent=2))
+    console.print(_needs_table(verdict))
+    if measured.error:
+        console.print(f"[yellow]{escape(measured.error)}[/]")
+    console.print(f"memory: {verdict.text}", style="bold", markup=False, highlight=False)
+    console.print(escape(f"wrote {out / 'memory.json'}"))
+    if verdict.direction == "unknown":
+        raise typer.Exit(EXIT_NO_RESULT)
+
+
 def register(app: typer.Typer) -> None:
     probe_app = typer.Typer(help="One-question probes: the longest context that fits, the KV memory a load needs.",
                             no_args_is_help=True)
-
-    @probe_app.command("context", context_settings=_EXTRA)
-    def context(
-        ctx: typer.Context,
-        model: str = typer.Option(..., "--model", help="model directory or name"),
-        start: int | None = typer.Option(None, "--start", help="first max-model-len to try (default: vLLM's "
-                                         "automatic length, then the model's maximum)"),
-        tolerance: int = typer.Option(256, "--tolerance", min=1, help="bisection stops this many tokens apart"),
-        max_boots: int = typer.Option(8, "--max-boots", min=1, help="boots at most"),
-        command: str | None = typer.Option(
-            None, "--command", help=f"base command (default: {' '.join(DEFAULT_COMMAND)})"),
-        startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
-        log_dir: Path = typer.Option(Path("runs/probe"), "--log-dir", help="where the server logs go"),
-        out: Path | None = typer.Option(None, "--out", help="write the answer and every boot as JSON here"),
-        force: bool = typer.Option(False, "--force", help=FORCE_HELP),
-    ) -> None:
-        """The largest --max-model-len that fits the memory flags after `--`: vLLM's own answers first
-        (automatic length, its estimate, the max-concurrency line), confirmed by a boot at the answer."""
-        check_start(start)
-        validate.tokens(start, "--start")
-        validate.tokens(tolerance, "--tolerance")
-        validate.count(max_boots, "--max-boots", high=1000)
-        base = validate.command(command) or DEFAULT_COMMAND
-        validate.seconds(startup_timeout, "--startup-timeout")
-        config = _engine_flags(ctx)
-        if "max-model-len" in config.flags:
-            raise ServetuneError("probe context sets --max-model-len itself; leave it out of the engine flags")
-        if out is not None:
-            result_file(out, "--out", force)  # now, not after minutes of boots
-        writable_dir(log_dir, "--log-dir")
-        on_interrupt(f"nothing written{f' to {out}' if out else ''}; the server logs are under {log_dir}")
-        engine = VllmEngine(base, model=model, startup_timeout_s=startup_timeout, log_dir=log_dir)
-        console.print(f"probing the context of {model} (server logs in {log_dir}) ...")
-        answer = find_max_model_len(engine_boot(engine, config, log_dir), model_max=model_max_len(model), start=start,
-                                    tolerance=tolerance, max_boots=max_boots,
-                                    on_boot=lambda b: console.print("  " + _boot_line(b), markup=False,
-                                                                    highlight=False))
-        if out is not None:
-            out.write_text(json.dumps(answer.model_dump(mode="json"), indent=2))
-        console.print(context_verdict(answer), style="bold" if answer.max_model_len else "bold red",
-                      markup=False, highlight=False)
-        if answer.max_model_len is None:
-            raise typer.Exit(EXIT_NO_RESULT)
-
-    @probe_app.command("memory", context_settings=_EXTRA)
-    def memory(
-        ctx: typer.Context,
-        study: Path | None = typer.Argument(None, help="study file: its engine, baseline flags and scenarios"),
-        model: str | None = typer.Option(None, "--model", help="model directory (without a study file)"),
-        scenario: list[str] = typer.Option([], "--scenario", help=f"preset to run (repeatable): {', '.join(PRESETS)}"),
-        device_memory_gib: float | None = typer.Option(None, "--device-memory-gib", min=0.001,
-                                                       help="the accelerator's memory, to express the pool as "
-                                                            "--gpu-memory-utilization"),
-        out: Path = typer.Option(Path("runs/probe-memory"), "--out", help="directory for logs, runs and memory.json"),
-        command: str | None = typer.Option(None, "--command", help="base command without a study file (default: "
-                                           f"{' '.join(DEFAULT_COMMAND)})"),
-        startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
-        force: bool = typer.Option(False, "--force", help="overwrite an earlier memory.json in --out"),
-    ) -> None:
-        """Run the scenarios once on one server and say whether the KV cache memory should go up, down or
-        stay, with the smallest --kv-cache-memory-bytes that keeps preemptions at zero at that load."""
-        validate.seconds(startup_timeout, "--startup-timeout")
-        validate.number(device_memory_gib, "--device-memory-gib", low=0, high=1e6, low_open=True)
-        base = validate.command(command)
-        extra = _engine_flags(ctx)
-        if study is not None:
-            spec = load_study(study)
-            engine: Engine = engine_for(spec.engine)  # the study's engine, as `tune` builds it
-            engine.check_secrets()
-            config, model_dir = spec.baseline_config().merged(extra), str(spec.engine.model)
-            scenarios = _scenarios(scenario) if scenario else list(spec.scenarios)
-        else:
-            if model is None or not scenario:
-                raise ServetuneError("give a study file, or --model DIR and at least one --scenario")
-            engine = VllmEngine(base or DEFAULT_COMMAND, model=model,
-                                startup_timeout_s=startup_timeout, log_dir=out / "logs", dev_mode=True)
-            config, model_dir, scenarios = extra, model, _scenarios(scenario)
-        if out.exists() and not out.is_dir():
-            raise ServetuneError(f"--out {out}: exists and is not a directory")
-        result_file(out / "memory.json", "--out", force)
-        writable_dir(out, "--out")
-        on_interrupt(f"nothing written to {out / 'memory.json'}; the logs and runs so far are under {out}")
-        tokenizer = Path(model_dir) if (Path(model_dir) / "tokenizer.json").is_file() else None
-        console.print(f"booting {model_dir} and running {', '.join(s.name for s in scenarios)} once each ...")
-        measured = measure(engine, config, scenarios, out, tokenizer, "memory")
-        if measured.error and not measured.runs:  # ran, measured nothing: as `probe context` without an answer
-            raise NoResult(f"{measured.error}; nothing written to {out / 'memory.json'}")
-        facts = measured.start.boot_facts
-        max_num_seqs = as_number(config.flags.get("max-num-seqs"))
-        clients = {s.name: s.concurrency for s in scenarios}
-        needs = [scenario_need(r.scenario, r.server_stats, r.summary, facts.kv_cache_tokens, max_num_seqs,
-                               clients.get(r.scenario)) for r in measured.runs]
-        verdict = judge(needs, facts, config, device_memory_gib)
-        (out / "memory.json").write_text(json.dumps(verdict.model_dump(mode="json"), indent=2))
-        console.print(_needs_table(verdict))
-        if measured.error:
-            console.print(f"[yellow]{escape(measured.error)}[/]")
-        console.print(f"memory: {verdict.text}", style="bold", markup=False, highlight=False)
-        console.print(escape(f"wrote {out / 'memory.json'}"))
-        if verdict.direction == "unknown":
-            raise typer.Exit(EXIT_NO_RESULT)
-
+    probe_app.command("context", context_settings=_EXTRA)(context)
+    probe_app.command("memory", context_settings=_EXTRA)(memory)
     app.add_typer(probe_app, name="probe")

@@ -16,67 +16,70 @@ from .paths import result_file, writable_dir
 console = Console()
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def report(
-        study_dir: Path = typer.Argument(..., help="study directory (holds study.sqlite)"),
-        out: Path | None = typer.Option(None, "--out", "-o", help="where to write (default: the study directory)"),
-    ) -> None:
-        """Write report.md, report.html and the winning config (winner/) from a study's store."""
-        from ..report import write_report
-        from ..store import StudyStore
-        from ..study.spec import StudySpec
-        from ..tune.analysis import analyze
+def report(
+    study_dir: Path = typer.Argument(..., help="study directory (holds study.sqlite)"),
+    out: Path | None = typer.Option(None, "--out", "-o", help="where to write (default: the study directory)"),
+) -> None:
+    """Write report.md, report.html and the winning config (winner/) from a study's store."""
+    from ..report import write_report
+    from ..store import StudyStore
+    from ..study.spec import StudySpec
+    from ..tune.analysis import analyze
 
-        with store_errors(study_dir / StudyStore.FILENAME):
-            store = StudyStore.open_existing(study_dir, read_only=True)
-            try:
-                raw = store.spec_doc()
-                if raw is None:
-                    raise ServetuneError(f"{study_dir}: the store holds no study spec (meta 'spec')")
-                try:
-                    spec = StudySpec.from_store(raw)
-                except ValidationError as exc:
-                    raise ServetuneError(f"{study_dir}: the stored study spec is unreadable: "
-                                         f"{validation_text(exc)}") from None
-                analysis = analyze(store, spec)
-                paths = write_report(analysis, store, writable_dir(out or study_dir, "--out"))
-            finally:
-                store.close()
-        console.print(escape(analysis.winner_reason) if analysis.winner is None else
-                      f"[bold green]winner:[/] {escape(analysis.winner.label)}")
-        for name in ("markdown", "html"):
-            console.print(f"{name}: {escape(str(paths[name]))}")
-        snippet_dir = next((p.parent for k, p in paths.items() if k.endswith(":command")), None)
-        if snippet_dir is not None:
-            console.print(f"config: {escape(str(snippet_dir))}/")
-
-    @app.command("compare")
-    def compare_cmd(
-        a: Path = typer.Argument(..., help="A: bench result JSON, directory of them, or study directory"),
-        b: Path = typer.Argument(..., help="B: the same kinds as A"),
-        metric: list[str] = typer.Option([], "--metric", "-m", help="metric to compare (repeatable); "
-                                         "default: throughputs and mean/p99 of TTFT, TPOT, ITL, E2EL"),
-        confidence: float = typer.Option(0.95, min=0.5, max=0.999, help="confidence level of the intervals"),
-        markdown_file: Path | None = typer.Option(None, "--markdown", help="also write the table as Markdown"),
-        anyway: bool = typer.Option(False, "--anyway", help="compare sides that are not comparable (a failed run, "
-                                    "a different workload): their rows are marked NOT COMPARABLE with the reason"),
-        force: bool = typer.Option(False, "--force", help="overwrite an existing --markdown file"),
-    ) -> None:
-        """B versus A per scenario and metric: effect with CI and a verdict. Refuses a side whose run
-        failed, or sides of different workloads, unless --anyway."""
-        from ..report.compare import DEFAULT_METRICS, compare_sides, load_side, markdown, rich_table
-        from ..study.metrics import check_metric
-
+    with store_errors(study_dir / StudyStore.FILENAME):
+        store = StudyStore.open_existing(study_dir, read_only=True)
         try:
-            metrics = [check_metric(m) for m in metric] or list(DEFAULT_METRICS)
-        except ValueError as exc:
-            raise ServetuneError(f"--metric: {exc}") from exc
-        if markdown_file is not None:
-            result_file(markdown_file, "--markdown", force)
-        side_a, side_b = load_side(a), load_side(b)
-        rows = compare_sides(side_a, side_b, metrics, confidence, anyway=anyway)
-        console.print(rich_table(rows, side_a, side_b, confidence))
-        if markdown_file is not None:
-            markdown_file.write_text(markdown(rows, side_a, side_b, confidence))
-            console.print(f"markdown: {escape(str(markdown_file))}")
+            raw = store.spec_doc()
+            if raw is None:
+                raise ServetuneError(f"{study_dir}: the store holds no study spec (meta 'spec')")
+            try:
+                spec = StudySpec.from_store(raw)
+            except ValidationError as exc:
+                raise ServetuneError(f"{study_dir}: the stored study spec is unreadable: "
+                                     f"{validation_text(exc)}") from None
+            analysis = analyze(store, spec)
+            paths = write_report(analysis, store, writable_dir(out or study_dir, "--out"))
+        finally:
+            store.close()
+    console.print(escape(analysis.winner_reason) if analysis.winner is None else
+                  f"[bold green]winner:[/] {escape(analysis.winner.label)}")
+    for name in ("markdown", "html"):
+        console.print(f"{name}: {escape(str(paths[name]))}")
+    snippet_dir = next((p.parent for k, p in paths.items() if k.endswith(":command")), None)
+    if snippet_dir is not None:
+        console.print(f"config: {escape(str(snippet_dir))}/")
+
+
+def compare_cmd(
+    a: Path = typer.Argument(..., help="A: bench result JSON, directory of them, or study directory"),
+    b: Path = typer.Argument(..., help="B: the same kinds as A"),
+    metric: list[str] = typer.Option([], "--metric", "-m", help="metric to compare (repeatable); "
+                                     "default: throughputs and mean/p99 of TTFT, TPOT, ITL, E2EL"),
+    confidence: float = typer.Option(0.95, min=0.5, max=0.999, help="confidence level of the intervals"),
+    markdown_file: Path | None = typer.Option(None, "--markdown", help="also write the table as Markdown"),
+    anyway: bool = typer.Option(False, "--anyway", help="compare sides that are not comparable (a failed run, "
+                                "a different workload): their rows are marked NOT COMPARABLE with the reason"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing --markdown file"),
+) -> None:
+    """B versus A per scenario and metric: effect with CI and a verdict. Refuses a side whose run
+    failed, or sides of different workloads, unless --anyway."""
+    from ..report.compare import DEFAULT_METRICS, compare_sides, load_side, markdown, rich_table
+    from ..study.metrics import check_metric
+
+    try:
+        metrics = [check_metric(m) for m in metric] or list(DEFAULT_METRICS)
+    except ValueError as exc:
+        raise ServetuneError(f"--metric: {exc}") from exc
+    if markdown_file is not None:
+        result_file(markdown_file, "--markdown", force)
+    side_a, side_b = load_side(a), load_side(b)
+    rows = compare_sides(side_a, side_b, metrics, confidence, anyway=anyway)
+    console.print(rich_table(rows, side_a, side_b, confidence))
+    if markdown_file is not None:
+        markdown_file.write_text(markdown(rows, side_a, side_b, confidence))
+        console.print(f"markdown: {escape(str(markdown_file))}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)
+    app.command("compare")(compare_cmd)

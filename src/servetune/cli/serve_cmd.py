@@ -116,78 +116,80 @@ def _print_failure(result: StartResult) -> None:
         console.print(f"full log: {result.log_path}")
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def serve(
-        ctx: typer.Context,
-        model: str = typer.Option(..., "--model", help="model directory or name"),
-        port: int | None = typer.Option(None, "--port", help="loopback port (default: a free one)"),
-        startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
-        command: str | None = typer.Option(
-            None, "--command",
-            help="base command, split like a shell would but run without one "
-                 f"(default: {' '.join(DEFAULT_COMMAND)}; a bare python means this interpreter)"),
-        log_dir: Path = typer.Option(Path("runs/serve"), "--log-dir", help="where the server log goes"),
-        env: list[str] = typer.Option([], "--env", help="NAME=VALUE for the server's environment (repeatable)"),
-        pin_engine_core: bool = typer.Option(
-            False, "--pin-engine-core",
-            help="CPU build on few cores: pin vLLM's busy-waiting EngineCore to the workers' cores and the "
-                 "API server to the others (smooth streaming, repeatable runs)"),
-    ) -> None:
-        """Start one server with the engine flags after `--`, print what took effect, stay up until
-        Ctrl-C or SIGTERM (then tear it down cleanly)."""
-        validate.count(port, "--port", high=65535)
-        validate.seconds(startup_timeout, "--startup-timeout")
-        base = validate.command(command) or DEFAULT_COMMAND
-        env_vars: dict[str, str] = {}
-        for item in env:
-            name, eq, value = item.partition("=")
-            if not eq or not is_env_name(name):
-                raise ServetuneError(f"--env expects NAME=VALUE with NAME of letters, digits and _, got {item!r}")
-            env_vars[name] = value
-        config = Config.of(flags_from_argv(list(ctx.args)), env=env_vars)
-        # `serve` starts vLLM from its own options; past the served name, everything uses the Engine protocol.
-        vllm = VllmEngine(base, model=model,
-                          startup_timeout_s=startup_timeout, log_dir=log_dir, pin_engine_core=pin_engine_core)
-        served_name = vllm.served_model_name(config)
-        engine: Engine = vllm
-        log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        console.print(f"starting vLLM (log: {log_path}) ...")
+def serve(
+    ctx: typer.Context,
+    model: str = typer.Option(..., "--model", help="model directory or name"),
+    port: int | None = typer.Option(None, "--port", help="loopback port (default: a free one)"),
+    startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
+    command: str | None = typer.Option(
+        None, "--command",
+        help="base command, split like a shell would but run without one "
+             f"(default: {' '.join(DEFAULT_COMMAND)}; a bare python means this interpreter)"),
+    log_dir: Path = typer.Option(Path("runs/serve"), "--log-dir", help="where the server log goes"),
+    env: list[str] = typer.Option([], "--env", help="NAME=VALUE for the server's environment (repeatable)"),
+    pin_engine_core: bool = typer.Option(
+        False, "--pin-engine-core",
+        help="CPU build on few cores: pin vLLM's busy-waiting EngineCore to the workers' cores and the "
+             "API server to the others (smooth streaming, repeatable runs)"),
+) -> None:
+    """Start one server with the engine flags after `--`, print what took effect, stay up until
+    Ctrl-C or SIGTERM (then tear it down cleanly)."""
+    validate.count(port, "--port", high=65535)
+    validate.seconds(startup_timeout, "--startup-timeout")
+    base = validate.command(command) or DEFAULT_COMMAND
+    env_vars: dict[str, str] = {}
+    for item in env:
+        name, eq, value = item.partition("=")
+        if not eq or not is_env_name(name):
+            raise ServetuneError(f"--env expects NAME=VALUE with NAME of letters, digits and _, got {item!r}")
+        env_vars[name] = value
+    config = Config.of(flags_from_argv(list(ctx.args)), env=env_vars)
+    # `serve` starts vLLM from its own options; past the served name, everything uses the Engine protocol.
+    vllm = VllmEngine(base, model=model,
+                      startup_timeout_s=startup_timeout, log_dir=log_dir, pin_engine_core=pin_engine_core)
+    served_name = vllm.served_model_name(config)
+    engine: Engine = vllm
+    log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    console.print(f"starting vLLM (log: {log_path}) ...")
 
-        stop_requested = False
+    stop_requested = False
 
-        def on_term(signum: int, frame: FrameType | None) -> None:
-            nonlocal stop_requested
-            stop_requested = True
-            raise KeyboardInterrupt
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+        raise KeyboardInterrupt
 
-        previous = signal.signal(signal.SIGTERM, on_term)
-        result: StartResult | None = None
-        try:
-            result = engine.start(config, log_path, port)
-            if result.argv:
-                console.print(" ".join(shlex.quote(a) for a in result.argv), style="dim", highlight=False)
-            if not result.ok or result.server is None:
-                _print_failure(result)
-                raise typer.Exit(1)
-            _print_start(result, config)
-            if result.cpu_layout:
-                console.print("cpu layout: " + result.cpu_layout, markup=False, highlight=False)
-            server = result.server
-            console.print(f"[bold green]serving[/] {served_name} at {server.url} "
-                          f"(pid {server.pid}); Ctrl-C stops it")
-            while server.is_alive():
-                time.sleep(0.5)
-            failure = engine.diagnose(server)
-            console.print(f"[bold red]server died: {failure.detail}[/]")
-            for line in failure.evidence:
-                console.print(f"  > {line[:400]}", style="red", markup=False, highlight=False)
+    previous = signal.signal(signal.SIGTERM, on_term)
+    result: StartResult | None = None
+    try:
+        result = engine.start(config, log_path, port)
+        if result.argv:
+            console.print(" ".join(shlex.quote(a) for a in result.argv), style="dim", highlight=False)
+        if not result.ok or result.server is None:
+            _print_failure(result)
             raise typer.Exit(1)
-        except KeyboardInterrupt:
-            console.print("stopping ..." if stop_requested else "interrupted, stopping ...")
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-            if result is not None and result.server is not None:
-                report = engine.stop(result.server)
-                state = "clean" if report.clean else f"left pids {report.left_pids}, port free: {report.port_free}"
-                console.print(f"stopped ({state})")
+        _print_start(result, config)
+        if result.cpu_layout:
+            console.print("cpu layout: " + result.cpu_layout, markup=False, highlight=False)
+        server = result.server
+        console.print(f"[bold green]serving[/] {served_name} at {server.url} "
+                      f"(pid {server.pid}); Ctrl-C stops it")
+        while server.is_alive():
+            time.sleep(0.5)
+        failure = engine.diagnose(server)
+        console.print(f"[bold red]server died: {failure.detail}[/]")
+        for line in failure.evidence:
+            console.print(f"  > {line[:400]}", style="red", markup=False, highlight=False)
+        raise typer.Exit(1)
+    except KeyboardInterrupt:
+        console.print("stopping ..." if stop_requested else "interrupted, stopping ...")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if result is not None and result.server is not None:
+            report = engine.stop(result.server)
+            state = "clean" if report.clean else f"left pids {report.left_pids}, port free: {report.port_free}"
+            console.print(f"stopped ({state})")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(serve)

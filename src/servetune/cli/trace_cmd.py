@@ -51,67 +51,68 @@ def summary_table(title: str, summary: TraceSummary) -> Table:
     return table
 
 
+def summary_cmd(
+    path: Path = typer.Argument(..., help="the trace file"),
+    fmt: str = typer.Option("auto", "--format", help=FORMAT_HELP),
+    plot: Path | None = typer.Option(None, "--plot", help="write the arrival rate and length plot (PNG) here"),
+    block_size: int = typer.Option(MOONCAKE_BLOCK_TOKENS, "--block-size", min=1, help="tokens per hash id"),
+    cache_block_size: int = typer.Option(16, "--cache-block-size", min=1, help="the server's KV block"),
+    duration_s: float | None = typer.Option(None, "--duration-s", help="with --pick: the window to show"),
+    pick: str | None = typer.Option(None, "--pick", help=PICK_HELP),
+) -> None:
+    """Rows, span, arrival rate and bursts, length distributions, implied prefix reuse."""
+    rows = _rows(path, fmt)
+    whole = summarize(rows, block_size, cache_block_size)
+    console.print(summary_table(f"{path.name}: the whole trace", whole))
+    window = None
+    if pick is not None:
+        start = _pick(pick, rows, duration_s, block_size, cache_block_size)
+        assert duration_s is not None
+        window = (start, duration_s)
+        t0 = min(r.t_s for r in rows)
+        inside = [r for r in rows if start <= r.t_s - t0 < start + duration_s]
+        console.print(summary_table(f"{pick} window: start_s {start:g}, duration_s {duration_s:g}",
+                                    summarize(inside, block_size, cache_block_size)))
+    if plot is not None:
+        from ..report.trace_plot import trace_overview
+
+        writable_file(plot, "--plot")
+        plot.write_bytes(trace_overview(rows, whole, path.name, window))
+        console.print(escape(f"wrote {plot}"))
+
+
+def cut_cmd(
+    path: Path = typer.Argument(..., help="the trace file"),
+    out: Path = typer.Option(..., "--out", help="the window, as Mooncake JSONL from time 0"),
+    fmt: str = typer.Option("auto", "--format", help=FORMAT_HELP),
+    start_s: float = typer.Option(0.0, "--start-s", min=0, help="window start, seconds from the first row"),
+    duration_s: float | None = typer.Option(None, "--duration-s", help="window length (default: to the end)"),
+    pick: str | None = typer.Option(None, "--pick", help=PICK_HELP + " (instead of --start-s)"),
+    sample: float = typer.Option(1.0, "--sample", help="share of requests (whole sessions) kept"),
+    max_requests: int | None = typer.Option(None, "--max-requests", min=1),
+    seed: int = typer.Option(0, "--seed", help="which requests a sample keeps"),
+    block_size: int = typer.Option(MOONCAKE_BLOCK_TOKENS, "--block-size", min=1, help="tokens per hash id"),
+    cache_block_size: int = typer.Option(16, "--cache-block-size", min=1, help="the server's KV block"),
+) -> None:
+    """Write a window (or a sample) of the trace; its summary is printed."""
+    rows = _rows(path, fmt)
+    if pick is not None:
+        start_s = _pick(pick, rows, duration_s, block_size, cache_block_size)
+    try:
+        spec = TraceSpec(path=path, start_s=start_s, duration_s=duration_s, sample=sample,
+                         max_requests=max_requests, seed=seed)
+    except ValueError as exc:
+        raise ServetuneError(f"trace cut: {str(exc).splitlines()[-1].strip()}") from None
+    writable_file(out, "--out")
+    replay = select(rows, spec, str(path))
+    written = write_mooncake(replay, out)
+    console.print(summary_table(f"{out.name}: start_s {start_s:g}, duration_s {duration_s or 'to the end'}",
+                                summarize(list(read_trace(out, "mooncake")), block_size, cache_block_size)))
+    console.print(escape(f"wrote {written} requests to {out}"))
+
+
 def register(app: typer.Typer) -> None:
     trace_app = typer.Typer(help="Recorded traces: summarize one, cut a window of it to replay.", no_args_is_help=True)
-
-    @trace_app.command("summary")
-    def summary_cmd(
-        path: Path = typer.Argument(..., help="the trace file"),
-        fmt: str = typer.Option("auto", "--format", help=FORMAT_HELP),
-        plot: Path | None = typer.Option(None, "--plot", help="write the arrival rate and length plot (PNG) here"),
-        block_size: int = typer.Option(MOONCAKE_BLOCK_TOKENS, "--block-size", min=1, help="tokens per hash id"),
-        cache_block_size: int = typer.Option(16, "--cache-block-size", min=1, help="the server's KV block"),
-        duration_s: float | None = typer.Option(None, "--duration-s", help="with --pick: the window to show"),
-        pick: str | None = typer.Option(None, "--pick", help=PICK_HELP),
-    ) -> None:
-        """Rows, span, arrival rate and bursts, length distributions, implied prefix reuse."""
-        rows = _rows(path, fmt)
-        whole = summarize(rows, block_size, cache_block_size)
-        console.print(summary_table(f"{path.name}: the whole trace", whole))
-        window = None
-        if pick is not None:
-            start = _pick(pick, rows, duration_s, block_size, cache_block_size)
-            assert duration_s is not None
-            window = (start, duration_s)
-            t0 = min(r.t_s for r in rows)
-            inside = [r for r in rows if start <= r.t_s - t0 < start + duration_s]
-            console.print(summary_table(f"{pick} window: start_s {start:g}, duration_s {duration_s:g}",
-                                        summarize(inside, block_size, cache_block_size)))
-        if plot is not None:
-            from ..report.trace_plot import trace_overview
-
-            writable_file(plot, "--plot")
-            plot.write_bytes(trace_overview(rows, whole, path.name, window))
-            console.print(escape(f"wrote {plot}"))
-
-    @trace_app.command("cut")
-    def cut_cmd(
-        path: Path = typer.Argument(..., help="the trace file"),
-        out: Path = typer.Option(..., "--out", help="the window, as Mooncake JSONL from time 0"),
-        fmt: str = typer.Option("auto", "--format", help=FORMAT_HELP),
-        start_s: float = typer.Option(0.0, "--start-s", min=0, help="window start, seconds from the first row"),
-        duration_s: float | None = typer.Option(None, "--duration-s", help="window length (default: to the end)"),
-        pick: str | None = typer.Option(None, "--pick", help=PICK_HELP + " (instead of --start-s)"),
-        sample: float = typer.Option(1.0, "--sample", help="share of requests (whole sessions) kept"),
-        max_requests: int | None = typer.Option(None, "--max-requests", min=1),
-        seed: int = typer.Option(0, "--seed", help="which requests a sample keeps"),
-        block_size: int = typer.Option(MOONCAKE_BLOCK_TOKENS, "--block-size", min=1, help="tokens per hash id"),
-        cache_block_size: int = typer.Option(16, "--cache-block-size", min=1, help="the server's KV block"),
-    ) -> None:
-        """Write a window (or a sample) of the trace; its summary is printed."""
-        rows = _rows(path, fmt)
-        if pick is not None:
-            start_s = _pick(pick, rows, duration_s, block_size, cache_block_size)
-        try:
-            spec = TraceSpec(path=path, start_s=start_s, duration_s=duration_s, sample=sample,
-                             max_requests=max_requests, seed=seed)
-        except ValueError as exc:
-            raise ServetuneError(f"trace cut: {str(exc).splitlines()[-1].strip()}") from None
-        writable_file(out, "--out")
-        replay = select(rows, spec, str(path))
-        written = write_mooncake(replay, out)
-        console.print(summary_table(f"{out.name}: start_s {start_s:g}, duration_s {duration_s or 'to the end'}",
-                                    summarize(list(read_trace(out, "mooncake")), block_size, cache_block_size)))
-        console.print(escape(f"wrote {written} requests to {out}"))
-
+    trace_app.command("summary")(summary_cmd)
+    trace_app.command("cut")(cut_cmd)
     app.add_typer(trace_app, name="trace")

@@ -28,97 +28,100 @@ if TYPE_CHECKING:
 console = Console()
 
 
+def tune(
+    study_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="study YAML"),
+    out: Path = typer.Option(..., "--out", "-o", help="study directory (store, logs, report); "
+                             "run the same command again to resume"),
+    report: bool = typer.Option(True, help="write the report when the study ends"),
+    stop_after: float | None = typer.Option(
+        None, "--stop-after", metavar="SECONDS",
+        help="pause cleanly before a trial that would not finish within SECONDS of this session "
+             "(from measured boot and run times); run the same command again to continue"),
+    ray_address: str | None = typer.Option(
+        None, "--ray", metavar="auto|ADDRESS",
+        help="run the study's slots (parallel.slots) as actors on a Ray cluster: `auto` (RAY_ADDRESS, "
+             "a cluster started here with `ray start`, else a new local one) or the cluster's address; "
+             "needs servetune[ray]"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="check the engine, the model and the flags, list "
+                                 "the candidates, boots and ETA, and start nothing (as `servetune plan`)"),
+) -> None:
+    """Run (or resume) a tuning study: baseline, search, finalists, verdict."""
+    from ..study import load_study
+
+    validate.seconds(stop_after, "--stop-after")
+    spec = load_study(study_file)
+    if dry_run:
+        from .plan_cmd import show_plan
+
+        show_plan(spec, study_file)
+        return
+    with store_errors(out / StudyStore.FILENAME):
+        check_store_kind(out, "study", "--out")  # an A/B's store must not take a study's trials
+        writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
+        on_interrupt(f"the store in {out} keeps every finished trial; run the same command again to resume")
+        _tune(spec, out, report, stop_after, ray_address)
+
+
+def status(out: Path = typer.Argument(..., help="study directory")) -> None:
+    """Progress of a study from its store: trials done, the current one, ETA."""
+    store = StudyStore.open_existing(out, read_only=True)
+    spec = store.spec_doc() or {}
+    trials = store.trials()
+    runs = store.runs()
+    done = [t for t in trials if t.done]
+    running = [t for t in trials if not t.done]
+    eta = estimate(trials, runs)
+    table = Table(title=escape(f"study {spec.get('name', out)}"))
+    # Which slot (and node, on Ray) measured a trial matters once there is more than one place.
+    by_slot = len({t.slot for t in trials}) > 1 or any(t.placement and t.placement.node for t in trials)
+    for col in ("#", "role", "config", *(("slot",) if by_slot else ()), "outcome", "boot s", "runs"):
+        table.add_column(col)
+    base_cfg = next((t.config for t in trials if t.role is TrialRole.baseline), None)
+    sessions = store.sessions()
+    # A live tuner heartbeats every few seconds; a silent open session was killed.
+    live = bool(sessions) and sessions[-1].ended_at is None and time.time() - sessions[-1].last_seen < 60
+    unfinished = "[green]running[/]" if live else "[yellow]interrupted (resume with the same command)[/]"
+    for t in trials:
+        n_runs = len([r for r in runs if r.trial_id == t.id])
+        where = (_slot_cell(t),) if by_slot else ()
+        table.add_row(str(t.seq), t.role, escape(t.config.label(base_cfg) if base_cfg else t.config.label()),
+                      *where, escape(t.outcome) if t.outcome else unfinished,
+                      f"{t.boot_s:.0f}" if t.boot_s else "-", str(n_runs))
+    console.print(table)
+    line = f"trials done: {len(done)}"
+    if spec:
+        from ..study import StudySpec
+        from ..tune import analysis
+
+        try:
+            study = StudySpec.from_store(spec)
+        except ValidationError as exc:
+            raise ServetuneError(f"{store.path}: the stored study spec is unreadable: "
+                                 f"{validation_text(exc)}") from None
+        planned = analysis.planned_trial_count(store, study)
+        line += (f" of ~{planned}; ETA {format_duration(analysis.remaining_s(store, study))}"
+                 f" ({'measured' if eta.measured else 'guessed'}: boot {eta.boot_s:.0f} s + runs)")
+    console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
+    if spec:
+        console.print(escape(analysis.power_line(analysis.study_power(store, study))))
+        if store.final_plan() is not None:
+            from ..tune import revalidation, verdict_rule
+
+            look = revalidation.next_look(analysis.analyze(store, study), study,
+                                          verdict_rule.revalidation_cap(store))
+            if look.leader is not None:
+                pair = 2 * next_trial_s(study, for_study(study, trials, runs, stored_seed(store)))
+                console.print(escape(f"{look.line()}; a boot pair takes ~{format_duration(pair)}"))
+    if first := first_estimate_summary(store):
+        console.print(escape(first))
+    verdict = store.verdict()
+    if verdict:
+        console.print(f"verdict: {escape(verdict.reason)}")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def tune(
-        study_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="study YAML"),
-        out: Path = typer.Option(..., "--out", "-o", help="study directory (store, logs, report); "
-                                 "run the same command again to resume"),
-        report: bool = typer.Option(True, help="write the report when the study ends"),
-        stop_after: float | None = typer.Option(
-            None, "--stop-after", metavar="SECONDS",
-            help="pause cleanly before a trial that would not finish within SECONDS of this session "
-                 "(from measured boot and run times); run the same command again to continue"),
-        ray_address: str | None = typer.Option(
-            None, "--ray", metavar="auto|ADDRESS",
-            help="run the study's slots (parallel.slots) as actors on a Ray cluster: `auto` (RAY_ADDRESS, "
-                 "a cluster started here with `ray start`, else a new local one) or the cluster's address; "
-                 "needs servetune[ray]"),
-        dry_run: bool = typer.Option(False, "--dry-run", help="check the engine, the model and the flags, list "
-                                     "the candidates, boots and ETA, and start nothing (as `servetune plan`)"),
-    ) -> None:
-        """Run (or resume) a tuning study: baseline, search, finalists, verdict."""
-        from ..study import load_study
-
-        validate.seconds(stop_after, "--stop-after")
-        spec = load_study(study_file)
-        if dry_run:
-            from .plan_cmd import show_plan
-
-            show_plan(spec, study_file)
-            return
-        with store_errors(out / StudyStore.FILENAME):
-            check_store_kind(out, "study", "--out")  # an A/B's store must not take a study's trials
-            writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
-            on_interrupt(f"the store in {out} keeps every finished trial; run the same command again to resume")
-            _tune(spec, out, report, stop_after, ray_address)
-
-    @app.command()
-    def status(out: Path = typer.Argument(..., help="study directory")) -> None:
-        """Progress of a study from its store: trials done, the current one, ETA."""
-        store = StudyStore.open_existing(out, read_only=True)
-        spec = store.spec_doc() or {}
-        trials = store.trials()
-        runs = store.runs()
-        done = [t for t in trials if t.done]
-        running = [t for t in trials if not t.done]
-        eta = estimate(trials, runs)
-        table = Table(title=escape(f"study {spec.get('name', out)}"))
-        # Which slot (and node, on Ray) measured a trial matters once there is more than one place.
-        by_slot = len({t.slot for t in trials}) > 1 or any(t.placement and t.placement.node for t in trials)
-        for col in ("#", "role", "config", *(("slot",) if by_slot else ()), "outcome", "boot s", "runs"):
-            table.add_column(col)
-        base_cfg = next((t.config for t in trials if t.role is TrialRole.baseline), None)
-        sessions = store.sessions()
-        # A live tuner heartbeats every few seconds; a silent open session was killed.
-        live = bool(sessions) and sessions[-1].ended_at is None and time.time() - sessions[-1].last_seen < 60
-        unfinished = "[green]running[/]" if live else "[yellow]interrupted (resume with the same command)[/]"
-        for t in trials:
-            n_runs = len([r for r in runs if r.trial_id == t.id])
-            where = (_slot_cell(t),) if by_slot else ()
-            table.add_row(str(t.seq), t.role, escape(t.config.label(base_cfg) if base_cfg else t.config.label()),
-                          *where, escape(t.outcome) if t.outcome else unfinished,
-                          f"{t.boot_s:.0f}" if t.boot_s else "-", str(n_runs))
-        console.print(table)
-        line = f"trials done: {len(done)}"
-        if spec:
-            from ..study import StudySpec
-            from ..tune import analysis
-
-            try:
-                study = StudySpec.from_store(spec)
-            except ValidationError as exc:
-                raise ServetuneError(f"{store.path}: the stored study spec is unreadable: "
-                                     f"{validation_text(exc)}") from None
-            planned = analysis.planned_trial_count(store, study)
-            line += (f" of ~{planned}; ETA {format_duration(analysis.remaining_s(store, study))}"
-                     f" ({'measured' if eta.measured else 'guessed'}: boot {eta.boot_s:.0f} s + runs)")
-        console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
-        if spec:
-            console.print(escape(analysis.power_line(analysis.study_power(store, study))))
-            if store.final_plan() is not None:
-                from ..tune import revalidation, verdict_rule
-
-                look = revalidation.next_look(analysis.analyze(store, study), study,
-                                              verdict_rule.revalidation_cap(store))
-                if look.leader is not None:
-                    pair = 2 * next_trial_s(study, for_study(study, trials, runs, stored_seed(store)))
-                    console.print(escape(f"{look.line()}; a boot pair takes ~{format_duration(pair)}"))
-        if first := first_estimate_summary(store):
-            console.print(escape(first))
-        verdict = store.verdict()
-        if verdict:
-            console.print(f"verdict: {escape(verdict.reason)}")
+    app.command("tune")(tune)
+    app.command("status")(status)
 
 
 def _ray_slots() -> ModuleType:
