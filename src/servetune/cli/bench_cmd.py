@@ -265,6 +265,10 @@ def bench(
     else:
         assert serve is not None
         result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer, api_key)
+    _show_result(result, sc, pcts, out)
+
+def _show_result(result: RunResult, sc: Scenario, pcts: tuple[float, ...], out: Path) -> None:
+    """The run's tables and where it was written; exit 1 when there is no result to show."""
     if result.records_path is None:  # the run never reached the measurement: nothing was written
         print_error(f"{result.error or result.outcome.value}; nothing written to {out}")
         raise typer.Exit(EXIT_NO_RESULT)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -104,16 +104,7 @@ def capacity(
     _check_options(load, start, max_level, input_len, output_len, num_prompts, burstiness, seed,
                    {"--stall-timeout": stall_timeout, "--connect-timeout": connect_timeout,
                     "--first-byte-timeout": first_byte_timeout})
-    if load not in DEFAULT_MAX_LEVEL:
-        raise ServetuneError(f"--load {load!r}: expected rate, concurrency or speedup")
-    if (load == "speedup") != (trace is not None):
-        raise ServetuneError("--load speedup goes with --trace FILE, and a trace's load is its speed-up")
-    if trace is None and scenario is None:
-        raise ServetuneError("give --scenario PRESET or --trace FILE")
-    if not 0 < alpha < 1:
-        raise ServetuneError(f"--alpha {alpha:g}: must be between 0 and 1")
-    if not 0 < rel_tol < 1:
-        raise ServetuneError(f"--rel-tol {rel_tol:g}: must be between 0 and 1")
+    _check_search(load, trace, scenario, alpha, rel_tol)
     slos = parse_slos(slo)
     if trace is not None:
         sc = trace_scenario(scenario, trace_spec(trace, trace_set), endpoint=endpoint, seed=seed)
@@ -138,55 +129,101 @@ def capacity(
     result_file(out, "--out", force or resume)
     runs_dir = companion_dir(runs_dir_of(out), "--out", force or resume)
     search_start: dict[str, Any] = {"start": previous.get("start"), "probe": previous.get("probe")}
-    result = SearchResult()
     view = SearchView(console, load, integer=kind == "concurrency")
-
-    def document(status: str) -> dict[str, Any]:
-        est = estimate(result.levels, integer=kind == "concurrency")
-        return capacity_document(result, est, slos, settings, load, {
-            "url": url, "serve": str(serve) if serve else None, "scenario": json.loads(sc.model_dump_json()),
-            "num_prompts": num_prompts, **search_start}, status)
-
-    def on_level(done: SearchResult) -> None:
-        write_document(out, document(RUNNING))
-        view.level_done(done)
-
-    def run_search(base_url: str, key: str | None, tok: Path | None) -> None:
-        first = settings.start
-        if search_start["start"] is not None:
-            first = float(search_start["start"])   # a resumed search starts where it started
-        elif start is None:
-            first = _probed_start(base_url, key, tok, sc, kind, settings, runs_dir, model, view, search_start)
-        search_start["start"] = first
-        if stored:
-            view.note(f"resuming {out}: {len(stored)} stored runs replayed")
-        measure = http_measure(base_url, sc, slos, load=kind, num_prompts=num_prompts, looks=settings.looks,
-                               out_dir=runs_dir, model=model, tokenizer_dir=tok, api_key=key,
-                               first_run=len(stored), progress=view.progress)
-        search(Replay(stored, measure), slos, replace(settings, start=first), on_level=on_level, result=result)
-
+    run = _Search(out, sc, slos, settings, load, kind, {"url": url, "serve": str(serve) if serve else None},
+                  num_prompts, start, model, runs_dir, stored, view, search_start)
     status = COMPLETE
     try:
         with sigterm_as_interrupt(), view:
             if serve is not None:
                 with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key) as (base_url, key):
-                    run_search(base_url, key, tokenizer or serve)
+                    run.run_search(base_url, key, tokenizer or serve)
             else:
                 assert url is not None
                 check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
                                 first_byte_timeout_s=first_byte_timeout)
-                run_search(url, api_key, tokenizer)
+                run.run_search(url, api_key, tokenizer)
     except KeyboardInterrupt:
         status = INTERRUPTED
+    _conclude(run, status, alpha)
+
+
+def _check_search(load: str, trace: Path | None, scenario: str | None, alpha: float, rel_tol: float) -> None:
+    """The search's own options, refused before any request (bad input, exit 2)."""
+    if load not in DEFAULT_MAX_LEVEL:
+        raise ServetuneError(f"--load {load!r}: expected rate, concurrency or speedup")
+    if (load == "speedup") != (trace is not None):
+        raise ServetuneError("--load speedup goes with --trace FILE, and a trace's load is its speed-up")
+    if trace is None and scenario is None:
+        raise ServetuneError("give --scenario PRESET or --trace FILE")
+    if not 0 < alpha < 1:
+        raise ServetuneError(f"--alpha {alpha:g}: must be between 0 and 1")
+    if not 0 < rel_tol < 1:
+        raise ServetuneError(f"--rel-tol {rel_tol:g}: must be between 0 and 1")
+
+
+@dataclass
+class _Search:
+    """One capacity search as it runs: what it measures, where OUT is rewritten as each level ends,
+    and what it has found so far (`result`)."""
+
+    out: Path
+    sc: Scenario
+    slos: list[Slo]
+    settings: SearchSettings
+    load: str
+    kind: LoadKind
+    target: dict[str, str | None]  # the document's "url" and "serve"
+    num_prompts: int
+    start: float | None  # --start as given; None: from a saturation probe
+    model: str | None
+    runs_dir: Path
+    stored: list[LevelSample]  # --resume: the runs OUT already holds, replayed before any request
+    view: SearchView
+    search_start: dict[str, Any]  # the first level and the probe behind it, as written to OUT
+    result: SearchResult = field(default_factory=SearchResult)
+
+    def document(self, status: str) -> dict[str, Any]:
+        est = estimate(self.result.levels, integer=self.kind == "concurrency")
+        return capacity_document(self.result, est, self.slos, self.settings, self.load, {
+            **self.target, "scenario": json.loads(self.sc.model_dump_json()),
+            "num_prompts": self.num_prompts, **self.search_start}, status)
+
+    def on_level(self, done: SearchResult) -> None:
+        write_document(self.out, self.document(RUNNING))
+        self.view.level_done(done)
+
+    def run_search(self, base_url: str, key: str | None, tok: Path | None) -> None:
+        settings, view = self.settings, self.view
+        first = settings.start
+        if self.search_start["start"] is not None:
+            first = float(self.search_start["start"])   # a resumed search starts where it started
+        elif self.start is None:
+            first = _probed_start(base_url, key, tok, self.sc, self.kind, settings, self.runs_dir, self.model, view,
+                                  self.search_start)
+        self.search_start["start"] = first
+        if self.stored:
+            view.note(f"resuming {self.out}: {len(self.stored)} stored runs replayed")
+        measure = http_measure(base_url, self.sc, self.slos, load=self.kind, num_prompts=self.num_prompts,
+                               looks=settings.looks, out_dir=self.runs_dir, model=self.model, tokenizer_dir=tok,
+                               api_key=key, first_run=len(self.stored), progress=view.progress)
+        search(Replay(self.stored, measure), self.slos, replace(settings, start=first), on_level=self.on_level,
+               result=self.result)
+
+
+def _conclude(run: _Search, status: str, alpha: float) -> None:
+    """OUT written with the search's end (or nothing, when no level ended), the capacity printed,
+    and the exit code: 130 interrupted, 1 no level or a server failure that ended the search."""
+    result, out = run.result, run.out
     if not result.levels:
         why = ("interrupted before a level ended" if status == INTERRUPTED
                else result.error or "no level was measured")
         print_error(f"{why}; nothing written to {out}")
         raise typer.Exit(EXIT_INTERRUPTED if status == INTERRUPTED else EXIT_NO_RESULT)
-    est = estimate(result.levels, integer=kind == "concurrency")
-    write_document(out, document(status))
-    console.print(escape(capacity_line(est, load, alpha)))
-    probed = (search_start["probe"] or {}).get("requests")
+    est = estimate(result.levels, integer=run.kind == "concurrency")
+    write_document(out, run.document(status))
+    console.print(escape(capacity_line(est, run.load, alpha)))
+    probed = (run.search_start["probe"] or {}).get("requests")
     in_probe = f" (and {probed} in the probe)" if probed else ""
     console.print(f"{len(result.levels)} levels, {result.requests} requests{in_probe}, "
                   f"{result.seconds / 60:.1f} min measuring")
@@ -195,7 +232,7 @@ def capacity(
     if status == INTERRUPTED:
         console.print(escape(f"interrupted: wrote the bracket so far to {out}; continue with --resume"))
         raise typer.Exit(EXIT_INTERRUPTED)
-    console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
+    console.print(escape(f"wrote {out} and the runs under {run.runs_dir}"))
     if result.error:  # a search a server failure ended (its error said above) is no capacity: exit 1
         print_error(f"{result.error}; the search did not finish, so the capacity above is not a result "
                     "(the levels measured are kept)")

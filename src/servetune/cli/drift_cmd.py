@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -134,29 +135,40 @@ def drift(
     on_interrupt(f"nothing written to {out}; the phases measured so far are kept under {runs_dir}")
 
     silence = Silence(0.0, 0.0)  # set per phase: a long phase may be silent longer
-
-    def announce(phase: Phase) -> None:
-        what = (f"{protocol.short_per_phase} short ({protocol.short_input_len} in / "
-                f"{protocol.short_output_len} out)" if phase.kind == "short"
-                else f"one long ({protocol.long_input_len} in / {protocol.long_output_len} out)")
-        console.print(escape(f"{phase.name}: {what} ..."))
-        sc = protocol.scenario(phase)
-        silence.stall_timeout_s, silence.run_timeout_s = sc.effective_stall_timeout_s, sc.effective_run_timeout_s
-        silence.restart()
-
-    def measure(base_url: str, key: str | None, tok: Path | None) -> DriftRun:
-        with Live(silence, console=console, transient=True, refresh_per_second=2):
-            return run_protocol(base_url, protocol, runs_dir, model=model, tokenizer_dir=tok, api_key=key,
-                                on_phase=announce)
-
     if serve is not None:
         with served(serve, serve_arg, runs_dir / "logs", "drift", api_key) as (base_url, key):
-            run = measure(base_url, key, tokenizer or serve)
+            run = _measure(base_url, key, tokenizer or serve, protocol, runs_dir, model, silence)
     else:
         assert url is not None
         check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
                         first_byte_timeout_s=first_byte_timeout)
-        run = measure(url, api_key, tokenizer)
+        run = _measure(url, api_key, tokenizer, protocol, runs_dir, model, silence)
+    _conclude(run, protocol, out, runs_dir, {"url": url, "serve": str(serve) if serve else None}, alpha,
+              min_effect_pct)
+
+
+def _announce(protocol: DriftProtocol, silence: Silence, phase: Phase) -> None:
+    """A phase named as it starts; the silence line takes that phase's limits."""
+    what = (f"{protocol.short_per_phase} short ({protocol.short_input_len} in / "
+            f"{protocol.short_output_len} out)" if phase.kind == "short"
+            else f"one long ({protocol.long_input_len} in / {protocol.long_output_len} out)")
+    console.print(escape(f"{phase.name}: {what} ..."))
+    sc = protocol.scenario(phase)
+    silence.stall_timeout_s, silence.run_timeout_s = sc.effective_stall_timeout_s, sc.effective_run_timeout_s
+    silence.restart()
+
+
+def _measure(base_url: str, key: str | None, tok: Path | None, protocol: DriftProtocol, runs_dir: Path,
+             model: str | None, silence: Silence) -> DriftRun:
+    with Live(silence, console=console, transient=True, refresh_per_second=2):
+        return run_protocol(base_url, protocol, runs_dir, model=model, tokenizer_dir=tok, api_key=key,
+                            on_phase=partial(_announce, protocol, silence))
+
+
+def _conclude(run: DriftRun, protocol: DriftProtocol, out: Path, runs_dir: Path, target: dict[str, str | None],
+              alpha: float, min_effect_pct: float) -> None:
+    """The verdict printed and OUT written (nothing, when no phase was measured); exit 1 when the
+    protocol did not finish."""
     if not run.runs:
         print_error(f"{run.error or 'no phase was measured'}; nothing written to {out}{_kept(runs_dir)}")
         raise typer.Exit(EXIT_NO_RESULT)
@@ -165,14 +177,13 @@ def drift(
     if run.error:
         console.print(f"[red]error:[/] {escape(run.error)}")
     console.print(escape(analysis.line()))
-    doc = drift_document(protocol, run, analysis, {"url": url, "serve": str(serve) if serve else None})
+    doc = drift_document(protocol, run, analysis, target)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     console.print(escape(f"wrote {out} and the runs under {runs_dir}"))
     if run.error:  # the protocol stopped early: its verdict covers only part of it
         print_error(f"{run.error}; the protocol did not finish, so the verdict above is not a result "
                     f"(what was measured is kept in {out})")
         raise typer.Exit(EXIT_NO_RESULT)
-
 
 def register(app: typer.Typer) -> None:
     app.command("drift")(drift)

@@ -8,7 +8,7 @@ import signal
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -137,13 +137,7 @@ def serve(
     validate.count(port, "--port", high=65535)
     validate.seconds(startup_timeout, "--startup-timeout")
     base = validate.command(command) or DEFAULT_COMMAND
-    env_vars: dict[str, str] = {}
-    for item in env:
-        name, eq, value = item.partition("=")
-        if not eq or not is_env_name(name):
-            raise ServetuneError(f"--env expects NAME=VALUE with NAME of letters, digits and _, got {item!r}")
-        env_vars[name] = value
-    config = Config.of(flags_from_argv(list(ctx.args)), env=env_vars)
+    config = Config.of(flags_from_argv(list(ctx.args)), env=_env_vars(env))
     # `serve` starts vLLM from its own options; past the served name, everything uses the Engine protocol.
     vllm = VllmEngine(base, model=model,
                       startup_timeout_s=startup_timeout, log_dir=log_dir, pin_engine_core=pin_engine_core)
@@ -152,37 +146,14 @@ def serve(
     log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
     console.print(f"starting vLLM (log: {log_path}) ...")
 
-    stop_requested = False
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        nonlocal stop_requested
-        stop_requested = True
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    sigterm = _Sigterm()
+    previous = signal.signal(signal.SIGTERM, sigterm)
     result: StartResult | None = None
     try:
         result = engine.start(config, log_path, port)
-        if result.argv:
-            console.print(" ".join(shlex.quote(a) for a in result.argv), style="dim", highlight=False)
-        if not result.ok or result.server is None:
-            _print_failure(result)
-            raise typer.Exit(1)
-        _print_start(result, config)
-        if result.cpu_layout:
-            console.print("cpu layout: " + result.cpu_layout, markup=False, highlight=False)
-        server = result.server
-        console.print(f"[bold green]serving[/] {served_name} at {server.url} "
-                      f"(pid {server.pid}); Ctrl-C stops it")
-        while server.is_alive():
-            time.sleep(0.5)
-        failure = engine.diagnose(server)
-        console.print(f"[bold red]server died: {failure.detail}[/]")
-        for line in failure.evidence:
-            console.print(f"  > {line[:400]}", style="red", markup=False, highlight=False)
-        raise typer.Exit(1)
+        _serve_until_stopped(engine, result, config, served_name)
     except KeyboardInterrupt:
-        console.print("stopping ..." if stop_requested else "interrupted, stopping ...")
+        console.print("stopping ..." if sigterm.received else "interrupted, stopping ...")
     finally:
         signal.signal(signal.SIGTERM, previous)
         if result is not None and result.server is not None:
@@ -190,6 +161,50 @@ def serve(
             state = "clean" if report.clean else f"left pids {report.left_pids}, port free: {report.port_free}"
             console.print(f"stopped ({state})")
 
+
+def _env_vars(items: list[str]) -> dict[str, str]:
+    """--env NAME=VALUE items as the server's extra environment."""
+    env_vars: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not is_env_name(name):
+            raise ServetuneError(f"--env expects NAME=VALUE with NAME of letters, digits and _, got {item!r}")
+        env_vars[name] = value
+    return env_vars
+
+
+class _Sigterm:
+    """A SIGTERM handler that stops `serve` as Ctrl-C does, remembering that it was the signal."""
+
+    def __init__(self) -> None:
+        self.received = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+        raise KeyboardInterrupt
+
+
+def _serve_until_stopped(engine: Engine, result: StartResult, config: Config, served_name: str) -> NoReturn:
+    """What the start did, then the server watched until Ctrl-C or SIGTERM (KeyboardInterrupt); a
+    failed start or a server that dies ends as exit 1. The caller stops the server."""
+    if result.argv:
+        console.print(" ".join(shlex.quote(a) for a in result.argv), style="dim", highlight=False)
+    if not result.ok or result.server is None:
+        _print_failure(result)
+        raise typer.Exit(1)
+    _print_start(result, config)
+    if result.cpu_layout:
+        console.print("cpu layout: " + result.cpu_layout, markup=False, highlight=False)
+    server = result.server
+    console.print(f"[bold green]serving[/] {served_name} at {server.url} "
+                  f"(pid {server.pid}); Ctrl-C stops it")
+    while server.is_alive():
+        time.sleep(0.5)
+    failure = engine.diagnose(server)
+    console.print(f"[bold red]server died: {failure.detail}[/]")
+    for line in failure.evidence:
+        console.print(f"  > {line[:400]}", style="red", markup=False, highlight=False)
+    raise typer.Exit(1)
 
 def register(app: typer.Typer) -> None:
     app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(serve)
