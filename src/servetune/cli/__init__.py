@@ -1,4 +1,5 @@
-"""The `servetune` command. Each sub-command lives in its own module with a `register(app)`."""
+"""The `servetune` command. Each sub-command is a top-level function of its own module, whose
+`register(app)` attaches it (`app.command(NAME)(function)`; a group adds its own typer app)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import ServetuneError
-from ..store import StudyStore, Trial, TrialRole
+from ..store import Run, StudyStore, Trial, TrialRole
 from ..tune.display import StudyDisplay, format_duration
 from ..tune.eta import estimate, first_estimate_summary, for_study, next_trial_s, stored_seed
 from . import validate
@@ -71,23 +71,7 @@ def status(out: Path = typer.Argument(..., help="study directory")) -> None:
     done = [t for t in trials if t.done]
     running = [t for t in trials if not t.done]
     eta = estimate(trials, runs)
-    table = Table(title=escape(f"study {spec.get('name', out)}"))
-    # Which slot (and node, on Ray) measured a trial matters once there is more than one place.
-    by_slot = len({t.slot for t in trials}) > 1 or any(t.placement and t.placement.node for t in trials)
-    for col in ("#", "role", "config", *(("slot",) if by_slot else ()), "outcome", "boot s", "runs"):
-        table.add_column(col)
-    base_cfg = next((t.config for t in trials if t.role is TrialRole.baseline), None)
-    sessions = store.sessions()
-    # A live tuner heartbeats every few seconds; a silent open session was killed.
-    live = bool(sessions) and sessions[-1].ended_at is None and time.time() - sessions[-1].last_seen < 60
-    unfinished = "[green]running[/]" if live else "[yellow]interrupted (resume with the same command)[/]"
-    for t in trials:
-        n_runs = len([r for r in runs if r.trial_id == t.id])
-        where = (_slot_cell(t),) if by_slot else ()
-        table.add_row(str(t.seq), t.role, escape(t.config.label(base_cfg) if base_cfg else t.config.label()),
-                      *where, escape(t.outcome) if t.outcome else unfinished,
-                      f"{t.boot_s:.0f}" if t.boot_s else "-", str(n_runs))
-    console.print(table)
+    console.print(_trials_table(store, f"study {spec.get('name', out)}", trials, runs))
     line = f"trials done: {len(done)}"
     if spec:
         from ..study import StudySpec
@@ -169,6 +153,27 @@ def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None, ra
             console.print(f"report: {escape(str(paths[name]))}")
     if not result.baseline_measured:
         raise typer.Exit(EXIT_NO_RESULT)
+
+
+def _trials_table(store: StudyStore, title: str, trials: list[Trial], runs: list[Run]) -> Table:
+    """One row a trial: its role, config against the baseline, outcome (or running/interrupted), boot, runs."""
+    table = Table(title=escape(title))
+    # Which slot (and node, on Ray) measured a trial matters once there is more than one place.
+    by_slot = len({t.slot for t in trials}) > 1 or any(t.placement and t.placement.node for t in trials)
+    for col in ("#", "role", "config", *(("slot",) if by_slot else ()), "outcome", "boot s", "runs"):
+        table.add_column(col)
+    base_cfg = next((t.config for t in trials if t.role is TrialRole.baseline), None)
+    sessions = store.sessions()
+    # A live tuner heartbeats every few seconds; a silent open session was killed.
+    live = bool(sessions) and sessions[-1].ended_at is None and time.time() - sessions[-1].last_seen < 60
+    unfinished = "[green]running[/]" if live else "[yellow]interrupted (resume with the same command)[/]"
+    for t in trials:
+        n_runs = len([r for r in runs if r.trial_id == t.id])
+        where = (_slot_cell(t),) if by_slot else ()
+        table.add_row(str(t.seq), t.role, escape(t.config.label(base_cfg) if base_cfg else t.config.label()),
+                      *where, escape(t.outcome) if t.outcome else unfinished,
+                      f"{t.boot_s:.0f}" if t.boot_s else "-", str(n_runs))
+    return table
 
 
 def _slot_cell(trial: Trial) -> str:
