@@ -33,6 +33,7 @@ from pathlib import Path
 from statistics import fmean
 
 from servetune.load.bench import run_scenario
+from servetune.load.options import RunOptions
 from servetune.load.scenario import preset
 from servetune.load.scrape import histogram_means, read_counters
 from servetune.report.advice import Evidence
@@ -104,8 +105,8 @@ def main() -> int:
                               output_len=args.output_len, concurrency=args.concurrency, endpoint="completions")
             ours, theirs = [], []
             for rnd in range(args.rounds):
-                result = run_scenario(args.url, model, scenario, tokenizer_dir=args.model_dir,
-                                      out_dir=out, run_id=f"st-{name}-{rnd}")
+                result = run_scenario(args.url, model, scenario, RunOptions(tokenizer_dir=args.model_dir,
+                                      out_dir=out, run_id=f"st-{name}-{rnd}"))
                 ours.append({**result.summary, **server_evidence(result.server_stats)})
                 # per-round seeds differ across scenarios too: no two vLLM runs share a prompt
                 seed = None if args.vllm_seed == "fixed" else 1000 * (len(rows) + 1) + rnd

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from servetune.load.bench import run_scenario  # noqa: E402
 from servetune.load.dataset import trace_specs  # noqa: E402
+from servetune.load.options import RunOptions  # noqa: E402
 from servetune.load.prompts import LocalTokenizer, PromptFactory  # noqa: E402
 from servetune.load.records import RequestRecord, RunResult  # noqa: E402
 from servetune.load.scenario import Scenario  # noqa: E402
@@ -71,7 +72,7 @@ def lateness_round(rate: float, seconds: float) -> dict[str, Any]:
         n = synthetic_trace(trace, rate, seconds)
         sc = Scenario(name="synthetic", warmups=0,
                       trace=TraceSpec(path=trace, block_size=16, cache_block_size=16))
-        result = run_scenario(url, None, sc, tokenizer_dir=TINY, out_dir=Path(tmp), run_id="lateness")
+        result = run_scenario(url, None, sc, RunOptions(tokenizer_dir=TINY, out_dir=Path(tmp), run_id="lateness"))
         records = _records(result)
         with urllib.request.urlopen(url + "/fake/arrivals") as resp:
             arrivals = sorted(json.load(resp))
@@ -139,7 +140,7 @@ def vllm_round(spec: TraceSpec, speedup: float, out: Path, block_size: int) -> d
         raise SystemExit(f"vLLM did not start: {started.outcome.value}: {started.detail}")
     try:
         sc = Scenario(name="mooncake-window", warmups=2, trace=spec.model_copy(update={"speedup": speedup}))
-        result = run_scenario(started.server.url, None, sc, tokenizer_dir=TINY, out_dir=out, run_id="vllm")
+        result = run_scenario(started.server.url, None, sc, RunOptions(tokenizer_dir=TINY, out_dir=out, run_id="vllm"))
     finally:
         engine.stop(started.server)
     s = result.summary

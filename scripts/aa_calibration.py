@@ -27,6 +27,7 @@ from pathlib import Path
 
 from servetune.engine import Engine, engine_for
 from servetune.load.bench import run_scenario
+from servetune.load.options import RunOptions
 from servetune.stats import (
     Verdict,
     aa_boot_calibration,
@@ -72,8 +73,8 @@ def _measure_boot(engine: Engine, spec, index: int, label: str, work: Path) -> d
         for replicate in range(1, spec.replicates.max + 1):
             for scenario in spec.scenarios:
                 engine.before_run(server.url, None)  # vLLM: empty the prefix cache, as a study does
-                result = run_scenario(server.url, model, scenario, tokenizer_dir=Path(spec.engine.model),
-                                      out_dir=work / "runs", run_id=f"boot{index:03d}-{scenario.name}-r{replicate}")
+                result = run_scenario(server.url, model, scenario, RunOptions(tokenizer_dir=Path(spec.engine.model),
+                                      out_dir=work / "runs", run_id=f"boot{index:03d}-{scenario.name}-r{replicate}"))
                 keep = ("output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms",
                         "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms")
                 boot["replicates"].append({"scenario": scenario.name, "replicate": replicate,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from servetune.load.bench import run_scenario
+from servetune.load.options import RunOptions
 from servetune.load.prompts import LocalTokenizer, PromptFactory
 from servetune.load.records import RequestRecord
 from servetune.load.scenario import PRESETS, Scenario, SharedPrefix, preset
@@ -63,8 +64,8 @@ def _check_run(result: Any, scenario: Scenario, out_dir: Path, run_id: str) -> N
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_every_preset_scaled_down_runs(vllm_server: Any, tmp_path: Path, name: str) -> None:
     scenario = preset(name, **TINY[name])
-    result = run_scenario(vllm_server.url, vllm_server.model, scenario, tokenizer_dir=vllm_server.model_dir,
-                          out_dir=tmp_path, run_id=name, slo={"ttft": 60_000})
+    result = run_scenario(vllm_server.url, vllm_server.model, scenario, RunOptions(tokenizer_dir=vllm_server.model_dir,
+                          out_dir=tmp_path, run_id=name, slo={"ttft": 60_000}))
     _check_run(result, scenario, tmp_path, name)
     if scenario.endpoint == "chat":
         assert result.summary["chat_template_tokens"] > 0
@@ -74,8 +75,8 @@ def test_open_loop_and_remote_tokenizer_and_workers(vllm_server: Any, tmp_path: 
     scenario = Scenario(name="open", input_len=96, output_len=8, concurrency=None, rate=20.0, num_prompts=12,
                         warmups=2, burstiness=0.5)
     # no tokenizer_dir: prompts are sized through the server's /tokenize and /detokenize
-    result = run_scenario(vllm_server.url, vllm_server.model, scenario, tokenizer_dir=None, out_dir=tmp_path,
-                          run_id="open", workers=2)
+    result = run_scenario(vllm_server.url, vllm_server.model, scenario, RunOptions(tokenizer_dir=None, out_dir=tmp_path,
+                          run_id="open", workers=2))
     _check_run(result, scenario, tmp_path, "open")
     assert result.summary["tokenizer_source"] == "server:/tokenize"
     assert result.client_health["workers"] == 2 and result.client_health["requested_rate"] == 20.0
@@ -84,12 +85,12 @@ def test_open_loop_and_remote_tokenizer_and_workers(vllm_server: Any, tmp_path: 
 def test_nonces_defeat_the_prefix_cache_except_the_shared_prefix(vllm_server: Any) -> None:
     base = dict(input_len=256, output_len=2, concurrency=1, num_prompts=6, warmups=1)
     plain = run_scenario(vllm_server.url, vllm_server.model, Scenario(name="plain", **base),
-                         tokenizer_dir=vllm_server.model_dir)
+                         RunOptions(tokenizer_dir=vllm_server.model_dir))
     assert plain.server_stats["prefix_cache_queries"] >= 6 * 256
     assert plain.server_stats["prefix_cache_hits"] == 0
     shared = run_scenario(vllm_server.url, vllm_server.model,
                           Scenario(name="shared", shared_prefix=SharedPrefix(length=128, share=1.0), **base),
-                          tokenizer_dir=vllm_server.model_dir)
+                          RunOptions(tokenizer_dir=vllm_server.model_dir))
     # every request reuses the 128-token prefix (whole KV blocks of it) warmed by the one before
     hits = shared.server_stats["prefix_cache_hits"]
     assert 6 * 96 <= hits <= 6 * 128
@@ -145,7 +146,7 @@ def _vllm_bench(url: str, model: str, model_dir: Path, sc: Scenario, out: Path) 
 
 def _ours(vllm_server: Any, sc: Scenario) -> dict[str, Any]:
     """servetune's summary of one run, with the server's histogram means over its measured phase."""
-    result = run_scenario(vllm_server.url, vllm_server.model, sc, tokenizer_dir=vllm_server.model_dir)
+    result = run_scenario(vllm_server.url, vllm_server.model, sc, RunOptions(tokenizer_dir=vllm_server.model_dir))
     stats = result.server_stats
     return {**result.summary, **{k: v for k, v in stats.items() if k.startswith("server_")}}
 

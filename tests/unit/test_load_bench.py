@@ -10,6 +10,7 @@ import pytest
 
 from servetune.engine.ports import free_port
 from servetune.load.bench import run_scenario
+from servetune.load.options import RunOptions
 from servetune.load.records import RequestRecord
 from servetune.load.scenario import Scenario
 from servetune.vocabulary import Outcome
@@ -26,8 +27,8 @@ def fake_url() -> str:
 def test_open_loop_run_writes_vllm_fields_and_records(fake_url: str, tmp_path: Path, workers: int) -> None:
     sc = Scenario(name="fake", input_len=40, output_len=9, concurrency=None, rate=200.0, num_prompts=30, warmups=3)
     done: list[tuple[int, int]] = []
-    r = run_scenario(fake_url, None, sc, tokenizer_dir=None, out_dir=tmp_path, run_id="r1", slo={"ttft": 10_000},
-                     percentiles=(50, 99.9), progress=lambda d, n: done.append((d, n)), workers=workers)
+    r = run_scenario(fake_url, None, sc, RunOptions(tokenizer_dir=None, out_dir=tmp_path, run_id="r1", slo={"ttft": 10_000},
+                     percentiles=(50, 99.9), progress=lambda d, n: done.append((d, n)), workers=workers))
     s = r.summary
     assert r.error is None and s["completed"] == 30 and s["failed"] == 0
     assert s["total_output_tokens"] == 30 * 9 and s["prompt_tokens_mismatched"] == 0
@@ -46,7 +47,7 @@ def test_open_loop_run_writes_vllm_fields_and_records(fake_url: str, tmp_path: P
 
 def test_a_run_without_details_leaves_the_per_request_arrays_to_the_jsonl(fake_url: str, tmp_path: Path) -> None:
     sc = Scenario(name="fake", input_len=40, output_len=9, concurrency=4, num_prompts=12, warmups=0)
-    r = run_scenario(fake_url, None, sc, tokenizer_dir=None, out_dir=tmp_path, run_id="lean", detailed=False)
+    r = run_scenario(fake_url, None, sc, RunOptions(tokenizer_dir=None, out_dir=tmp_path, run_id="lean", detailed=False))
     doc = json.loads((tmp_path / "lean.json").read_text())
     assert doc["completed"] == 12 and doc["mean_itl_ms"] > 0 and doc["records_path"] == r.records_path
     assert not {"ttfts", "itls", "input_lens", "output_lens", "latencies", "start_times"} & doc.keys()
@@ -55,7 +56,7 @@ def test_a_run_without_details_leaves_the_per_request_arrays_to_the_jsonl(fake_u
 
 def test_duration_only_closed_loop_stops_sending_at_the_deadline(fake_url: str) -> None:
     sc = Scenario(name="dur", input_len=10, output_len=4, concurrency=4, num_prompts=None, duration_s=1.0)
-    r = run_scenario(fake_url, None, sc, tokenizer_dir=None)
+    r = run_scenario(fake_url, None, sc, RunOptions(tokenizer_dir=None))
     s = r.summary
     assert s["completed"] > 20 and s["failed"] == 0
     assert 1.0 <= s["duration"] < 2.0
@@ -66,7 +67,7 @@ def test_failed_requests_are_counted_not_raised(fake_url: str, tmp_path: Path) -
     ds.write_text("\n".join(json.dumps({"prompt": p, "output_len": 6})
                             for p in ["t1 t2", "t3 FAIL", "t4 BREAK t5", "t6 t7"]) + "\n")
     sc = Scenario(name="mixed", dataset=ds, concurrency=2, num_prompts=4, warmups=0)
-    r = run_scenario(fake_url, None, sc, tokenizer_dir=None)
+    r = run_scenario(fake_url, None, sc, RunOptions(tokenizer_dir=None))
     s = r.summary
     assert r.outcome is Outcome.ok and r.error is None
     assert s["completed"] == 2 and s["failed"] == 2
@@ -76,5 +77,5 @@ def test_failed_requests_are_counted_not_raised(fake_url: str, tmp_path: Path) -
 
 def test_dead_server_is_an_error_in_the_result() -> None:
     sc = Scenario(name="dead", input_len=10, output_len=4, concurrency=2, num_prompts=4)
-    dead = run_scenario(f"http://127.0.0.1:{free_port()}", "m", sc, tokenizer_dir=None)
+    dead = run_scenario(f"http://127.0.0.1:{free_port()}", "m", sc, RunOptions(tokenizer_dir=None))
     assert dead.outcome is Outcome.crashed and "unreachable" in (dead.error or "")

@@ -23,6 +23,7 @@ from servetune.engine.ports import free_port
 from servetune.engine.vllm import VllmEngine
 from servetune.errors import ServetuneError
 from servetune.load.bench import run_scenario
+from servetune.load.options import RunOptions
 from servetune.load.records import RequestRecord
 from servetune.load.scenario import Scenario
 from servetune.server_http import DIRECT
@@ -62,7 +63,7 @@ def _records(path: str | None) -> list[RequestRecord]:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_stream_that_stalls_fails_its_requests_as_stalled(tmp_path: Path, workers: int) -> None:
     with fake_server(ttft_ms=0, itl_ms=0, stall_after_chunks=2) as url:
-        r = run_scenario(url, None, _small(stall_timeout_s=0.5), out_dir=tmp_path, run_id="stall", workers=workers)
+        r = run_scenario(url, None, _small(stall_timeout_s=0.5), RunOptions(out_dir=tmp_path, run_id="stall", workers=workers))
     assert r.outcome is Outcome.stalled
     assert "stall_timeout_s" in (r.error or "") and "2 of 2 requests stalled" in (r.error or "")
     recs = _records(r.records_path)
@@ -82,7 +83,7 @@ def test_a_run_past_its_deadline_is_ended_and_its_requests_cancelled(tmp_path: P
     # The stall timeout is far away: only the run's deadline can end this run.
     with fake_server(ttft_ms=0, itl_ms=0, stall_after_chunks=2) as url:
         r = run_scenario(url, None, _small(concurrency=2, stall_timeout_s=600, run_timeout_s=1.0),
-                         out_dir=tmp_path, run_id="late")
+                         RunOptions(out_dir=tmp_path, run_id="late"))
     assert r.outcome is Outcome.run_timeout and "run_timeout_s" in (r.error or "")
     recs = _records(r.records_path)
     assert recs and all((x.error or "").startswith("run_timeout:") for x in recs)
@@ -104,7 +105,7 @@ def test_limits_are_derived_from_the_traffic_and_overridable() -> None:
 @pytest.mark.timeout(120)
 def test_a_server_wanting_a_key_gets_it_on_every_request_and_it_is_written_nowhere(tmp_path: Path) -> None:
     with fake_server(ttft_ms=0, itl_ms=0, api_key=KEY) as url:
-        r = run_scenario(url, None, _small(warmups=1), out_dir=tmp_path, run_id="key", api_key=KEY)
+        r = run_scenario(url, None, _small(warmups=1), RunOptions(out_dir=tmp_path, run_id="key", api_key=KEY))
         with DIRECT.open(url + "/fake/seen", timeout=5) as resp:
             seen = json.load(resp)
     assert r.outcome is Outcome.ok and r.summary["completed"] == 2, r.error
@@ -115,11 +116,16 @@ def test_a_server_wanting_a_key_gets_it_on_every_request_and_it_is_written_nowhe
     assert KEY not in r.model_dump_json()
 
 
+def test_run_options_keep_the_key_out_of_their_repr() -> None:
+    options = RunOptions(run_id="key", api_key=KEY)
+    assert KEY not in repr(options) and "run_id='key'" in repr(options)
+
+
 @pytest.mark.timeout(120)
 def test_no_key_or_a_wrong_key_is_an_unauthorized_run() -> None:
     with fake_server(ttft_ms=0, itl_ms=0, api_key=KEY) as url:
         for key in (None, "wrong"):
-            r = run_scenario(url, None, _small(), api_key=key)
+            r = run_scenario(url, None, _small(), RunOptions(api_key=key))
             assert r.outcome is Outcome.unauthorized and "HTTP 401" in (r.error or "")
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from servetune.load.bench import run_scenario
 from servetune.load.client import STOPPED_EARLY, Finished
+from servetune.load.options import RunOptions
 from servetune.load.records import RequestRecord
 from servetune.load.scenario import Scenario
 from servetune.vocabulary import Outcome
@@ -31,7 +32,7 @@ def test_a_run_ends_when_should_stop_says_so(fake_url: str, tmp_path: Path, open
         seen.append(event)
         return event.finished >= 10
 
-    r = run_scenario(fake_url, None, sc, out_dir=tmp_path, should_stop=stop_after_ten)
+    r = run_scenario(fake_url, None, sc, RunOptions(out_dir=tmp_path, should_stop=stop_after_ten))
     # client_bound: the client's self-check on a busy machine, not the stop's doing
     assert r.outcome in (Outcome.ok, Outcome.client_bound) and r.error is None
     assert r.summary["stopped_early"] is True
@@ -54,4 +55,4 @@ def test_without_the_hook_nothing_changes(fake_url: str) -> None:
 def test_the_hook_needs_the_measured_phase_in_this_process(fake_url: str) -> None:
     sc = Scenario(name="w", input_len=10, output_len=4, concurrency=2, num_prompts=4)
     with pytest.raises(ValueError, match="workers=1"):
-        run_scenario(fake_url, None, sc, workers=2, should_stop=lambda e: False)
+        run_scenario(fake_url, None, sc, RunOptions(workers=2, should_stop=lambda e: False))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from servetune.load.bench import run_scenario
+from servetune.load.options import RunOptions
 from servetune.load.records import RequestRecord
 from servetune.load.scenario import Scenario
 from servetune.load.trace.formats import read_trace
@@ -39,8 +40,8 @@ def _records(path: str | None) -> list[RequestRecord]:
 def test_a_mooncake_window_replays_on_schedule_with_exact_prompts_and_its_prefix_reuse(
         fake_url: str, tmp_path: Path) -> None:
     spec = TraceSpec(path=MOONCAKE, start_s=3, duration_s=40, token_scale=1 / 32, speedup=8)
-    result = run_scenario(fake_url, None, Scenario(name="moon", trace=spec), tokenizer_dir=TINY, out_dir=tmp_path,
-                          run_id="moon")
+    result = run_scenario(fake_url, None, Scenario(name="moon", trace=spec), RunOptions(tokenizer_dir=TINY, out_dir=tmp_path,
+                          run_id="moon"))
     s = result.summary
     rows = [r for r in read_trace(MOONCAKE) if 3 <= r.t_s < 43]
     assert s["completed"] == len(rows) == s["trace_requests"] and s["failed"] == 0
@@ -62,7 +63,7 @@ def test_a_session_turn_leaves_after_the_previous_answer_plus_its_think_time(fak
                      '{"timestamp": 1, "input_length": 20, "output_length": 2}\n'
                      '{"timestamp": 2, "input_length": 40, "output_length": 2, "session_id": "a", "delay": 20}\n')
     result = run_scenario(fake_url, None, Scenario(name="s", warmups=0, trace=TraceSpec(path=trace)),
-                          tokenizer_dir=TINY, out_dir=tmp_path, run_id="s")
+                          RunOptions(tokenizer_dir=TINY, out_dir=tmp_path, run_id="s"))
     first, other, second = sorted(_records(result.records_path), key=lambda r: r.index)
     assert first.end_ns is not None and second.scheduled_ns == first.end_ns + 20_000_000
     assert second.dispatch_ns >= second.scheduled_ns and other.scheduled_ns < second.scheduled_ns

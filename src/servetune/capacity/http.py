@@ -14,6 +14,7 @@ from ..load import metrics
 from ..load.bench import run_scenario
 from ..load.client import Finished
 from ..load.dataset import trace_specs
+from ..load.options import RunOptions
 from ..load.records import RequestRecord, RunResult
 from ..load.scenario import Scenario
 from ..vocabulary import Outcome
@@ -126,8 +127,8 @@ def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKi
         return monitor.observe(event.now_ns / 1e9, values, event.started - ramp, index=event.record.index) is not None
 
     # Like a study's runs, a level's JSON leaves out the per-request arrays its JSONL holds.
-    result = run_scenario(url, model, sc, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id,
-                          api_key=api_key, should_stop=should_stop, progress=progress, detailed=False)
+    result = run_scenario(url, model, sc, RunOptions(tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id,
+                          api_key=api_key, should_stop=should_stop, progress=progress, detailed=False))
     if result.outcome not in _MEASURED or result.records_path is None:
         return result, LevelSample(level, {}, 0, 0, error=f"{result.outcome.value}: {result.error}")
     return result, sample_from_records(level, Path(result.records_path), monitor.reason, load,

@@ -15,6 +15,7 @@ from typing import Any
 from ..load import metrics
 from ..load.bench import run_scenario
 from ..load.client import Finished
+from ..load.options import RunOptions
 from ..load.records import RequestRecord
 from ..load.scenario import Scenario
 
@@ -81,8 +82,8 @@ def http_probe(url: str, scenario: Scenario, *, out_dir: Path, model: str | None
             first_end.append(now)
         return event.finished >= PROBE_MIN_ENDS and now - first_end[0] >= seconds
 
-    result = run_scenario(url, model, sc, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id="probe",
-                          api_key=api_key, should_stop=should_stop, detailed=False)
+    result = run_scenario(url, model, sc, RunOptions(tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id="probe",
+                          api_key=api_key, should_stop=should_stop, detailed=False))
     if result.records_path is None:
         return None
     records = [RequestRecord.model_validate_json(line)

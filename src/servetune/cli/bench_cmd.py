@@ -20,6 +20,7 @@ from rich.table import Table
 from ..errors import ServetuneError
 from ..load.bench import run_scenario
 from ..load.metrics import SLO_NAMES, percentile_key
+from ..load.options import RunOptions
 from ..load.records import RunResult, RunSummary
 from ..load.scenario import PRESETS, Scenario, preset
 from . import validate
@@ -304,9 +305,9 @@ def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, ou
             silence.heard()
             bar.update(task, completed=done, total=n)
 
-        return run_scenario(url, model, sc, tokenizer_dir=tokenizer, out_dir=out.parent, run_id=run_id,
+        return run_scenario(url, model, sc, RunOptions(tokenizer_dir=tokenizer, out_dir=out.parent, run_id=run_id,
                             slo=slo or None, percentiles=pcts, progress=progress, workers=workers, api_key=api_key,
-                            result_name=out.name)
+                            result_name=out.name))
 
 
 def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Path, run_id: str,

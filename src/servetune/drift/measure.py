@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..capacity.http import request_values
 from ..load.bench import run_scenario
+from ..load.options import RunOptions
 from ..report.requests import read_records
 from ..vocabulary import Outcome
 from .analysis import METRICS
@@ -45,8 +46,9 @@ def run_protocol(url: str, protocol: DriftProtocol, out_dir: Path, *, model: str
     for phase in protocol.phases():
         if on_phase:
             on_phase(phase)
-        run = run_scenario(url, model, protocol.scenario(phase), tokenizer_dir=tokenizer_dir, out_dir=out_dir,
-                           run_id=f"phase{phase.index:02d}-{phase.name}", api_key=api_key)
+        run = run_scenario(url, model, protocol.scenario(phase), RunOptions(
+            tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=f"phase{phase.index:02d}-{phase.name}",
+            api_key=api_key))
         if run.outcome not in (Outcome.ok, Outcome.client_bound) or run.records_path is None:
             result.error = f"{phase.name}: {run.outcome.value}: {run.error}"
             return result

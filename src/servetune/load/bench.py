@@ -15,7 +15,6 @@ import multiprocessing as mp
 import secrets
 import signal
 import time
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +29,7 @@ from ..errors import ServetuneError
 from ..vocabulary import VLLM_METRIC_NAMES, MetricNames, Outcome, for_http_status
 from . import arrivals, client, health, metrics
 from .dataset import RequestSpec, request_specs, trace_specs, unshared
+from .options import Progress, RunOptions
 from .prompts import LocalTokenizer, PromptFactory, RemoteTokenizer, Tokenizer
 from .records import RequestRecord, RunResult, RunSummary
 from .scenario import Scenario
@@ -37,7 +37,6 @@ from .scrape import Scraper
 from .trace import fidelity
 from .trace.synth import TracePrompts
 
-Progress = Callable[[int, int], None]
 _START_LEAD_NS = 50_000_000          # schedule origin this far ahead, so worker 0 is not late
 _MAX_DURATION_PROMPTS = 100_000
 _API_TIMEOUT = aiohttp.ClientTimeout(total=120)
@@ -192,49 +191,29 @@ def pick_tokenizer(session: aiohttp.ClientSession, base_url: str, model: str,
     return RemoteTokenizer(session, base_url, model), "server:/tokenize"
 
 
-async def arun_scenario(
-    base_url: str,
-    model: str | None,
-    scenario: Scenario,
-    *,
-    tokenizer_dir: Path | None = None,
-    out_dir: Path | None = None,
-    run_id: str = "run",
-    slo: dict[str, float] | None = None,
-    percentiles: tuple[float, ...] | list[float] = (50, 90, 95, 99),
-    progress: Progress | None = None,
-    workers: int = 1,
-    api_key: str | None = None,
-    should_stop: client.ShouldStop | None = None,
-    metric_names: MetricNames = VLLM_METRIC_NAMES,
-    detailed: bool = True,
-    result_name: str | None = None,
-) -> RunResult:
+async def arun_scenario(base_url: str, model: str | None, scenario: Scenario,
+                        options: RunOptions = RunOptions()) -> RunResult:
     """The async core of `run_scenario`."""
     base_url = base_url.rstrip("/")
-    bad = [k for k in (slo or {}) if k not in metrics.SLO_NAMES]
+    bad = [k for k in (options.slo or {}) if k not in metrics.SLO_NAMES]
     if bad:
         raise ServetuneError(f"unknown SLO name(s) {bad}; known: {', '.join(metrics.SLO_NAMES)}")
-    if should_stop is not None and workers > 1:
+    if options.should_stop is not None and options.workers > 1:
         raise ValueError("should_stop needs the measured phase in this process (workers=1)")
     run_timeout_s = scenario.effective_run_timeout_s
-    limits = _Limits(api_key, scenario.effective_stall_timeout_s,
-                     time.perf_counter_ns() + int(run_timeout_s * 1e9), metric_names)
+    limits = _Limits(options.api_key, scenario.effective_stall_timeout_s,
+                     time.perf_counter_ns() + int(run_timeout_s * 1e9), options.metric_names)
     try:
-        return await asyncio.wait_for(
-            _run(base_url, model, scenario, tokenizer_dir, out_dir, run_id, slo, percentiles, progress, workers,
-                 limits, should_stop, detailed, result_name or f"{run_id}.json"),
-            run_timeout_s + _BACKSTOP_GRACE_S)
+        return await asyncio.wait_for(_run(base_url, model, scenario, options, limits),
+                                      run_timeout_s + _BACKSTOP_GRACE_S)
     except TimeoutError:
         return RunResult(scenario=scenario.name, outcome=Outcome.run_timeout,
                          error=f"the run passed its deadline of {run_timeout_s:.0f} s (run_timeout_s) "
                                f"before its measured phase ended")
 
 
-async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_dir: Path | None,
-               out_dir: Path | None, run_id: str, slo: dict[str, float] | None,
-               percentiles: tuple[float, ...] | list[float], progress: Progress | None, workers: int,
-               limits: _Limits, should_stop: client.ShouldStop | None, detailed: bool, result_name: str) -> RunResult:
+async def _run(base_url: str, model: str | None, scenario: Scenario, options: RunOptions,
+               limits: _Limits) -> RunResult:
     result = RunResult(scenario=scenario.name)
     async with server_http.session(limits.api_key, _API_TIMEOUT) as session:
         models_url = base_url + "/v1/models"
@@ -245,7 +224,7 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
             result.outcome, result.error = for_http_status(exc.status), f"server at {base_url} {state}: {exc}"
             return result
         model = model or served[0]
-        tok, tok_source = pick_tokenizer(session, base_url, model, tokenizer_dir)
+        tok, tok_source = pick_tokenizer(session, base_url, model, options.tokenizer_dir)
         salt = secrets.randbits(64)
         factory = PromptFactory(tok, seed=scenario.seed, chat=scenario.endpoint == "chat",
                                 shared_prefix_len=scenario.shared_prefix.length if scenario.shared_prefix else 0,
@@ -300,8 +279,8 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
     scraper = Scraper(base_url, limits.api_key, limits.metric_names)
     await scraper.before()
     try:
-        parts, start_ns = await _measure(url, jobs, run_plan.concurrency, workers, scenario.duration_s, progress,
-                                         limits, should_stop)
+        parts, start_ns = await _measure(url, jobs, run_plan.concurrency, options.workers, scenario.duration_s,
+                                         options.progress, limits, options.should_stop)
         await scraper.after()
     finally:
         await scraper.close()  # a run cancelled midway (Ctrl-C) leaves no session open
@@ -309,7 +288,7 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
     records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
     ends = [r.end_ns for r in records if r.end_ns]
     duration_s = (max(ends) - start_ns) / 1e9 if ends else 0.0
-    summary = metrics.summarize(records, duration_s, percentiles, slo)
+    summary = metrics.summarize(records, duration_s, options.percentiles, options.slo)
     if any(p.stopped_early for p in parts):  # only then: other runs' summaries stay as they were
         summary["stopped_early"] = True
     summary.update({"tokenizer_source": tok_source, "chat_template_tokens": info.chat_overhead,
@@ -336,9 +315,9 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, tokenizer_d
             # A server that fails every request (error status, unreadable stream) measured nothing.
             result.outcome = Outcome.bad_response
             result.error = f"all {len(records)} requests failed: {summary['errors'][:1]}"
-    if out_dir is not None:
-        _write(out_dir, run_id, result_name, result, scenario, model, records, (warm.records if warm else []),
-               run_plan, detailed)
+    if options.out_dir is not None:
+        _write(options.out_dir, options.run_id, options.result_file, result, scenario, model, records,
+               (warm.records if warm else []), run_plan, options.detailed)
     return result
 
 
@@ -411,41 +390,13 @@ def _write(out_dir: Path, run_id: str, result_name: str, result: RunResult, scen
     (out_dir / result_name).write_text(json.dumps(doc, indent=1, default=str) + "\n")
 
 
-def run_scenario(
-    base_url: str,
-    model: str | None,
-    scenario: Scenario,
-    *,
-    tokenizer_dir: Path | None = None,
-    out_dir: Path | None = None,
-    run_id: str = "run",
-    slo: dict[str, float] | None = None,
-    percentiles: tuple[float, ...] | list[float] = (50, 90, 95, 99),
-    progress: Progress | None = None,
-    workers: int = 1,
-    api_key: str | None = None,
-    should_stop: client.ShouldStop | None = None,
-    metric_names: MetricNames = VLLM_METRIC_NAMES,
-    detailed: bool = True,
-    result_name: str | None = None,
-) -> RunResult:
+def run_scenario(base_url: str, model: str | None, scenario: Scenario,
+                 options: RunOptions = RunOptions()) -> RunResult:
     """Measure `scenario` once against the server at `base_url` (sync wrapper).
 
-    `model`: the served model name (None: the server's first). `tokenizer_dir`: a model
-    directory with tokenizer.json (None: the server's /tokenize). `out_dir`: where
-    `<run_id>.json` (vllm-bench fields + extras) and `<run_id>.requests.jsonl` go.
-    `workers`: client processes for the measured phase (more when one core cannot keep up).
-    `api_key`: sent as a bearer token with every request (never written anywhere).
+    `model`: the served model name (None: the server's first). `options`: where the files go,
+    the tokenizer, the client processes, the key and the rest (see `RunOptions`).
     A stream silent for the scenario's stall timeout fails as `stalled`; a run past its
     deadline is ended as `run_timeout` (see Scenario.effective_*_timeout_s).
-    `should_stop`: see `client.drive`; a run it ends keeps what it measured (`summary
-    ["stopped_early"]` is True, the requests it cancelled count as failed). Needs workers=1.
-    `metric_names`: the server's /metrics families (its engine's; vLLM's by default).
-    `detailed`: the JSON also holds vLLM's per-request arrays (`--save-detailed`: ttfts, itls, ...);
-    the JSONL has every request either way, so many stored runs leave them out.
-    `result_name`: the JSON's file name in `out_dir` (default `<run_id>.json`).
     """
-    return client.run(arun_scenario(
-        base_url, model, scenario, tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id, slo=slo,
-        percentiles=percentiles, progress=progress, workers=workers, api_key=api_key, should_stop=should_stop,
-        metric_names=metric_names, detailed=detailed, result_name=result_name))
+    return client.run(arun_scenario(base_url, model, scenario, options))

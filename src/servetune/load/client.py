@@ -17,7 +17,7 @@ import json
 import math
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, TypeVar, cast
@@ -350,6 +350,220 @@ class _LagMonitor:
             self._task.cancel()
 
 
+async def _sleep_until(target_ns: int) -> None:
+    # Loop: timers may fire up to a clock tick early, and no request leaves early.
+    while (wait := target_ns - time.perf_counter_ns()) > 0:
+        await asyncio.sleep(wait / 1e9)
+
+
+@dataclass
+class _Sender:
+    """The requests of one `drive`: released on their schedule (a closed loop, or an open one at
+    their offsets), each sent, and what each left kept in release order for `result`."""
+
+    sess: aiohttp.ClientSession
+    url: str
+    jobs: list[Job]
+    concurrency: int | None
+    start_ns: int
+    deadline_ns: int | None
+    on_done: Callable[[], None] | None
+    should_stop: ShouldStop | None
+    pairs: list[tuple[RequestRecord, Raw]] = field(default_factory=list, init=False)
+    delays: list[int] = field(default_factory=list, init=False)
+    cap_waits: int = field(default=0, init=False)
+    n_finished: int = field(default=0, init=False)
+    stop: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    # a session turn's index -> when its answer ended (-1: never sent)
+    answered: dict[int, asyncio.Future[int]] = field(default_factory=dict, init=False)
+
+    def _too_late(self, now_ns: int) -> bool:
+        return self.deadline_ns is not None and now_ns > self.deadline_ns
+
+    def _new_record(self, job: Job, scheduled: int) -> tuple[RequestRecord, Raw]:
+        rec = RequestRecord(index=job.index, warmup=job.warmup, input_len=job.input_len,
+                            output_len=job.output_len, scheduled_ns=scheduled)
+        pair = (rec, Raw())
+        self.pairs.append(pair)
+        return pair
+
+    def _done(self, rec: RequestRecord, raw: Raw, ready_ns: int) -> None:
+        """A request ended: its schedule delay (from when it could leave), `should_stop`, `on_done`."""
+        self.delays.append(rec.dispatch_ns - ready_ns)
+        self.n_finished += 1
+        if self.should_stop is not None and not self.stop.is_set():
+            event = Finished(parse_stream(rec.model_copy(deep=True), raw), len(self.pairs), self.n_finished,
+                             time.perf_counter_ns())
+            if self.should_stop(event):
+                self.stop.set()
+        if self.on_done:
+            self.on_done()
+
+    async def _closed_slot(self, it: Iterator[Job]) -> None:
+        """One user of a closed loop: the next job as soon as the last one's answer ended."""
+        for job in it:
+            now = time.perf_counter_ns()
+            if self._too_late(now):
+                return
+            rec, raw = self._new_record(job, now)
+            await send(self.sess, self.url, job.body, _JSON, rec, raw)
+            self._done(rec, raw, now)
+
+    async def _send_closed(self) -> None:
+        await asyncio.sleep(max(self.start_ns - time.perf_counter_ns(), 0) / 1e9)
+        it = iter(self.jobs)
+        await asyncio.gather(*(self._closed_slot(it) for _ in range(min(self.concurrency or 1, len(self.jobs)))))
+
+    async def _open_one(self, job: Job, target: int, sem: asyncio.Semaphore | None) -> None:
+        """One job of an open loop, released at `target`: sent once a concurrency slot is free."""
+        rec, raw = self._new_record(job, target)
+        ready = target
+        if sem is not None:
+            if sem.locked():
+                self.cap_waits += 1
+                await sem.acquire()
+                ready = time.perf_counter_ns()
+            else:
+                await sem.acquire()
+        try:
+            await send(self.sess, self.url, job.body, _JSON, rec, raw)
+        finally:
+            if sem is not None:
+                sem.release()
+            self._end_turn(job.index, rec.end_ns or time.perf_counter_ns())
+        self._done(rec, raw, ready)
+
+    async def _next_turn(self, job: Job, target: int, sem: asyncio.Semaphore | None) -> None:
+        """A session's later turn: sent `gap_ns` after the answer it follows ended, not before `target`."""
+        assert job.follows is not None
+        previous_end = await self.answered[job.follows]
+        if previous_end >= 0:  # else the previous turn was never sent (the run's deadline): nor is this one
+            target = max(target, previous_end + job.gap_ns)
+            await _sleep_until(target)
+            if not self._too_late(time.perf_counter_ns()):
+                await self._open_one(job, target, sem)
+                return
+        self._end_turn(job.index, -1)
+
+    def _expect_turns(self) -> None:
+        """A future for each job that a later turn of its session follows."""
+        loop = asyncio.get_running_loop()
+        indices = {job.index for job in self.jobs}
+        for job in self.jobs:
+            if job.follows in indices:
+                self.answered.setdefault(job.follows, loop.create_future())
+
+    def _end_turn(self, index: int, end_ns: int) -> None:
+        turn = self.answered.get(index)
+        if turn is not None and not turn.done():
+            turn.set_result(end_ns)
+
+    async def _release(self, sem: asyncio.Semaphore | None, tasks: list[asyncio.Task[None]]) -> set[int]:
+        """Start each job's task at its offset, until the deadline (into `tasks`); the indices started."""
+        released: set[int] = set()
+        for job in self.jobs:
+            target = self.start_ns + (job.offset_ns or 0)
+            await _sleep_until(target)
+            if self._too_late(time.perf_counter_ns()):
+                break
+            one = self._next_turn if job.follows in self.answered else self._open_one
+            tasks.append(asyncio.create_task(one(job, target, sem)))
+            released.add(job.index)
+        return released
+
+    async def _send_open(self) -> None:
+        sem = asyncio.Semaphore(self.concurrency) if self.concurrency else None
+        tasks: list[asyncio.Task[None]] = []
+        self._expect_turns()
+        try:
+            released = await self._release(sem, tasks)
+            for index in self.answered.keys() - released:  # turns never released: their sessions end here
+                self._end_turn(index, -1)
+            await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            # Ended while still releasing requests: the ones released must not outlive the run.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _send_all(self) -> None:
+        if self.jobs and self.jobs[0].offset_ns is None:
+            await self._send_closed()
+        else:
+            await self._send_open()
+
+    async def send_until_stopped(self) -> None:
+        """Send every job, unless `should_stop` says stop first: then what is in flight is cancelled."""
+        if self.should_stop is None:
+            await self._send_all()
+            return
+        main = asyncio.ensure_future(self._send_all())
+        stopper = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not main.done():
+                main.cancel()
+                await asyncio.gather(main, return_exceptions=True)
+        if not self.stop.is_set():
+            main.result()
+
+    def result(self, loop_lag_ns: list[int], cpu_busy: float, timed_out: bool) -> DriveResult:
+        """The records, parsed now that no stream is being read; those a stop cut short say so."""
+        records = [parse_stream(rec, raw) for rec, raw in self.pairs]
+        if self.stop.is_set():
+            for rec, raw in self.pairs:
+                if raw.cancelled or not rec.dispatch_ns:
+                    rec.error = f"{STOPPED_EARLY}: in flight when the run was stopped early (should_stop)"
+        dispatches = [r.dispatch_ns for r in records if r.dispatch_ns]
+        return DriveResult(
+            records=records, schedule_delay_ns=self.delays, loop_lag_ns=loop_lag_ns, cap_waits=self.cap_waits,
+            first_dispatch_ns=min(dispatches, default=None), last_dispatch_ns=max(dispatches, default=None),
+            cpu_busy=cpu_busy,
+            stalled=sum(1 for r in records if (r.error or "").startswith(STALLED)), timed_out=timed_out,
+            stopped_early=self.stop.is_set(),
+        )
+
+
+class _CpuMeter:
+    """This process's CPU seconds per wall second, from when it is made."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self._cpu0, self._wall0 = self._proc.cpu_times(), time.perf_counter_ns()
+
+    def busy(self) -> float:
+        cpu1, wall1 = self._proc.cpu_times(), time.perf_counter_ns()
+        cpu_s = (cpu1.user - self._cpu0.user) + (cpu1.system - self._cpu0.system)
+        busy = cpu_s / max((wall1 - self._wall0) / 1e9, 1e-9)
+        return busy if math.isfinite(busy) else 0.0
+
+
+async def _until(end_by_ns: int | None, sending: Callable[[], Coroutine[Any, Any, None]]) -> tuple[list[int], bool]:
+    """Await `sending()` until it ends or `end_by_ns` passes (what is in flight then cancelled):
+    the event loop's lag meanwhile, and whether the deadline ended it."""
+    timed_out = False
+    # A full collection walks every object the process holds (its imports, the run's prepared
+    # jobs): 150 ms with a trace's 5,000 records, in which no request leaves. Frozen, the
+    # collector walks only what the run itself allocates.
+    gc.freeze()
+    try:
+        with _LagMonitor() as lag:
+            try:
+                # wait_for cancels what is in flight (gather passes the cancel on to each send)
+                await asyncio.wait_for(sending(),
+                                       None if end_by_ns is None else max(end_by_ns - time.perf_counter_ns(), 0) / 1e9)
+            except TimeoutError:
+                timed_out = True
+    finally:
+        gc.unfreeze()
+    return lag.samples, timed_out
+
+
 async def drive(
     url: str,
     jobs: list[Job],
@@ -374,169 +588,15 @@ async def drive(
     other streams pays only for runs that ask); when it returns True no further request starts,
     those in flight are cancelled and recorded as failed (`stopped_early`).
     """
-    import psutil
-
     own_session = session is None
     sess = session or make_session(concurrency or len(jobs), api_key, stall_timeout_s)
     if own_session and jobs:
         await prewarm(sess, url, min(concurrency or PREWARM_UNCAPPED, len(jobs)))
-    hdrs = _JSON
-    pairs: list[tuple[RequestRecord, Raw]] = []
-    delays: list[int] = []
-    cap_waits = 0
-    clock = time.perf_counter_ns
-    proc = psutil.Process()
-    cpu0, wall0 = proc.cpu_times(), clock()
-    stop = asyncio.Event()
-    n_finished = 0
-
-    def finished(rec: RequestRecord, raw: Raw) -> None:
-        nonlocal n_finished
-        n_finished += 1
-        if should_stop is not None and not stop.is_set():
-            event = Finished(parse_stream(rec.model_copy(deep=True), raw), len(pairs), n_finished, clock())
-            if should_stop(event):
-                stop.set()
-
-    def new_record(job: Job, scheduled: int) -> tuple[RequestRecord, Raw]:
-        rec = RequestRecord(index=job.index, warmup=job.warmup, input_len=job.input_len,
-                            output_len=job.output_len, scheduled_ns=scheduled)
-        pair = (rec, Raw())
-        pairs.append(pair)
-        return pair
-
-    async def closed_slot(it: Any) -> None:
-        for job in it:
-            now = clock()
-            if deadline_ns is not None and now > deadline_ns:
-                return
-            rec, raw = new_record(job, now)
-            await send(sess, url, job.body, hdrs, rec, raw)
-            delays.append(rec.dispatch_ns - now)
-            finished(rec, raw)
-            if on_done:
-                on_done()
-
-    answered: dict[int, asyncio.Future[int]] = {}  # a session turn's index -> when its answer ended
-
-    async def next_turn(job: Job, target: int, sem: asyncio.Semaphore | None) -> None:
-        assert job.follows is not None
-        previous_end = await answered[job.follows]
-        if previous_end >= 0:  # else the previous turn was never sent (the run's deadline): nor is this one
-            target = max(target, previous_end + job.gap_ns)
-            while (wait := target - clock()) > 0:
-                await asyncio.sleep(wait / 1e9)
-            if deadline_ns is None or clock() <= deadline_ns:
-                await open_one(job, target, sem)
-                return
-        end_turn(job.index, -1)
-
-    def end_turn(index: int, end_ns: int) -> None:
-        turn = answered.get(index)
-        if turn is not None and not turn.done():
-            turn.set_result(end_ns)
-
-    async def open_one(job: Job, target: int, sem: asyncio.Semaphore | None) -> None:
-        nonlocal cap_waits
-        rec, raw = new_record(job, target)
-        ready = target
-        if sem is not None:
-            if sem.locked():
-                cap_waits += 1
-                await sem.acquire()
-                ready = clock()
-            else:
-                await sem.acquire()
-        try:
-            await send(sess, url, job.body, hdrs, rec, raw)
-        finally:
-            if sem is not None:
-                sem.release()
-            end_turn(job.index, rec.end_ns or clock())
-        delays.append(rec.dispatch_ns - ready)
-        finished(rec, raw)
-        if on_done:
-            on_done()
-
-    async def send_all() -> None:
-        if jobs and jobs[0].offset_ns is None:
-            await asyncio.sleep(max(start_ns - clock(), 0) / 1e9)
-            it = iter(jobs)
-            await asyncio.gather(*(closed_slot(it) for _ in range(min(concurrency or 1, len(jobs)))))
-        else:
-            sem = asyncio.Semaphore(concurrency) if concurrency else None
-            tasks = []
-            loop = asyncio.get_running_loop()
-            indices, released = {job.index for job in jobs}, set()
-            for job in jobs:
-                if job.follows in indices:
-                    answered.setdefault(job.follows, loop.create_future())
-            try:
-                for job in jobs:
-                    target = start_ns + (job.offset_ns or 0)
-                    # Loop: timers may fire up to a clock tick early, and no request leaves early.
-                    while (wait := target - clock()) > 0:
-                        await asyncio.sleep(wait / 1e9)
-                    if deadline_ns is not None and clock() > deadline_ns:
-                        break
-                    one = next_turn if job.follows in answered else open_one
-                    tasks.append(asyncio.create_task(one(job, target, sem)))
-                    released.add(job.index)
-                for index in answered.keys() - released:  # turns never released: their sessions end here
-                    end_turn(index, -1)
-                await asyncio.gather(*tasks)
-            except asyncio.CancelledError:
-                # Ended while still releasing requests: the ones released must not outlive the run.
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
-
-    async def send_until_stopped() -> None:
-        if should_stop is None:
-            await send_all()
-            return
-        main = asyncio.ensure_future(send_all())
-        stopper = asyncio.ensure_future(stop.wait())
-        try:
-            await asyncio.wait({main, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopper.cancel()
-            if not main.done():
-                main.cancel()
-                await asyncio.gather(main, return_exceptions=True)
-        if not stop.is_set():
-            main.result()
-
-    timed_out = False
-    # A full collection walks every object the process holds (its imports, the run's prepared
-    # jobs): 150 ms with a trace's 5,000 records, in which no request leaves. Frozen, the
-    # collector walks only what the run itself allocates.
-    gc.freeze()
+    sender = _Sender(sess, url, jobs, concurrency, start_ns, deadline_ns, on_done, should_stop)
+    cpu = _CpuMeter()
     try:
-        with _LagMonitor() as lag:
-            try:
-                # wait_for cancels what is in flight (gather passes the cancel on to each send)
-                await asyncio.wait_for(send_until_stopped(),
-                                       None if end_by_ns is None else max(end_by_ns - clock(), 0) / 1e9)
-            except TimeoutError:
-                timed_out = True
+        loop_lag_ns, timed_out = await _until(end_by_ns, sender.send_until_stopped)
     finally:
-        gc.unfreeze()
         if own_session:
             await sess.close()
-    cpu1, wall1 = proc.cpu_times(), clock()
-    busy = ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / max((wall1 - wall0) / 1e9, 1e-9)
-    records = [parse_stream(rec, raw) for rec, raw in pairs]
-    if stop.is_set():
-        for rec, raw in pairs:
-            if raw.cancelled or not rec.dispatch_ns:
-                rec.error = f"{STOPPED_EARLY}: in flight when the run was stopped early (should_stop)"
-    dispatches = [r.dispatch_ns for r in records if r.dispatch_ns]
-    return DriveResult(
-        records=records, schedule_delay_ns=delays, loop_lag_ns=lag.samples, cap_waits=cap_waits,
-        first_dispatch_ns=min(dispatches, default=None), last_dispatch_ns=max(dispatches, default=None),
-        cpu_busy=busy if math.isfinite(busy) else 0.0,
-        stalled=sum(1 for r in records if (r.error or "").startswith(STALLED)), timed_out=timed_out,
-        stopped_early=stop.is_set(),
-    )
+    return sender.result(loop_lag_ns, cpu.busy(), timed_out)

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..engine.base import Engine, StartResult
 from ..engine.config import Config
 from ..load.bench import run_scenario
+from ..load.options import RunOptions
 from ..load.records import RunResult
 from ..load.scenario import Scenario
 from ..server_http import ServerAnswerError
@@ -45,9 +46,9 @@ def measure(engine: Engine, config: Config, scenarios: list[Scenario], out_dir: 
         for scenario in scenarios:
             engine.before_run(server.url, api_key)
             result = run_scenario(
-                server.url, model, scenario, tokenizer_dir=tokenizer_dir, out_dir=out_dir / "runs",
+                server.url, model, scenario, RunOptions(tokenizer_dir=tokenizer_dir, out_dir=out_dir / "runs",
                 run_id=f"{label}-{scenario.name}", api_key=api_key,
-                progress=functools.partial(progress, scenario.name) if progress else None)
+                progress=functools.partial(progress, scenario.name) if progress else None))
             measured.runs.append(result)
             if not server.is_alive():
                 measured.error = f"the server died during {scenario.name}"

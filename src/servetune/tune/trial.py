@@ -20,6 +20,7 @@ from ..engine.config import Config
 from ..engine.launch import new_launch_token
 from ..engine.placement import Placement
 from ..load.bench import run_scenario
+from ..load.options import RunOptions
 from ..load.records import RunResult
 from ..load.scenario import Scenario
 from ..store import StudyStore, Trial
@@ -215,8 +216,7 @@ class TrialExecutor:
         self.engine.before_run(url, api_key)  # the engine's own reset between runs (vLLM: its prefix cache)
         started_at = time.time()
         suffix = f"-a{attempt}" if attempt > 1 else ""
-        result = run_scenario(
-            url, model, scenario,
+        result = run_scenario(url, model, scenario, RunOptions(
             tokenizer_dir=self.tokenizer_dir,
             out_dir=self.out_dir / "runs",
             run_id=f"trial{trial.seq:03d}-{scenario.name}-r{replicate}{suffix}",
@@ -224,7 +224,7 @@ class TrialExecutor:
             api_key=api_key,
             metric_names=self.engine.metric_names,
             detailed=False,   # a study keeps every request in the run's JSONL; the JSON stays small
-        )
+        ))
         return result, started_at
 
     def _log_path(self, trial: Trial) -> Path:
