@@ -20,7 +20,7 @@ def _runner(tmp_path: Path, finalists: int) -> tuple[StudyRunner, list[tuple[str
     spec = parse_study(STUDY + f"finalists: {finalists}\n")
     runner = StudyRunner(spec, tmp_path, display=StudyDisplay(Console(file=io.StringIO()), enabled=False))
     started: list[tuple[str, str]] = []
-    runner._start_trial = lambda role, config, params, slot: started.append((role, config.key()))  # type: ignore[method-assign]
+    runner._start_trial = lambda work, slot: started.append((work.role, work.config.key()))  # type: ignore[method-assign]
     return runner, started
 
 
