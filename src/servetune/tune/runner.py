@@ -103,7 +103,7 @@ class StudyRunner:
             self.store.set_verdict(Verdict(result.winner.key if result.winner else None, result.winner_reason))
         return result
 
-    # --- phases -------------------------------------------------------------------------
+    # --- the study's start and its phases -----------------------------------------------
 
     def _read_engine_defaults(self) -> None:
         self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command),
@@ -295,7 +295,7 @@ class StudyRunner:
         """For the display, which reads rich markup: a value like `[/]` is text, not a tag."""
         return escape(config.label(self.baseline_config))
 
-    # --- budget and ETA -----------------------------------------------------------------
+    # --- overview, ETA and --stop-after -------------------------------------------------
 
     def _update_overview(self) -> None:
         done = len([t for t in self.store.trials() if t.done])
