@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from servetune.store import TrialRole
 from servetune.study import parse_study
-from servetune.tune import analysis
+from servetune.tune import analysis, phases
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from tests.unit.test_tune_analysis import STUDY, _trial
@@ -20,7 +21,7 @@ def _runner(tmp_path: Path, finalists: int) -> tuple[StudyRunner, list[tuple[str
     spec = parse_study(STUDY + f"finalists: {finalists}\n")
     runner = StudyRunner(spec, tmp_path, display=StudyDisplay(Console(file=io.StringIO()), enabled=False))
     started: list[tuple[str, str]] = []
-    runner._start_trial = lambda role, config, params, slot: started.append((role, config.key()))  # type: ignore[method-assign]
+    runner._start_trial = lambda work, slot: started.append((work.role, work.config.key()))  # type: ignore[method-assign]
     return runner, started
 
 
@@ -72,3 +73,21 @@ def test_finalists_zero_is_said_as_such_not_as_no_candidate_beating_the_baseline
     _trial(runner.store, runner.spec, rng, "candidate", {"max-num-seqs": 8}, 120)  # beats it, yet no finalist
     runner._validate_finalists()
     assert notes == ["finalists: 0: no candidate is re-validated on a fresh boot"]
+
+
+def test_each_finalist_follows_its_own_baseline_boot_on_the_same_slot(tmp_path: Path) -> None:
+    runner, _ = _runner(tmp_path, finalists=2)
+    rng = np.random.default_rng(6)
+    _trial(runner.store, runner.spec, rng, "baseline", {}, 100)
+    _trial(runner.store, runner.spec, rng, "candidate", {"max-num-seqs": 8}, 120)
+    _trial(runner.store, runner.spec, rng, "candidate", {"max-num-seqs": 16}, 130)
+    final = phases.FinalPhase(runner._study_state())
+    assert final.next_round()
+    two_free = phases.SlotsNow(live=2, running=0)
+    handed = [(slot, final.next_work(slot, two_free)) for slot in (0, 1, 0, 1, 0)]
+    assert [(slot, w.role if w else None) for slot, w in handed] == [
+        (0, TrialRole.baseline_final), (1, TrialRole.baseline_final),
+        (0, TrialRole.finalist), (1, TrialRole.finalist), (0, None)]
+    planned = [step.config_key for step in runner.store.final_plan() or [] if step.role is TrialRole.finalist]
+    assert [w.config.key() for _, w in handed if w and w.role is TrialRole.finalist] == planned
+    assert len(set(planned)) == 2

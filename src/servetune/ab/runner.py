@@ -8,7 +8,6 @@ stopped and booted again (its stored runs count), as in a study.
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
@@ -20,9 +19,7 @@ from ..load.records import RunResult
 from ..load.scenario import Scenario
 from ..store import StudyStore, Trial, TrialRole
 from ..tune.display import StudyDisplay
-from ..tune.lock import StudyLock, TunerProcess
-from ..tune.recovery import reclaim_unfinished
-from ..tune.runner import raise_interrupt
+from ..tune.session import TunerSession
 from ..tune.trial import ProgressFn, TrialExecutor, TrialPlan
 from ..vocabulary import Outcome
 from . import prefix_reuse
@@ -57,43 +54,27 @@ class AbRunner:
                  metrics: list[str], display: StudyDisplay):
         self.spec, self.out_dir, self.boots, self.display = spec, Path(out_dir), boots, display
         self.reuse, self.metrics = reuse, metrics
-        self._lock = StudyLock(self.out_dir).acquire()
-        try:
-            self.store = StudyStore.in_dir(self.out_dir)
-            self._check_same_ab()
-        except BaseException:
-            self._lock.release()
-            raise
+        self.session = TunerSession.open(self.out_dir, self._check_same_ab)
+        self.store = self.session.store
         self.engines = {side: engine_for(spec.side(side).engine) for side in SIDES}
         for engine in self.engines.values():
             engine.check_secrets()  # a missing secret stops here, before any boot
         self.store.redact = lambda text: self.engines["B"].redact(self.engines["A"].redact(text))
         self.executors = {side: AbTrialExecutor.for_study(self.engines[side], spec.side(side), self.store,
                                                           self.out_dir) for side in SIDES}
-        self._session = 0
-        self._last_heartbeat = 0.0
 
     def run(self) -> AbAnalysis:
-        me = TunerProcess.current()
-        self._session = self.store.begin_session(pid=me.pid, host=me.host, pid_create_time=me.pid_create_time)
-        previous = signal.signal(signal.SIGTERM, raise_interrupt)
-        reason = "interrupted"
-        try:
-            with self.display:
-                for trial in reclaim_unfinished(self.store, self._session, self.display.note):
-                    self.display.note(f"resuming boot #{trial.seq} ({SIDE_OF_ROLE.get(trial.role, trial.role)})")
-                    self._execute(trial)
-                order = boot_order(self.boots)
-                while (done := len(self.store.trials())) < len(order):
-                    side = order[done]
-                    trial = self.store.begin_trial(ROLES[side], self.spec.side(side).baseline_config(),
-                                                   {"side": side}, session_id=self._session)
-                    self._execute(trial)
-                reason = "finished"
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-            self.store.end_session(self._session, reason)
-            self._lock.release()
+        with self.session.running(), self.display:
+            for trial in self.session.reclaim(self.display.note):
+                self.display.note(f"resuming boot #{trial.seq} ({SIDE_OF_ROLE.get(trial.role, trial.role)})")
+                self._execute(trial)
+            order = boot_order(self.boots)
+            while (done := len(self.store.trials())) < len(order):
+                side = order[done]
+                trial = self.store.begin_trial(ROLES[side], self.spec.side(side).baseline_config(),
+                                               {"side": side}, session_id=self.session.id)
+                self._execute(trial)
+            self.session.end_reason = "finished"
         return analyze(self.store, self.spec, self.metrics)
 
     def _plan(self) -> TrialPlan:
@@ -120,19 +101,16 @@ class AbRunner:
     def _on_progress(self, trial: Trial, side: str, scenario: str | None, replicate: int, done: int,
                      total: int) -> None:
         self.display.trial_step(trial, side, scenario, replicate, done, total)
-        now = time.monotonic()
-        if now - self._last_heartbeat > 5:
-            self._last_heartbeat = now
-            self.store.heartbeat(self._session)
+        self.session.heartbeat()
 
-    def _check_same_ab(self) -> None:
+    def _check_same_ab(self, store: StudyStore) -> None:
         new = {"A": self.spec.a.model_dump(mode="json"), "B": self.spec.b.model_dump(mode="json"),
                "prefix_reuse": self.reuse.model_dump(mode="json") if self.reuse else None, "boots": self.boots}
-        old = self.store.get_meta_json(META_KEY)
-        if old is None and self.store.trials():
-            raise ServetuneError(f"{self.store.path}: this directory holds a study, not an A/B; use another --out")
+        old = store.get_meta_json(META_KEY)
+        if old is None and store.trials():
+            raise ServetuneError(f"{store.path}: this directory holds a study, not an A/B; use another --out")
         changed = [k for k in new if k != BOOTS_MAY_CHANGE and old is not None and old.get(k) != new[k]]
         if changed:
-            raise ServetuneError(f"{self.store.path}: this directory holds a different A/B (changed: "
+            raise ServetuneError(f"{store.path}: this directory holds a different A/B (changed: "
                                  f"{', '.join(changed)}); use another --out, or the files it was started with")
-        self.store.set_meta_json(META_KEY, new)
+        store.set_meta_json(META_KEY, new)

@@ -23,7 +23,7 @@ from ..capacity.slo import Slo, parse_slos, requests_to_meet
 from ..errors import ServetuneError
 from ..load.dataset import trace_specs
 from ..load.scenario import PRESETS, Scenario
-from ..tune.runner import sigterm_as_interrupt
+from ..tune.session import sigterm_as_interrupt
 from . import validate
 from .bench_cmd import (
     API_KEY_ENV_HELP,

@@ -45,8 +45,12 @@ class Leftovers:
 StopFn = Callable[[Trial, Leftovers], bool]
 
 
+def stop_on_this_host(_trial: Trial, leftovers: Leftovers) -> bool:
+    return leftovers.stop()
+
+
 def reclaim_unfinished(store: StudyStore, session_id: int, note: Callable[[str], None],
-                       stop: StopFn = lambda _trial, leftovers: leftovers.stop()) -> list[Trial]:
+                       stop: StopFn = stop_on_this_host) -> list[Trial]:
     """Stop the leftovers of every unfinished trial (with `stop`: on this host, or where the
     trial ran) and reopen it under `session_id`; returns the reopened trials, to be run again
     (their stored runs count)."""
