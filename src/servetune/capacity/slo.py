@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -150,7 +150,8 @@ def _stretched_down(estimate: float, bound: float, stretch: float) -> float:
     latency's bound stays positive (additively, p95 TTFT 1268 ms got -143,893). The upper side
     keeps the additive stretch its coverage was measured with (benchmarks/capacity_search.py)."""
     if estimate > 0 and bound > 0:
-        return estimate * (bound / estimate) ** stretch
+        scale: float = (bound / estimate) ** stretch  # a positive base: a float, never complex
+        return estimate * scale
     return max(estimate + (bound - estimate) * stretch, 0.0)
 
 
@@ -177,7 +178,7 @@ def effective_size(ordered: np.ndarray, threshold: float) -> float:
     if p in (0.0, 1.0):
         return float(n)
     spread = sum((part.sum() - len(part) * p) ** 2 for part in parts) * batches / (batches - 1)
-    inflation = max(spread / (n * p * (1 - p)), 1.0)
+    inflation: float = max(spread / (n * p * (1 - p)), 1.0)
     return n / inflation
 
 
@@ -197,7 +198,8 @@ def _clustered_ci(groups: list[np.ndarray], q: float | None, alpha: float, seed:
     if len(groups) < 2:
         return -math.inf, math.inf
     rng = np.random.default_rng(seed)
-    stat = (lambda a: float(np.mean(a))) if q is None else (lambda a: float(np.percentile(a, 100 * q)))
+    stat: Callable[[np.ndarray], float] = \
+        (lambda a: float(np.mean(a))) if q is None else (lambda a: float(np.percentile(a, 100 * q)))
     draws = [stat(np.concatenate([groups[i] for i in rng.integers(0, len(groups), len(groups))]))
              for _ in range(_BOOTSTRAP_RESAMPLES)]
     return float(np.quantile(draws, alpha / 2)), float(np.quantile(draws, 1 - alpha / 2))

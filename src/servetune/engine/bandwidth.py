@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 MEASURE_TIMEOUT_S = 300.0
 GPU_BUFFER_GIB = 8.0     # as benchmarks/hbm_bandwidth.py: far beyond any GPU's L2
@@ -30,10 +30,13 @@ def gbps(nbytes: float, seconds: float) -> float:
 def measure_cuda(gib: float = GPU_BUFFER_GIB, repeats: int = 10) -> dict[str, Any]:
     import torch
 
+    # torch.cuda.Event's constructor carries no annotations: called as the typed callable it is.
+    timing_event = cast(Callable[..., torch.cuda.Event], torch.cuda.Event)
+
     def best_ms(fn: Callable[[], object]) -> float:
         best = float("inf")
         for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end = timing_event(enable_timing=True), timing_event(enable_timing=True)
             start.record()
             fn()
             end.record()

@@ -44,7 +44,8 @@ def open_loop_offsets(n: int, rate: float, burstiness: float, rng: np.random.Gen
     else:
         gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
     cum = np.cumsum(gaps)
-    return cum * ((n / rate) / cum[-1])
+    offsets: np.ndarray = cum * ((n / rate) / cum[-1])
+    return offsets
 
 
 def trace_plan(offsets_s: list[float], speedup: float, concurrency: int | None) -> Plan:

@@ -58,12 +58,18 @@ def sample_lengths(spec: Length, n: int, rng: np.random.Generator) -> list[int]:
         return [spec.value] * n
     if isinstance(spec, Uniform):
         lo, hi = sorted((spec.low, spec.high))
-        return rng.integers(lo, hi + 1, size=n).tolist()
+        return _ints(rng.integers(lo, hi + 1, size=n))
     if isinstance(spec, Normal):
-        return np.maximum(np.rint(rng.normal(spec.mean, spec.std, size=n)), 1).astype(int).tolist()
+        return _ints(np.maximum(np.rint(rng.normal(spec.mean, spec.std, size=n)), 1).astype(int))
     if isinstance(spec, FromFile):
-        return rng.choice(_read_int_file(spec.path), size=n).astype(int).tolist()
+        return _ints(rng.choice(_read_int_file(spec.path), size=n).astype(int))
     raise TypeError(f"unknown length spec {spec!r}")
+
+
+def _ints(values: np.ndarray) -> list[int]:
+    """An integer array as a list of Python ints (numpy types `tolist()` as Any)."""
+    out: list[int] = values.tolist()
+    return out
 
 
 def read_dataset(path: Path) -> list[RequestSpec]:

@@ -58,7 +58,8 @@ def latency_s(rec: RequestRecord) -> float:
 
 
 def itls_s(rec: RequestRecord) -> list[float]:
-    return (np.diff(np.asarray(rec.chunk_ns, dtype=np.int64)) / NS).tolist()
+    gaps: list[float] = (np.diff(np.asarray(rec.chunk_ns, dtype=np.int64)) / NS).tolist()
+    return gaps
 
 
 def itls_per_token_s(rec: RequestRecord) -> list[float]:

@@ -28,7 +28,8 @@ PercentileTest = Literal["bootstrap", "permutation"]
 
 
 def _mean_diff(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-    return np.mean(x, axis=axis) - np.mean(y, axis=axis)
+    diff: np.ndarray = np.mean(x, axis=axis) - np.mean(y, axis=axis)
+    return diff
 
 
 def fieller_ratio_ci(

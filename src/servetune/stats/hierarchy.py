@@ -51,7 +51,8 @@ def _logs(boot: Sequence[float]) -> np.ndarray:
     x = np.asarray(boot, dtype=float)
     if x.ndim != 1 or not np.all(np.isfinite(x)) or np.any(x <= 0):
         raise ValueError(f"two-level model needs positive finite replicate values, got {list(boot)!r}")
-    return np.log(x)
+    logs: np.ndarray = np.log(x)
+    return logs
 
 
 def variance_components(groups: Sequence[Boots]) -> VarianceComponents:

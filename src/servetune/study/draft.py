@@ -283,7 +283,7 @@ def _context_needed(inp: DraftInput) -> int:
             longest = max(longest, min(_int(p.input_len), _CPU_MAX_INPUT) + min(_int(p.output_len), _CPU_MAX_OUTPUT))
     if inp.workload is not None:
         longest = max(longest, int(inp.workload.input.max + inp.workload.output.max))
-    length = 2 ** math.ceil(math.log2(max(longest, 256)))
+    length: int = 2 ** math.ceil(math.log2(max(longest, 256)))
     cap = inp.model.max_context
     return min(length, cap) if cap else length
 

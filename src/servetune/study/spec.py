@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     AfterValidator,
@@ -121,7 +121,7 @@ class EngineSpec(_Strict):
         """Secret entries of `env` and secret flags of `args` (`api-key` -> VLLM_API_KEY) leave the
         spec before validation: what remains (and every Config built from it) holds no secret value."""
         data, values = _split_secrets(data)
-        spec = handler(data)
+        spec = cast(EngineSpec, handler(data))  # the handler validates into this class
         if values:
             spec._secret_values = values
         return spec
@@ -130,7 +130,7 @@ class EngineSpec(_Strict):
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """No `secret_env` key when there are none: a stored spec from before the key existed stays
         equal to its study's dump, so such studies still resume."""
-        out = handler(self)
+        out: dict[str, Any] = handler(self)  # a model's wrapped serializer gives its dict
         if not self.secret_env:
             out.pop("secret_env", None)
         return out

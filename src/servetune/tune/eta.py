@@ -153,7 +153,8 @@ def active_fraction(config: dict[str, Any], batch: int = 1) -> float:
         return 1.0
     per_expert = two - one  # the count is linear in the number of experts
     distinct = experts * (1 - (1 - per_token / experts) ** max(batch, 1))  # = k at batch 1
-    return (one + (distinct - 1) * per_expert) / total
+    share: float = (one + (distinct - 1) * per_expert) / total
+    return share
 
 
 def model_config(model_dir: Path) -> dict[str, Any] | None:
@@ -172,7 +173,8 @@ def mean_len(length: Any) -> float:
     if kind == "fixed":
         return float(length.value)
     if kind == "uniform":
-        return (length.low + length.high) / 2
+        middle: float = (length.low + length.high) / 2
+        return middle
     if kind == "normal":
         return float(length.mean)
     return 512.0  # lengths from a file: not read for a guess

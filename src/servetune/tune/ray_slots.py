@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
@@ -122,7 +122,7 @@ class _Mailbox:
 
     def __init__(self) -> None:
         self._pending: asyncio.Queue[Any] | None = None
-        self._waiting: dict[int, Any] = {}
+        self._waiting: dict[int, asyncio.Future[tuple[bool, Any]]] = {}
         self._next = 0
 
     def _queue(self) -> asyncio.Queue[Any]:
@@ -133,7 +133,7 @@ class _Mailbox:
     async def call(self, message: tuple[Any, ...]) -> tuple[bool, Any]:
         self._next += 1
         number = self._next
-        answer = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[number] = answer
         await self._queue().put((number, message))
         return await answer
@@ -186,7 +186,7 @@ class _SlotActor:
         self._last_progress = 0.0
         ids = [str(i) for i in ray.get_gpu_ids()]
         context = ray.get_runtime_context()
-        host, ip = socket.gethostname(), ray.util.get_node_ip_address()
+        host, ip = socket.gethostname(), _node_ip()
         self._placement = Placement(
             -1, {"CUDA_VISIBLE_DEVICES": ",".join(ids)} if ids else {},
             cpus=tuple(sorted(os.sched_getaffinity(0))),  # what the driver splits between CPU slots of a node
@@ -374,7 +374,7 @@ class RaySlots:
         if not place.get("ray_node_id"):
             return leftovers.stop()
         own = ray.get_runtime_context().get_node_id()
-        for node in nodes_of_host(place, ray.nodes(), own):
+        for node in nodes_of_host(place, _ray_nodes(), own):
             if node == own:
                 return leftovers.stop()
             task = self._stop_task.options(num_cpus=0, scheduling_strategy=_pinned(node))
@@ -532,8 +532,20 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+# Ray's state calls below carry no annotations: each is called as the typed callable Ray documents.
+_ResourceTable = Callable[[], dict[str, float]]
+
+
+def _node_ip() -> str:
+    return cast(Callable[[], str], ray.util.get_node_ip_address)()
+
+
+def _ray_nodes() -> list[dict[str, Any]]:
+    return cast(Callable[[], list[dict[str, Any]]], ray.nodes)()
+
+
 def _resources() -> str:
-    free = ray.available_resources()
-    total = ray.cluster_resources()
+    free = cast(_ResourceTable, ray.available_resources)()
+    total = cast(_ResourceTable, ray.cluster_resources)()
     return ", ".join(f"{k} {free.get(k, 0):g} free of {total[k]:g}" for k in ("GPU", "CPU") if k in total) \
         or "no GPU or CPU"

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..engine.launch import Server, StopReport
 from ..engine.placement import Placement
@@ -72,7 +72,7 @@ def resolve_call(calls: SlotCalls, store: StudyStore, name: str) -> Callable[...
         attr = getattr(calls, name, None) if name in SlotCalls.__dataclass_fields__ else None
     if not callable(attr) or name.startswith(("store._", "_")):
         raise ValueError(f"slot call {name!r}: no such call")
-    return attr
+    return cast("Callable[..., Any]", attr)  # getattr's Any, known callable here
 
 
 @dataclass(frozen=True)
