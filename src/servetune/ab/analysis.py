@@ -13,7 +13,7 @@ from ..stats.multiple import holm
 from ..stats.power import boots_needed
 from ..stats.types import Comparison, Interval
 from ..stats.verdict import label, verdict
-from ..store import Run, StudyStore, Trial
+from ..store import Run, StudyStore, Trial, TrialRole
 from ..study.metrics import higher_is_better
 from ..vocabulary import Outcome
 from . import prefix_reuse
@@ -92,7 +92,7 @@ class AbAnalysis:
 
 
 def analyze(store: StudyStore, spec: AbSpec, metrics: Sequence[str] = DEFAULT_METRICS) -> AbAnalysis:
-    trials = [t for t in store.trials() if t.role in ("ab_a", "ab_b")]
+    trials = [t for t in store.trials() if t.role in (TrialRole.ab_a, TrialRole.ab_b)]
     side_of = {"ab_a": "A", "ab_b": "B"}
     runs = store.runs()
     ok_runs = [r for r in runs if r.outcome == str(Outcome.ok)]

@@ -85,18 +85,18 @@ class AbRunner:
     def _execute(self, trial: Trial) -> None:
         side = SIDE_OF_ROLE[trial.role]
         total = len(boot_order(self.boots))
-        self.display.trials(len([t for t in self.store.trials() if t.status == "done"]), total, None)
+        self.display.trials(len([t for t in self.store.trials() if t.done]), total, None)
         outcome = self.executors[side].run(
             trial, self._plan(), enough=lambda t, reps: False,
             progress=lambda t, s, r, d, n: self._on_progress(t, side, s, r, d, n))
         done = self.store.trial(trial.id)
-        if outcome != str(Outcome.ok):
+        if outcome != Outcome.ok:
             self.display.note(f"[yellow]#{trial.seq} {side}: {outcome}[/] {escape((done.detail or '')[:300])}")
         else:
             version = (done.boot_facts.vllm_version if done.boot_facts else None) or "version ?"
             self.display.note(f"#{trial.seq} {side} ({escape(version)}): ok (boot {done.boot_s or 0:.0f} s, "
                               f"{len(self.store.runs(trial.id))} runs)")
-        self.display.trials(len([t for t in self.store.trials() if t.status == "done"]), total, None)
+        self.display.trials(len([t for t in self.store.trials() if t.done]), total, None)
 
     def _on_progress(self, trial: Trial, side: str, scenario: str | None, replicate: int, done: int,
                      total: int) -> None:

@@ -23,6 +23,7 @@ from ..load.metrics import SLO_NAMES, percentile_key
 from ..load.options import RunOptions
 from ..load.records import RunResult, RunSummary
 from ..load.scenario import PRESETS, Scenario, preset
+from ..vocabulary import Outcome
 from . import validate
 from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt, print_error, validation_text
 from .paths import result_file
@@ -281,7 +282,7 @@ def _show_result(result: RunResult, sc: Scenario, pcts: tuple[float, ...], out: 
         console.print("[yellow]client-bound:[/] " + escape("; ".join(result.client_health["reasons"])))
     if result.error:
         console.print(f"[red]error:[/] {escape(result.error)}")
-    if result.outcome.is_failure and result.outcome.value != "client_bound":
+    if result.outcome.is_failure and result.outcome is not Outcome.client_bound:
         # Kept, marked with its outcome (compare refuses it); not presented as a result.
         console.print(escape(f"the run failed ({result.outcome.value}): kept for inspection in {out} and "
                              f"{result.records_path}; not a result"))

@@ -26,6 +26,7 @@ from ..stats.compare import compare, compare_percentile
 from ..stats.types import Comparison, Verdict
 from ..store.sqlite import StudyStore
 from ..study.metrics import higher_is_better
+from ..vocabulary import Outcome
 from .requests import SERIES, read_records, resolve, series_ms
 
 DEFAULT_METRICS = (
@@ -41,7 +42,7 @@ _LATENCY = re.compile(r"^(mean|median|p\d+(?:\.\d+)?)_(" + "|".join(SERIES) + r"
 WORKLOAD_KEYS = ("input_len", "output_len", "concurrency", "rate", "burstiness", "endpoint", "dataset",
                  "sweep_input_lens", "shared_prefix", "ignore_eos", "temperature")
 # Outcomes whose numbers are still a measurement of the server (the client was the limit: flagged, kept).
-_MEASURED = ("ok", "client_bound")
+_MEASURED = (Outcome.ok, Outcome.client_bound)  # equal to the strings a bench JSON holds
 
 
 @dataclass

@@ -93,7 +93,7 @@ def current_capacity_runs(runs: Sequence[Run], scenario: str) -> list[Run]:
     """The scenario's capacity Runs, one per trial: its latest attempt (a re-estimate supersedes)."""
     latest: dict[int, Run] = {}
     for r in runs:
-        if (r.scenario == scenario and r.replicate == CAPACITY_REPLICATE and r.outcome == str(Outcome.ok)
+        if (r.scenario == scenario and r.replicate == CAPACITY_REPLICATE and r.outcome == Outcome.ok
                 and not is_level_run(r.summary) and CAPACITY in r.summary
                 and (r.trial_id not in latest or r.attempt > latest[r.trial_id].attempt)):
             latest[r.trial_id] = r
@@ -195,7 +195,7 @@ def measure_capacity(store: StudyStore, trial: Trial, scenarios: list[Scenario],
         if not slos:
             continue
         runs = [r for r in store.runs(trial.id) if r.scenario == scenario.name]
-        if any(r.replicate == CAPACITY_REPLICATE and r.outcome == str(Outcome.ok) for r in runs):
+        if any(r.replicate == CAPACITY_REPLICATE and r.outcome == Outcome.ok for r in runs):
             continue  # searched on an earlier boot of this trial
         levels = _LevelRuns(trial, scenario, slos, plan, server, runs, runs_dir=runs_dir,
                             tokenizer_dir=tokenizer_dir, record=record, progress=progress)
@@ -275,7 +275,7 @@ def _output_throughput_at(capacity: float, kind: LoadKind, level_runs: list[Run]
     req/s times the tokens a request got); a closed loop or a trace what its runs at that level measured."""
     if capacity <= 0:
         return None
-    ok = [r.summary for r in level_runs if r.outcome in (str(Outcome.ok), str(Outcome.client_bound))]
+    ok = [r.summary for r in level_runs if r.outcome in (Outcome.ok, Outcome.client_bound)]
     if kind == "rate":
         per_request = [s["total_output_tokens"] / s["completed"] for s in ok
                        if s.get("completed") and s.get("total_output_tokens")]

@@ -254,7 +254,7 @@ class StudyRunner:
         done = self.store.trial(finished.trial_id)
         label = self._label(done.config)
         where = f" on {self._placement(done.slot).label()}" if len(self.placements) > 1 else ""
-        if finished.outcome != str(Outcome.ok):
+        if finished.outcome != Outcome.ok:
             self.display.note(f"[yellow]#{done.seq} {done.role} {label}: {finished.outcome}[/]{where} "
                               f"{escape((done.detail or '')[:300])}")
         else:
