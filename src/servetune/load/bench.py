@@ -215,6 +215,53 @@ async def arun_scenario(base_url: str, model: str | None, scenario: Scenario,
 async def _run(base_url: str, model: str | None, scenario: Scenario, options: RunOptions,
                limits: _Limits) -> RunResult:
     result = RunResult(scenario=scenario.name)
+    setup = await _prepare(result, base_url, model, scenario, options.tokenizer_dir, limits)
+    if isinstance(setup, RunResult):
+        return setup
+    url = base_url + client.endpoint_path(scenario.endpoint)
+    warm = await _warm_up(url, setup.warm_jobs, scenario, limits)
+    if warm is not None and (warm.timed_out or warm.stalled):
+        return _ended_early(result, [warm], limits, base_url, "warmup")
+    if not setup.specs:  # duration only: size the prompt pool from the warmups' pace
+        setup.specs = request_specs(scenario, _duration_pool(scenario, warm), setup.rng)
+    jobs = await _measured_jobs(result, base_url, scenario, limits, setup)
+    if isinstance(jobs, RunResult):
+        return jobs
+    run_plan = _arrival_plan(scenario, jobs, setup.specs, setup.rng)
+    parts, start_ns, server_stats = await _scraped_measure(base_url, url, jobs, run_plan, options, scenario, limits)
+
+    records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
+    summary = _summary(records, parts, start_ns, server_stats, scenario, options, setup)
+    result.server_stats = server_stats
+    result.summary = RunSummary.model_validate(summary)
+    result.client_health = _client_health(parts, records, run_plan, start_ns)
+    await _settle_outcome(result, parts, summary, records, limits, base_url)
+    if options.out_dir is not None:
+        _write(options.out_dir, options.run_id, options.result_file, result, scenario, setup.model, records,
+               (warm.records if warm else []), run_plan, options.detailed)
+    return result
+
+
+@dataclass
+class _Setup:
+    """What a Run makes before any timing: the served model, the prompt factory (and its
+    tokenizer), the warmups' jobs and the measured requests' specs (none yet for a
+    duration-only run: sized after the warmups)."""
+
+    model: str
+    factory: PromptFactory
+    tok_source: str
+    salt: int
+    rng: np.random.Generator  # the scenario's seed: specs, prefix draws and arrivals, in that order
+    info: _Prepared
+    blocks: TracePrompts | None
+    specs: list[RequestSpec]
+    warm_jobs: list[client.Job]
+
+
+async def _prepare(result: RunResult, base_url: str, model: str | None, scenario: Scenario,
+                   tokenizer_dir: Path | None, limits: _Limits) -> _Setup | RunResult:
+    """The Run's setup, or `result` failed when the server or its /tokenize does not answer."""
     async with server_http.session(limits.api_key, _API_TIMEOUT) as session:
         models_url = base_url + "/v1/models"
         try:
@@ -224,7 +271,7 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, options: Ru
             result.outcome, result.error = for_http_status(exc.status), f"server at {base_url} {state}: {exc}"
             return result
         model = model or served[0]
-        tok, tok_source = pick_tokenizer(session, base_url, model, options.tokenizer_dir)
+        tok, tok_source = pick_tokenizer(session, base_url, model, tokenizer_dir)
         salt = secrets.randbits(64)
         factory = PromptFactory(tok, seed=scenario.seed, chat=scenario.endpoint == "chat",
                                 shared_prefix_len=scenario.shared_prefix.length if scenario.shared_prefix else 0,
@@ -234,37 +281,55 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, options: Ru
         n_warm = scenario.effective_warmups
         blocks = TracePrompts(factory, salt, scenario.trace.block_tokens) if scenario.trace else None
         try:
-            if scenario.trace is not None:
-                specs = trace_specs(scenario)
-                warm_specs = unshared(specs, n_warm)
-            elif scenario.sweep_input_lens:
-                specs = request_specs(scenario, len(scenario.sweep_input_lens), rng)
-                warm_specs = [specs[0]] * n_warm
-            else:
-                warm_specs = request_specs(scenario, n_warm, np.random.default_rng(scenario.seed + 1))
-                specs = request_specs(scenario, scenario.num_prompts or 0, rng)
+            specs, warm_specs = _request_and_warmup_specs(scenario, n_warm, rng)
             warm_jobs = await _make_jobs(factory, scenario, model, warm_specs, rng, -n_warm, True, info)
         except _TOKENIZE_ERRORS as exc:
             return _tokenizing_failed(result, base_url, exc)
         if scenario.endpoint == "chat":
             info.chat_overhead = await factory.chat_overhead()
+    return _Setup(model, factory, tok_source, salt, rng, info, blocks, specs, warm_jobs)
 
-    url = base_url + client.endpoint_path(scenario.endpoint)
-    warm = await client.drive(url, warm_jobs, concurrency=scenario.concurrency or max(n_warm, 1),
-                              start_ns=time.perf_counter_ns(), **_drive_limits(limits)) if warm_jobs else None
-    if warm is not None and (warm.timed_out or warm.stalled):
-        return _ended_early(result, [warm], limits, base_url, "warmup")
 
-    if not specs:  # duration only: size the prompt pool from the warmups' pace
-        specs = request_specs(scenario, _duration_pool(scenario, warm), rng)
+def _request_and_warmup_specs(scenario: Scenario, n_warm: int,
+                              rng: np.random.Generator) -> tuple[list[RequestSpec], list[RequestSpec]]:
+    """The measured requests' specs (empty for a duration-only run) and the warmups'."""
+    if scenario.trace is not None:
+        specs = trace_specs(scenario)
+        return specs, unshared(specs, n_warm)
+    if scenario.sweep_input_lens:
+        specs = request_specs(scenario, len(scenario.sweep_input_lens), rng)
+        return specs, [specs[0]] * n_warm
+    warm_specs = request_specs(scenario, n_warm, np.random.default_rng(scenario.seed + 1))
+    return request_specs(scenario, scenario.num_prompts or 0, rng), warm_specs
+
+
+async def _warm_up(url: str, warm_jobs: list[client.Job], scenario: Scenario,
+                   limits: _Limits) -> client.DriveResult | None:
+    """The warmup requests, all at once up to the scenario's concurrency; None when there are none."""
+    if not warm_jobs:
+        return None
+    return await client.drive(url, warm_jobs, concurrency=scenario.concurrency or max(scenario.effective_warmups, 1),
+                              start_ns=time.perf_counter_ns(), **_drive_limits(limits))
+
+
+async def _measured_jobs(result: RunResult, base_url: str, scenario: Scenario, limits: _Limits,
+                         setup: _Setup) -> list[client.Job] | RunResult:
+    """The measured requests' jobs, or `result` failed when /tokenize does not answer. A fresh
+    session: the first one closed before the warmups."""
     async with server_http.session(limits.api_key, _API_TIMEOUT) as session:
-        if isinstance(tok, RemoteTokenizer):
-            tok = RemoteTokenizer(session, base_url, model)
-            factory.tok = tok
+        if isinstance(setup.factory.tok, RemoteTokenizer):
+            setup.factory.tok = RemoteTokenizer(session, base_url, setup.model)
         try:
-            jobs = await _make_jobs(factory, scenario, model, specs, rng, 0, False, info, blocks)
+            return await _make_jobs(setup.factory, scenario, setup.model, setup.specs, setup.rng, 0, False,
+                                    setup.info, setup.blocks)
         except _TOKENIZE_ERRORS as exc:
             return _tokenizing_failed(result, base_url, exc)
+
+
+def _arrival_plan(scenario: Scenario, jobs: list[client.Job], specs: list[RequestSpec],
+                  rng: np.random.Generator) -> arrivals.Plan:
+    """When each job is sent: a trace's own offsets and gaps (sped up), else the scenario's
+    rate and burstiness; written into the jobs."""
     if scenario.trace is not None:
         run_plan = arrivals.trace_plan([s.offset_s or 0.0 for s in specs], scenario.trace.speedup,
                                        scenario.concurrency)
@@ -275,7 +340,14 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, options: Ru
     if run_plan.offsets is not None:
         for job, off in zip(jobs, run_plan.offsets):
             job.offset_ns = int(off * 1e9)
+    return run_plan
 
+
+async def _scraped_measure(base_url: str, url: str, jobs: list[client.Job], run_plan: arrivals.Plan,
+                           options: RunOptions, scenario: Scenario,
+                           limits: _Limits) -> tuple[list[client.DriveResult], int, dict[str, Any]]:
+    """The measured phase between two scrapes of the server's /metrics: the client processes'
+    results, the schedule's origin, and what the server counted meanwhile."""
     scraper = Scraper(base_url, limits.api_key, limits.metric_names)
     await scraper.before()
     try:
@@ -284,26 +356,41 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, options: Ru
         await scraper.after()
     finally:
         await scraper.close()  # a run cancelled midway (Ctrl-C) leaves no session open
+    return parts, start_ns, scraper.result()
 
-    records = sorted((r for p in parts for r in p.records), key=lambda r: r.index)
+
+def _summary(records: list[RequestRecord], parts: list[client.DriveResult], start_ns: int,
+             server_stats: dict[str, Any], scenario: Scenario, options: RunOptions,
+             setup: _Setup) -> dict[str, Any]:
+    """The measured phase's metrics, with how its prompts were made (and a trace's fidelity)."""
     ends = [r.end_ns for r in records if r.end_ns]
     duration_s = (max(ends) - start_ns) / 1e9 if ends else 0.0
     summary = metrics.summarize(records, duration_s, options.percentiles, options.slo)
     if any(p.stopped_early for p in parts):  # only then: other runs' summaries stay as they were
         summary["stopped_early"] = True
-    summary.update({"tokenizer_source": tok_source, "chat_template_tokens": info.chat_overhead,
-                    "prompts_inexact": info.inexact, "nonce_salt": f"{salt:016x}"})
-    lasts = [p.last_dispatch_ns for p in parts if p.last_dispatch_ns]
-    result.server_stats = scraper.result()
+    summary.update({"tokenizer_source": setup.tok_source, "chat_template_tokens": setup.info.chat_overhead,
+                    "prompts_inexact": setup.info.inexact, "nonce_salt": f"{setup.salt:016x}"})
     if scenario.trace is not None:
-        summary.update(fidelity.trace_fidelity(records, specs, result.server_stats, scenario.trace))
-    result.summary = RunSummary.model_validate(summary)
-    result.client_health = health.assess(
+        summary.update(fidelity.trace_fidelity(records, setup.specs, server_stats, scenario.trace))
+    return summary
+
+
+def _client_health(parts: list[client.DriveResult], records: list[RequestRecord], run_plan: arrivals.Plan,
+                   start_ns: int) -> dict[str, Any]:
+    """Whether the client kept the schedule, over all its processes (health.assess)."""
+    lasts = [p.last_dispatch_ns for p in parts if p.last_dispatch_ns]
+    return health.assess(
         loop_lag_ns=[x for p in parts for x in p.loop_lag_ns],
         schedule_delay_ns=[x for p in parts for x in p.schedule_delay_ns],
         cpu_busy=[p.cpu_busy for p in parts], requested_rate=run_plan.rate, sent=len(records),
         start_ns=start_ns,
         last_dispatch_ns=max(lasts, default=None), cap_waits=sum(p.cap_waits for p in parts), workers=len(parts))
+
+
+async def _settle_outcome(result: RunResult, parts: list[client.DriveResult], summary: dict[str, Any],
+                          records: list[RequestRecord], limits: _Limits, base_url: str) -> None:
+    """The Run's outcome: client-bound, ended by the client (deadline, stalls), or the server
+    crashed or failed every request; else it stays as it is."""
     if result.client_health["client_bound"]:
         result.outcome = Outcome.client_bound
     if any(p.timed_out or p.stalled for p in parts):
@@ -315,10 +402,6 @@ async def _run(base_url: str, model: str | None, scenario: Scenario, options: Ru
             # A server that fails every request (error status, unreadable stream) measured nothing.
             result.outcome = Outcome.bad_response
             result.error = f"all {len(records)} requests failed: {summary['errors'][:1]}"
-    if options.out_dir is not None:
-        _write(options.out_dir, options.run_id, options.result_file, result, scenario, model, records,
-               (warm.records if warm else []), run_plan, options.detailed)
-    return result
 
 
 # /tokenize failing while prompts are made: RemoteTokenizer raises ServetuneError for an error status
