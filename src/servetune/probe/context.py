@@ -44,7 +44,7 @@ class ProbeBoot(BaseModel):
 
     @property
     def ok(self) -> bool:
-        return self.outcome == str(Outcome.ok)
+        return self.outcome == Outcome.ok
 
     @property
     def safe_length(self) -> int | None:
@@ -142,7 +142,7 @@ def find_max_model_len(boot: BootFn, *, model_max: int | None, start: int | None
                                   "and the model's maximum length is unknown: give --start")
             candidate, why = model_max, "model maximum"
             continue
-        if b.outcome not in (str(Outcome.context_too_long), str(Outcome.oom)):
+        if b.outcome not in (Outcome.context_too_long, Outcome.oom):
             return _no_answer(boots, model_max, f"the boot at max-model-len {candidate} failed as {b.outcome}, "
                               f"which a shorter length does not cure: {b.detail}")
         too_long = candidate if too_long is None else min(too_long, candidate)
