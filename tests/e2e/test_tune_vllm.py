@@ -1,7 +1,7 @@
 """End-to-end studies on the real vLLM CPU build, through the `servetune` command itself.
 
-Slow by nature (every trial boots a server): the example study, and an A/A study that is
-SIGKILLed mid-trial, resumed, and must name no winner.
+Slow by nature (every trial boots a server): an A/A study that is SIGKILLed mid-trial, resumed,
+and must name no winner. The example study's checks are in test_example_study_vllm.py.
 """
 
 from __future__ import annotations
@@ -19,51 +19,11 @@ import pytest
 from servetune.store import StudyStore
 from servetune.study import load_study
 from servetune.tune import analysis
-from servetune.tune.ofat_audit import off_one_factor
-from tests.conftest import ExampleStudy, servetune
+from tests.conftest import servetune
 
 REPO = Path(__file__).resolve().parents[2]
 STUDIES = Path(__file__).parent / "studies"
 pytestmark = pytest.mark.vllm
-
-
-# Its checks are of the study's shape, not of who won; the study is shared with test_report_vllm.py.
-@pytest.mark.concurrent
-@pytest.mark.xdist_group("example_study")
-def test_example_study_runs_to_a_verdict(example_study: ExampleStudy) -> None:
-    spec = load_study(example_study.study_file)
-    store = StudyStore.open_existing(example_study.out)
-    trials = store.trials()
-    assert trials[0].role == "baseline" and trials[0].outcome == "ok"
-    assert all(t.status == "done" for t in trials)
-    candidates = [t for t in trials if t.role == "candidate"]
-    assert 1 <= len(candidates) <= spec.budget.trials
-    # OFAT changes one parameter at a time from the incumbent of its time
-    baseline = spec.baseline_config()
-    assert off_one_factor(store, spec) == []
-    # enable-prefix-caching=True is what vLLM 0.32 runs when the flag is unset: never booted again
-    duplicates = [t for t in candidates if t.outcome == "duplicate"]
-    assert any(t.params.get("enable-prefix-caching") is True and t.launch_token is None
-               and "enable-prefix-caching=True is vLLM's default here" in (t.detail or "") for t in duplicates)
-    assert all(t.launch_token is not None for t in candidates if t.outcome not in ("duplicate", "skipped"))
-    # every ok trial measured every scenario at least min-replicates times
-    for t in trials:
-        if t.outcome == "ok":
-            runs = store.runs(t.id)
-            for name in spec.scenario_names:
-                assert len([r for r in runs if r.scenario == name]) >= spec.replicates.min
-                assert all(r.summary["completed"] > 0 for r in runs)
-    # the boot log was parsed and the applied check ran on every booted trial
-    assert trials[0].boot_facts is not None and (trials[0].boot_facts.kv_cache_tokens or 0) > 0
-    result = analysis.analyze(store, spec)
-    assert result.baseline is not None and result.baseline.objective is not None
-    assert result.winner_reason
-    verdict = store.verdict()
-    assert verdict is not None and verdict.reason == result.winner_reason
-    assert (example_study.out / "report.md").is_file() and (example_study.out / "report.html").is_file()
-    assert baseline.key() == trials[0].config.key()
-    status = servetune("status", str(example_study.out))
-    assert status.returncode == 0 and "trials done" in status.stdout
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:
