@@ -24,6 +24,6 @@ trap summary EXIT
 run() { .venv/bin/python -m pytest "$@" || { status=$?; [ "$status" -eq 5 ] || exit "$status"; }; }
 # --dist loadfile: a file's tests share one worker (module fixtures, fake servers) as they would serially.
 run -n 2 --dist loadfile tests/unit --junitxml="$reports/unit.xml"
-# --dist loadgroup: tests of one xdist_group (a shared session fixture, e.g. the example study) share a worker.
-run -n 2 --dist loadgroup -m concurrent tests/faults tests/e2e --junitxml="$reports/concurrent.xml"
+# --dist loadfile: a file goes to one worker whole, so a study its tests share (the example study) runs once.
+run -n 2 --dist loadfile -m concurrent tests/faults tests/e2e --junitxml="$reports/concurrent.xml"
 run -m "not concurrent" tests/faults tests/e2e --junitxml="$reports/alone.xml"

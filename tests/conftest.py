@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
@@ -146,31 +145,3 @@ def servetune(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess[
     """Run the `servetune` command itself, from the repository root."""
     return subprocess.run([sys.executable, "-m", "servetune", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout)
-
-
-EXAMPLE_STUDY = REPO / "examples" / "tiny-cpu.yaml"
-# The main job's study with a smaller space: every code path of its 13-boot run (OFAT steps that
-# move the incumbent or not, the prefix-caching candidate equal to vLLM's default recorded as a
-# duplicate, a finalist on a fresh boot beside a fresh baseline, the verdict, the report) in about
-# half the boots, which CI's 90 minutes on 2 cores cannot spare twice.
-EXAMPLE_SMALLER = {"space": {"max-num-seqs": [32], "enable-prefix-caching": [True, False]}, "finalists": 1}
-
-
-@dataclass(frozen=True)
-class ExampleStudy:
-    out: Path         # the study directory (store, report, recommended config)
-    study_file: Path  # the study YAML it ran
-
-
-@pytest.fixture(scope="session")
-def example_study(tmp_path_factory: pytest.TempPathFactory) -> ExampleStudy:
-    """The main job's study (examples/tiny-cpu.yaml, EXAMPLE_SMALLER's keys replaced) run by the
-    `servetune` command on the real CPU vLLM; shared by the study and report end-to-end tests."""
-    doc = yaml.safe_load(EXAMPLE_STUDY.read_text())
-    assert set(EXAMPLE_SMALLER["space"]) <= set(doc["space"])  # a subset of the main job's own space
-    study_file = tmp_path_factory.mktemp("study") / EXAMPLE_STUDY.name
-    study_file.write_text(yaml.safe_dump({**doc, **EXAMPLE_SMALLER}, sort_keys=False))
-    out = tmp_path_factory.mktemp("tiny-cpu")
-    done = servetune("tune", str(study_file), "--out", str(out))
-    assert done.returncode == 0, done.stdout + done.stderr
-    return ExampleStudy(out=out, study_file=study_file)

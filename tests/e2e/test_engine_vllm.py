@@ -16,7 +16,7 @@ import pytest
 from servetune.engine.launch import group_members
 from servetune.engine.ports import port_is_free
 from servetune.vocabulary import Outcome
-from tests.conftest import VllmTestServer, tiny_config, tiny_engine, tiny_model_dir
+from tests.conftest import VllmTestServer, tiny_config, tiny_engine
 
 pytestmark = pytest.mark.vllm
 
@@ -85,19 +85,6 @@ def test_unknown_flag_is_invalid_arg(tmp_path: Path) -> None:
     result = tiny_engine(tmp_path).start(tiny_config(no_such_flag_xyz=1), tmp_path / "bad.log")
     assert result.outcome is Outcome.invalid_arg and result.server is None
     assert any("unrecognized arguments: --no-such-flag-xyz" in line for line in result.evidence)
-
-
-@pytest.mark.concurrent  # boots and a few tokens: nothing timed
-def test_max_model_len_beyond_kv_cache_is_context_too_long(tmp_path: Path) -> None:
-    config = tiny_config(kv_cache_memory_bytes="4M", max_model_len=16384)
-    result = tiny_engine(tmp_path).start(config, tmp_path / "ctx.log")
-    assert result.outcome is Outcome.context_too_long, f"{result.detail}\n{result.log_tail}"
-    # What 4 MiB of KV cache can hold for this model: 2 (K and V) x layers x kv heads x head dim x 2 bytes.
-    cfg = json.loads((tiny_model_dir() / "config.json").read_text())
-    per_token = 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * cfg["head_dim"] * 2
-    n = result.estimated_max_model_len
-    assert n is not None and 0 < n <= (4 << 20) // per_token < 16384
-    assert str(n) in result.detail
 
 
 def test_shared_server_has_dev_mode_and_serves_the_model(vllm_server: VllmTestServer) -> None:

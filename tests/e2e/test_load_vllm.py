@@ -182,7 +182,7 @@ def test_numbers_agree_with_vllm_bench_serve(vllm_server: Any, tmp_path: Path) -
     the metric definitions are vLLM's is checked exactly, on the same records, by
     tests/unit/test_metrics_vs_vllm.py. Needs the pinned server layout (engine/cpu_layout.py):
     unpinned, the EngineCore starves the API server on 2 cores and responses arrive in bursts."""
-    sc = Scenario(name="cmp", input_len=512, output_len=64, concurrency=8, num_prompts=96, warmups=8)
+    sc = Scenario(name="cmp", input_len=512, output_len=64, concurrency=8, num_prompts=48, warmups=8)
     # Both clients run on the API server's cores (vllm bench inherits this process's affinity):
     # a client that the scheduler leaves on the worker's core slows decoding for its own runs only.
     own_cpus = os.sched_getaffinity(0)

@@ -10,8 +10,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.fakes import standin
 from tests.faults.test_standin_faults import STUDY_TIMEOUT_S, _resume_to_the_end, _wait_for
+
+# As test_standin_faults.py: judged by the store and the processes left, signals only to its own tuner.
+pytestmark = pytest.mark.concurrent
 
 SPACE = {"max-num-seqs": [2, 4, 8, 16]}
 REPLICATES = 2

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from servetune.engine.config import Config
 from servetune.engine.vllm import VllmEngine
 from servetune.load.bench import run_scenario
 from servetune.load.scenario import Scenario
 from servetune.study import load_study
 from tests.fakes.standin import REPO, STANDIN
+
+pytestmark = pytest.mark.concurrent  # a stand-in's boot log and one small run: nothing timed
 
 
 def test_standin_boot_log_parses_and_every_flag_is_applied(tmp_path: Path) -> None:

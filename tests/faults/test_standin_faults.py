@@ -25,6 +25,10 @@ import pytest
 from tests.fakes import standin
 from tests.fakes.standin import TunerResult
 
+# Stand-in studies judged by their stored outcomes and the processes left, never by time; the signals go
+# to this test's own tuner once the store shows the state they interrupt: runs beside another test.
+pytestmark = pytest.mark.concurrent
+
 STUDY_TIMEOUT_S = 120  # a study here takes seconds; a hang is cut off and fails the test
 # A stalled stream must be given up well before this: the client's per-read timeout and the
 # per-run deadline (network branch) are derived from the scenario, which lasts < 1 s here.
