@@ -18,7 +18,7 @@ import yaml
 
 from servetune.engine import VllmEngine
 from servetune.engine.config import Config, render_flags
-from servetune.store import StudyStore
+from servetune.store import StudyStore, TrialRole
 from servetune.study import load_study
 from servetune.tune import analysis
 from servetune.tune.ofat_audit import off_one_factor
@@ -113,7 +113,7 @@ def test_report_of_a_real_study_has_every_section_with_numbers(example_study: Ex
         assert section in text, section
     assert "## Winning config" in text or "## Recommended config (the baseline: nothing beat it)" in text
     store = StudyStore.open_existing(example_study.out)
-    baseline = store.trials("baseline")[0]
+    baseline = store.trials(TrialRole.baseline)[0]
     kv_tokens = baseline.boot_facts.kv_cache_tokens
     assert f"{kv_tokens:,}" in text                      # BootFacts of the real boot
     throughput = store.runs(baseline.id)[0].summary["output_throughput"]

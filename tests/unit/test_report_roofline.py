@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from report_study import build_study
 
+from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.load.scenario import PRESETS as SCENARIO_PRESETS
 from servetune.load.scenario import Scenario
@@ -79,7 +80,7 @@ def _h200_study(tmp_path: Path) -> tuple[StudyStore, StudyAnalysis, dict]:
     ids = []
     for role, cfg in (("baseline", base_cfg), ("candidate", fast_cfg)):
         trial = store.begin_trial(TrialRole(role), cfg, {})
-        store.record_boot(trial.id, healthy_at=None, boot_facts={"model_load_gib": Q8B_GIB}, mismatches=[],
+        store.record_boot(trial.id, healthy_at=None, boot_facts=BootFacts(model_load_gib=Q8B_GIB), mismatches=[],
                           log_path=None)
         store.finish_trial(trial.id, Outcome.ok)
         ids.append(trial.id)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.engine.placement import Placement
 from servetune.errors import ServetuneError
@@ -24,7 +25,7 @@ def test_trial_and_runs_round_trip(tmp_path):
     trial = store.begin_trial(TrialRole.candidate, config, {"max-num-seqs": 8})
     assert trial.status == "running" and trial.seq == 1
     store.record_server(trial.id, pid=123, pgid=123, create_time=1.5, log_path="logs/t.log")
-    store.record_boot(trial.id, healthy_at=trial.started_at + 80, boot_facts={"kv_cache_tokens": 1024},
+    store.record_boot(trial.id, healthy_at=trial.started_at + 80, boot_facts=BootFacts(kv_cache_tokens=1024),
                       mismatches=[{"flag": "x"}], log_path=None)
     store.record_run(trial.id, 1, RunResult(scenario="chat", summary={"output_throughput": 12.5}),
                      started_at=10.0, ended_at=13.0)

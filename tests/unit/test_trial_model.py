@@ -27,7 +27,7 @@ def test_roles_states_and_outcomes_are_enums_that_equal_their_strings(tmp_path: 
     trial = store.begin_trial(TrialRole.candidate, parse_study(STUDY).baseline_config(), {})
     assert trial.role is TrialRole.candidate and trial.state is TrialState.running and trial.outcome is None
     store.finish_trial(trial.id, Outcome.ok)
-    (done,) = store.trials("candidate")  # a plain string still selects
+    (done,) = store.trials(TrialRole.candidate)
     assert done.outcome is Outcome.ok and done.state is TrialState.done and done.done
     assert done.role == "candidate" and done.status == "done" and done.outcome == "ok"
     assert store.trials(TrialRole.baseline) == []

@@ -60,9 +60,9 @@ def _tune(tmp_path: Path, spec: StudySpec, name: str, fails_for=lambda config: N
 def test_two_slots_run_the_grid_once_each_and_reach_the_single_slot_verdict(tmp_path: Path) -> None:
     _, one_store, one = _tune(tmp_path, _spec(tmp_path, 1), "one")
     engine, store, two = _tune(tmp_path, _spec(tmp_path, 2), "two")
-    candidates = [t.config.key() for t in store.trials("candidate")]
+    candidates = [t.config.key() for t in store.trials(TrialRole.candidate)]
     assert len(candidates) == 3 and len(set(candidates)) == 3  # no config handed out twice
-    assert {t.slot for t in store.trials("candidate")} == {0, 1}  # both slots measured candidates
+    assert {t.slot for t in store.trials(TrialRole.candidate)} == {0, 1}  # both slots measured candidates
     # Each slot's first trial is the baseline there.
     for slot in (0, 1):
         first = next(t for t in store.trials() if t.slot == slot)

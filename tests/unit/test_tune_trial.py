@@ -70,7 +70,7 @@ def _too_long_trial(tmp_path: Path, estimate: int | None, baseline_memory: str) 
     baseline = Config.of({"kv-cache-memory-bytes": baseline_memory, "max-model-len": 2048})
     first = store.begin_trial(TrialRole.baseline, baseline, {})
     facts = BootFacts(kv_cache_tokens=4096, max_concurrency=2.0, max_concurrency_tokens=2048)
-    store.record_boot(first.id, healthy_at=1.0, boot_facts=facts.model_dump(mode="json"), mismatches=[],
+    store.record_boot(first.id, healthy_at=1.0, boot_facts=facts, mismatches=[],
                       log_path="logs/x.log")
     store.finish_trial(first.id, Outcome.ok)
     trial = store.begin_trial(TrialRole.candidate, Config.of({"kv-cache-memory-bytes": "4MiB", "max-model-len": 8192}), {})

@@ -76,7 +76,7 @@ def store_kind(directory: Path) -> str | None:
     try:
         if store.get_meta("ab") is not None:  # ab.runner.META_KEY, set by every A/B
             return "ab"
-        return "study" if store.get_meta("spec") is not None or store.trials() else None
+        return "study" if store.spec_doc() is not None or store.trials() else None
     finally:
         store.close()
 

@@ -235,11 +235,9 @@ class StudyStore:
                     " WHERE id = ?", (pid, pgid, create_time, log_path, trial_id))
 
     def record_boot(self, trial_id: int, *, healthy_at: float | None,
-                    boot_facts: BootFacts | dict[str, Any] | None,
+                    boot_facts: BootFacts | None,
                     mismatches: list[dict[str, Any]], log_path: str | None) -> None:
-        facts: BootFacts | None = (BootFacts.model_validate(boot_facts)  # a test's or an older caller's plain facts
-                                   if isinstance(boot_facts, dict) else boot_facts)
-        facts_json = None if facts is None else facts.model_dump(mode="json")
+        facts_json = None if boot_facts is None else boot_facts.model_dump(mode="json")
         self._write("UPDATE trials SET healthy_at = ?, boot_facts_json = ?, mismatches_json = ?,"
                     " log_path = COALESCE(?, log_path) WHERE id = ?",
                     (healthy_at, _dumps(facts_json), json.dumps(mismatches), log_path, trial_id))
@@ -272,7 +270,7 @@ class StudyStore:
             raise KeyError(trial_id)
         return found
 
-    def trials(self, role: TrialRole | str | None = None) -> list[Trial]:
+    def trials(self, role: TrialRole | None = None) -> list[Trial]:
         """Trials in the order they started, each with its runs (`role`: only those)."""
         return [t for t in self._study() if role is None or t.role == role]
 
