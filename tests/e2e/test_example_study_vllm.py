@@ -146,7 +146,7 @@ def test_emitted_serve_command_starts_a_server_that_applies_the_recommendation(e
         store = StudyStore.open_existing(example_study.out)
         trial = next(t for t in store.trials() if t.config.key() == config.key() and t.outcome == "ok")
         applied = sorted(json.dumps(m.model_dump(mode="json")["flag"]) for m in started.mismatches)
-        assert applied == sorted(json.dumps(m["flag"]) for m in trial.mismatches)
+        assert applied == sorted(json.dumps(m.model_dump(mode="json")["flag"]) for m in trial.mismatches)
         assert started.boot_facts.non_default_args == {
             k: v for k, v in trial.boot_facts.non_default_args.items() if k not in ("port", "host")
         } | {k: v for k, v in started.boot_facts.non_default_args.items() if k in ("port", "host")}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from servetune.engine.applied import AppliedMismatch
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.load.metrics import summarize
@@ -73,8 +74,8 @@ def _trial(store: StudyStore, root: Path, role: str, config: Config, speed: floa
     store.record_boot(trial.id, healthy_at=trial.started_at + 80.0,
                       boot_facts=BootFacts(vllm_version="0.32.0", kv_cache_tokens=58240, max_concurrency=28.44,
                                           startup_seconds=80.0),
-                      mismatches=[{"flag": "max-num-seqs", "requested": 32, "applied": 16, "evidence_line": None,
-                                   "reason": "capped by the platform"}]
+                      mismatches=[AppliedMismatch(flag="max-num-seqs", requested=32, applied=16, evidence_line=None,
+                                                  reason="capped by the platform")]
                       if role == "candidate" and speed > 1.1 else [], log_path=None)
     for scenario in SCENARIOS:
         for rep in range(3):

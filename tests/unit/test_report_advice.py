@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from servetune.engine.applied import AppliedMismatch
+from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.report.advice import Evidence, advise_config
 
@@ -41,10 +43,10 @@ def test_no_evidence_no_advice() -> None:
 
 def test_zero_prefix_hits_and_mismatch() -> None:
     ev = {"a": Evidence.of({"prefix_cache_queries": 100.0, "prefix_cache_hits": 0.0})}
-    mism = [{"flag": "mamba-cache-mode", "requested": "none", "applied": "align", "evidence_line": None,
-             "reason": "set by the model"}]
-    advice = advise_config("x", Config.of({"enable-prefix-caching": True}), None, ev, {"default_moe_config": True},
-                           mism)
+    mism = [AppliedMismatch(flag="mamba-cache-mode", requested="none", applied="align", evidence_line=None,
+                            reason="set by the model")]
+    advice = advise_config("x", Config.of({"enable-prefix-caching": True}), None, ev,
+                           BootFacts(default_moe_config=True), mism)
     assert _topics(advice) == ["prefix-caching", "moe-config", "applied-check"]
     assert "--mamba-cache-mode: requested 'none', applied 'align' (set by the model)" in advice[-1].text
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from servetune.engine.applied import AppliedMismatch
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.engine.placement import Placement
@@ -18,6 +19,8 @@ from servetune.store import EtaEntry, PlannedTrial, StudyStore, TrialRole, Verdi
 from servetune.store.schema import SCHEMA_VERSION
 from servetune.vocabulary import Outcome
 
+MISMATCH = AppliedMismatch(flag="x", requested=1, applied=2, evidence_line=None, reason="capped")
+
 
 def test_trial_and_runs_round_trip(tmp_path):
     store = StudyStore.in_dir(tmp_path)
@@ -26,7 +29,7 @@ def test_trial_and_runs_round_trip(tmp_path):
     assert trial.status == "running" and trial.seq == 1
     store.record_server(trial.id, pid=123, pgid=123, create_time=1.5, log_path="logs/t.log")
     store.record_boot(trial.id, healthy_at=trial.started_at + 80, boot_facts=BootFacts(kv_cache_tokens=1024),
-                      mismatches=[{"flag": "x"}], log_path=None)
+                      mismatches=[MISMATCH], log_path=None)
     store.record_run(trial.id, 1, RunResult(scenario="chat", summary={"output_throughput": 12.5}),
                      started_at=10.0, ended_at=13.0)
     store.finish_trial(trial.id, Outcome.ok)
@@ -37,7 +40,7 @@ def test_trial_and_runs_round_trip(tmp_path):
     assert row.params == {"max-num-seqs": 8}
     assert row.outcome == "ok" and row.status == "done"
     assert row.boot_facts is not None and row.boot_facts.kv_cache_tokens == 1024
-    assert row.mismatches == [{"flag": "x"}]
+    assert row.mismatches == [MISMATCH]
     assert row.boot_s == pytest.approx(80)
     assert row.log_path == "logs/t.log"
     (run,) = reopened.runs(row.id)

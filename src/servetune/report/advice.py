@@ -82,8 +82,8 @@ def _truthy(value: Any) -> bool:
 
 
 def advise_config(label: str, config: Config, baseline: Config | None,
-                  evidence: Mapping[str, Evidence], boot_facts: BootFacts | Mapping[str, Any] | None,
-                  mismatches: Iterable[Mapping[str, Any]] = ()) -> list[Advice]:
+                  evidence: Mapping[str, Evidence], boot_facts: BootFacts | None,
+                  mismatches: Iterable[AppliedMismatch] = ()) -> list[Advice]:
     """Advice for one config from its per-scenario evidence, BootFacts and applied-check mismatches."""
     out: list[Advice] = []
     ev = {s: e for s, e in evidence.items() if not e.empty}
@@ -115,10 +115,9 @@ def advise_config(label: str, config: Config, baseline: Config | None,
         out.append(Advice(label, "prefix-caching",
                           "The prefix cache hit rate is ~0 in every scenario: prefix caching buys nothing on "
                           "this traffic (on hybrid models it also forces mamba 'align' mode, which costs 5-10 %)."))
-    facts = boot_facts.model_dump() if isinstance(boot_facts, BootFacts) else boot_facts or {}
     # Waiting > 0 alone is normal (a request waits a scheduler step); it points at max-num-seqs
     # only when the running batch sat at that limit while the KV pool had room.
-    limit = _number(config.flags.get("max-num-seqs", facts.get("max_num_seqs")))
+    limit = _number(config.flags.get("max-num-seqs"))
     waiting = sorted(s for s, e in ev.items() if (e.waiting_peak or 0) > 0 and not e.pool_tight
                      and limit is not None and (e.running_peak or 0) >= limit)
     if waiting:
@@ -126,7 +125,7 @@ def advise_config(label: str, config: Config, baseline: Config | None,
                           f"Requests queued (waiting > 0) in {', '.join(waiting)} with the running batch at "
                           f"--max-num-seqs {limit:g} while the KV pool had room: raising it should help."))
 
-    if facts.get("default_moe_config"):
+    if boot_facts is not None and boot_facts.default_moe_config:
         out.append(Advice(label, "moe-config",
                           "vLLM used its default fused-MoE kernel config (no tuned config for this device). "
                           "Tuning it is a kernel micro-benchmark: check the serving numbers before keeping it."))
@@ -140,9 +139,8 @@ def advise_config(label: str, config: Config, baseline: Config | None,
     return out
 
 
-def describe_mismatch(raw: Mapping[str, Any]) -> str:
-    """One line for a stored applied-vs-requested mismatch (an `AppliedMismatch` as JSON)."""
-    m = AppliedMismatch.model_validate(raw)
+def describe_mismatch(m: AppliedMismatch) -> str:
+    """One line for an applied-vs-requested mismatch."""
     applied = "never shown taking effect" if m.applied is None else f"applied {m.applied!r}"
     return f"--{m.flag}: requested {m.requested!r}, {applied} ({m.reason})"
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from ..engine.applied import AppliedMismatch
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.placement import Placement
@@ -90,7 +91,7 @@ class Trial:
     log_path: str | None
     log_tail: str | None
     boot_facts: BootFacts | None
-    mismatches: list[dict[str, Any]]
+    mismatches: list[AppliedMismatch]
     server_pid: int | None
     server_pgid: int | None
     server_create_time: float | None

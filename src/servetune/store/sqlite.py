@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ..engine.applied import AppliedMismatch
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.placement import Placement
@@ -236,11 +237,12 @@ class StudyStore:
 
     def record_boot(self, trial_id: int, *, healthy_at: float | None,
                     boot_facts: BootFacts | None,
-                    mismatches: list[dict[str, Any]], log_path: str | None) -> None:
+                    mismatches: list[AppliedMismatch], log_path: str | None) -> None:
         facts_json = None if boot_facts is None else boot_facts.model_dump(mode="json")
         self._write("UPDATE trials SET healthy_at = ?, boot_facts_json = ?, mismatches_json = ?,"
                     " log_path = COALESCE(?, log_path) WHERE id = ?",
-                    (healthy_at, _dumps(facts_json), json.dumps(mismatches), log_path, trial_id))
+                    (healthy_at, _dumps(facts_json), json.dumps([m.model_dump(mode="json") for m in mismatches]),
+                     log_path, trial_id))
 
     def finish_trial(self, trial_id: int, outcome: Outcome, *, detail: str | None = None,
                      log_tail: str | None = None) -> None:
@@ -398,7 +400,7 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
         outcome=None if row["outcome"] is None else Outcome(row["outcome"]),
         detail=row["detail"], log_path=row["log_path"], log_tail=row["log_tail"],
         boot_facts=BootFacts.model_validate(facts) if facts else None,
-        mismatches=_loads(row["mismatches_json"], []),
+        mismatches=[AppliedMismatch.model_validate(m) for m in _loads(row["mismatches_json"], [])],
         server_pid=row["server_pid"], server_pgid=row["server_pgid"],
         server_create_time=row["server_create_time"], started_at=row["started_at"],
         healthy_at=row["healthy_at"], ended_at=row["ended_at"],

@@ -132,7 +132,7 @@ class TrialExecutor:
             trial.id,
             healthy_at=(time.time() if started.outcome == Outcome.ok else None),
             boot_facts=started.boot_facts,
-            mismatches=[m.model_dump(mode="json") for m in started.mismatches],
+            mismatches=started.mismatches,
             log_path=stored_log,
         )
         if started.outcome != Outcome.ok or started.server is None:
