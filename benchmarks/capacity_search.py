@@ -5,7 +5,7 @@ is called met (the false-pass rate) with and without the interim looks.
 
 - servetune before: levels of fixed length (judged at each run's end), started at 5 req/s.
 - servetune + looks: interim looks (capacity/sequential.py), a level ends once decided.
-- servetune + probe: the first level at half of what a 5 s closed loop of 128 users completes.
+- servetune + probe: the first level at 0.7 of what a 5 s closed loop of 128 users completes.
 - servetune (defaults): both.
 - auto_tune-style (vLLM benchmarks/auto_tune.sh): one run at an unlimited rate gives the
   throughput; then the rate starts there and is lowered step by step (5 % of it) until one run's

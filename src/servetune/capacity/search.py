@@ -8,6 +8,13 @@ runs it on one boot and stores each level as a Run. Every level measured is kept
 SLO verdict is undecided is measured again (pooled) up to `max_runs_per_level` times, each run
 ending as soon as a look decides the level. Navigation follows the point estimates (which side
 of the limit a level is on); the interval (estimate.py) uses only the levels the statistics decide.
+
+With interim looks (the default) the search goes up in steps of `growth` (a level far over the
+capacity is lost within a few requests) and down in steps of sqrt(growth) (a level far under it
+takes long to send, and no look can end it before a percentile has its run's requests). A level
+of the bracket, which the point estimate interpolates from, is pooled a second time when
+undecided; a level beyond it, measured only for the interval's end, only where more runs can be
+expected to decide it.
 """
 
 from __future__ import annotations
@@ -150,12 +157,17 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
     result = SearchResult() if result is None else result
     st = settings
 
-    def again(judged: LevelResult, runs: int) -> bool:
+    def again(judged: LevelResult, runs: int, for_interval_only: bool) -> bool:
         if runs >= st.max_runs_per_level:
             return False
-        return not st.looks.sequential or worth_another_run(judged.judgements, st.looks, runs)
+        if not st.looks.sequential:
+            return True
+        # A bracket level's second run sharpens the point estimate even when it cannot decide it.
+        return (runs < 2 and not for_interval_only) or worth_another_run(judged.judgements, st.looks, runs)
 
-    def visit(level: float) -> LevelResult | None:
+    down = math.sqrt(st.growth) if st.looks.sequential else st.growth
+
+    def visit(level: float, for_interval_only: bool = False) -> LevelResult | None:
         samples: list[LevelSample] = []
         while True:
             sample = measure(level, list(samples))
@@ -164,7 +176,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
                 return None
             samples.append(sample)
             judged = judge_level(level, samples, slos, st.looks)
-            if judged.verdict is not Verdict.undecided or not again(judged, len(samples)):
+            if judged.verdict is not Verdict.undecided or not again(judged, len(samples), for_interval_only):
                 result.levels.append(judged)
                 if on_level is not None:
                     on_level(result)
@@ -175,16 +187,16 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
         return float(round(level)) if st.integer else level
 
     below, above = -math.inf, math.inf   # the bracket by point estimates
-    verdict_at: dict[float, Verdict] = {}
+    judged_at: dict[float, LevelResult] = {}
     level = snap(st.start)
     while len(result.levels) < st.max_levels:   # bracketing
         r = visit(level)
         if r is None:
             return result
-        verdict_at[level] = r.verdict
+        judged_at[level] = r
         if r.over_limit:
             above = level
-            nxt = snap(level / st.growth)
+            nxt = snap(level / down)
         else:
             below = level
             nxt = snap(level * st.growth)
@@ -194,7 +206,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
             return result
         level = nxt
     while len(result.levels) < st.max_levels:   # bisection
-        if st.looks.sequential and verdict_at.get(below) is verdict_at.get(above) is Verdict.undecided:
+        if st.looks.sequential and judged_at[below].verdict is judged_at[above].verdict is Verdict.undecided:
             # Both ends were measured until more runs could not be expected to decide them: a
             # level between them would stay undecided too, and only cost time.
             break
@@ -209,7 +221,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
         r = visit(level)
         if r is None:
             return result
-        verdict_at[level] = r.verdict
+        judged_at[level] = r
         if r.over_limit:
             above = level
         else:
@@ -218,7 +230,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
     # Steps beyond the bracket give an undecided side its decided level: with looks, steps of
     # sqrt(growth), since a level far under the capacity takes long to send (a rate half the
     # capacity's takes twice as long a request) and one a little under it is decided already.
-    step = math.sqrt(st.growth) if st.looks.sequential else st.growth
+    step = down
     while len(result.levels) < st.max_levels:
         measured = {r.level for r in result.levels}
         if not any(r.verdict is Verdict.violates for r in result.levels) and math.isfinite(above):
@@ -229,6 +241,6 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
             break
         if level in measured:
             break
-        if visit(level) is None:
+        if visit(level, for_interval_only=True) is None:
             return result
     return result

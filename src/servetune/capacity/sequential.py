@@ -119,23 +119,27 @@ class InterimLooks:
 
 def worth_another_run(judgements: list[Judgement], looks: Looks, runs: int) -> bool:
     """Whether pooling another run at a level still undecided after `runs` can be expected to
-    decide it. A second run always is (its looks end it once decided); from then on only where,
-    for some undecided SLO, the distance of its estimate from the limit outgrows the interval's
-    half width once that shrinks as 1 / sqrt(values) up to `max_runs` runs at the interim alpha.
-    A level whose estimate sits closer to its limit than that stays undecided (the search moves
-    on; its runs still count for the point estimate): it cannot stop a wrong verdict, only spare
-    runs that would not have given one."""
+    decide it: only where, for some undecided SLO, the distance of its estimate from the limit
+    outgrows the interval's half width once that shrinks as 1 / sqrt(values) up to `max_runs`
+    runs at the interim alpha (an interval without that side yet: always). A level whose estimate
+    sits closer to its limit than that stays undecided (the search moves on; its runs still count
+    for the point estimate): it cannot stop a wrong verdict, only spare runs that would not have
+    given one. The search pools a second run at a level of its bracket regardless (search.py)."""
     if runs >= looks.max_runs:
         return False
-    if runs < 2:
-        return True   # one run's interval is too coarse a guide: a second is always pooled
     z_now = stats.norm.ppf(1 - looks.alpha_for(runs, False) / 2)
     z_then = stats.norm.ppf(1 - looks.interim_alpha / 2)
     shrink = math.sqrt(runs / looks.max_runs) * z_then / z_now
     for j in judgements:
         if j.verdict is not Verdict.undecided or not j.n or not math.isfinite(j.estimate):
             continue
-        half = (j.high - j.estimate) if j.estimate <= j.slo.limit_ms else (j.estimate - j.low)
+        half = _half_width_toward_limit(j)
         if not math.isfinite(half) or abs(j.estimate - j.slo.limit_ms) > half * shrink:
             return True
     return False
+
+
+def _half_width_toward_limit(j: Judgement) -> float:
+    """The distance from the estimate to the interval's end on the limit's side."""
+    return (j.high - j.estimate) if j.estimate <= j.slo.limit_ms else (j.estimate - j.low)
+

@@ -70,7 +70,7 @@ def capacity(
         None, "--load", help="rate (open loop, req/s; the default), concurrency (closed loop), or speedup "
                              "(of --trace, its default)"),
     start: float | None = typer.Option(
-        None, "--start", help="first level tried (default: half of what a 5 s saturation probe completes; "
+        None, "--start", help="first level tried (default: 0.7 of what a 5 s saturation probe completes; "
                               "with --trace, 1 = the recorded traffic)"),
     max_level: float | None = typer.Option(
         None, "--max-level", help="highest level tried (default 1000 req/s, 1024 users)"),
