@@ -55,3 +55,23 @@ def test_a_trace_study_checks_its_file_and_its_window_before_any_boot(tmp_path: 
     with pytest.raises(SpecError, match=r"the trace's 65 requests cannot show p99_ttft_ms met at alpha 0.05"):
         _spec(tmp_path, scenarios=[{"name": "t", "trace": {"path": str(MOONCAKE), "duration_s": 20}}],
               objective={"maximize": "capacity", "slo": {"p99_ttft_ms": 100}})
+
+
+def test_a_study_files_relative_trace_path_is_read_from_the_study_files_folder(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from servetune.load.trace.window import load_replay
+    from servetune.study.loader import load_study
+
+    study_dir = tmp_path / "studies"
+    (study_dir / "traces").mkdir(parents=True)
+    (study_dir / "traces" / "window.jsonl").write_bytes(MOONCAKE.read_bytes())
+    (study_dir / "s.yaml").write_text(
+        "name: s\nengine: {command: [python, -m, vllm.entrypoints.openai.api_server], model: m}\n"
+        "space: {max-num-seqs: [8, 16]}\n"
+        "scenarios:\n  - {name: t, trace: {path: traces/window.jsonl, duration_s: 15}}\n")
+    monkeypatch.chdir(tmp_path)   # not the study's folder: `traces/window.jsonl` is not here
+    spec = load_study(study_dir / "s.yaml")
+    trace = spec.scenarios[0].trace
+    assert trace is not None and trace.file == study_dir / "traces" / "window.jsonl"
+    assert load_replay(trace).requests
+    assert spec.model_dump(mode="json")["scenarios"][0]["trace"]["path"] == "traces/window.jsonl"

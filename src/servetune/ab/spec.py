@@ -61,7 +61,7 @@ def _from_one_file(path: Path) -> AbSpec:
         engine: dict[str, Any] = {**(data.get("engine") or {}), **part}
         rest = {k: v for k, v in data.items() if k != AB_KEY}
         lines = _engine_lines_from_side(doc, side)
-        sides.append(study_from_document(LocatedYaml(doc.source, {**rest, "engine": engine}, lines)))
+        sides.append(study_from_document(LocatedYaml(doc.source, {**rest, "engine": engine}, lines), path.parent))
     return AbSpec(sides[0], sides[1], (f"{path} ({AB_KEY}.A)", f"{path} ({AB_KEY}.B)"))
 
 

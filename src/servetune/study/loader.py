@@ -24,23 +24,24 @@ _PLAIN_KEY = re.compile(r"^[\w.\-]+$")
 
 
 def load_study(path: str | Path) -> StudySpec:
-    return _validate(load_yaml(path))
+    """A study file; the relative paths it names (a scenario's trace) are from its folder."""
+    return _validate(load_yaml(path), Path(path).parent)
 
 
 def parse_study(text: str, source: str = "<string>") -> StudySpec:
     return _validate(parse_yaml(text, source))
 
 
-def study_from_document(doc: LocatedYaml) -> StudySpec:
+def study_from_document(doc: LocatedYaml, base_dir: Path | None = None) -> StudySpec:
     """A loaded (possibly rewritten) YAML document as a StudySpec, errors located in its file."""
-    return _validate(doc)
+    return _validate(doc, base_dir)
 
 
-def _validate(doc: LocatedYaml) -> StudySpec:
+def _validate(doc: LocatedYaml, base_dir: Path | None = None) -> StudySpec:
     if not isinstance(doc.data, dict):
         raise ServetuneError(f"{doc.source}:1: a study is a mapping of keys (name, engine, space, ...)")
     try:
-        return StudySpec.model_validate(doc.data)
+        return StudySpec.model_validate(doc.data, context={"base_dir": base_dir} if base_dir else None)
     except ValidationError as exc:
         problems = [_describe(err) for err in exc.errors(include_url=False)]
     except SpecError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
 
 from .formats import TraceFormat
 
@@ -37,12 +37,27 @@ class TraceSpec(BaseModel):
     cache_block_size: int = Field(default=16, ge=1,
                                   description="the server's KV block (vLLM --block-size), for the implied hit rate")
 
+    # A study's loader passes its file's folder (validation context "base_dir"): a relative `path`
+    # is read from there, and stays as written so that the study's identity does not depend on
+    # where the study is checked out.
+    _base_dir: Path | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
-    def _check(self) -> TraceSpec:
+    def _check(self, info: ValidationInfo) -> TraceSpec:
+        base_dir = (info.context or {}).get("base_dir")
+        if base_dir is not None:
+            self._base_dir = Path(base_dir)
         scaled = self.block_size * self.token_scale
         if abs(scaled - round(scaled)) > 1e-9 or round(scaled) < 1:
             raise ValueError(f"block_size x token_scale must be a whole number of tokens, got {scaled:g}")
         return self
+
+    @property
+    def file(self) -> Path:
+        """The file to read: `path`, from the study file's folder when it is relative."""
+        if self.path.is_absolute() or self._base_dir is None:
+            return self.path
+        return self._base_dir / self.path
 
     @property
     def block_tokens(self) -> int:

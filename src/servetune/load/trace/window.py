@@ -87,16 +87,16 @@ def select(rows: Iterable[TraceRow], spec: TraceSpec, where: str) -> Replay:
 def load_replay(spec: TraceSpec) -> Replay:
     """`select` of the spec's file, cached per file version (size, mtime) and selection."""
     try:
-        st = spec.path.stat()
+        st = spec.file.stat()
     except OSError as exc:
-        raise TraceError(f"cannot read trace {spec.path}: {exc.strerror or exc}") from None
+        raise TraceError(f"cannot read trace {spec.file}: {exc.strerror or exc}") from None
     # Speed-up only divides offsets: one cache entry serves every level of a capacity search.
     return _cached(spec.model_copy(update={"speedup": 1.0}), st.st_size, st.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=4)
 def _cached(spec: TraceSpec, size: int, mtime_ns: int) -> Replay:
-    return select(read_trace(spec.path, spec.format), spec, str(spec.path))
+    return select(read_trace(spec.file, spec.format), spec, str(spec.file))
 
 
 def read_all(path: Path, fmt: str = "auto") -> list[TraceRow]:
