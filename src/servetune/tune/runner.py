@@ -52,6 +52,9 @@ class StudyRunner:
         # On Ray the slots' placements are what the cluster assigns (set in _start_slots).
         self.placements: list[Placement] = (plan_placements(spec.parallel.slots, spec.parallel.gpus_per_trial)
                                             if slots is None else [Placement(i) for i in range(spec.parallel.slots)])
+        # A missing engine program or model is the study file's error too (as `plan` says), on every
+        # start, resumes included: one line before anything is touched, not a failed boot per trial.
+        plan.check_start(spec)
         # The lock before anything is read or written; a directory holding another study stops here.
         self.session = TunerSession.open(self.out_dir, lambda store: check_same_study(store, spec))
         self.store = self.session.store
