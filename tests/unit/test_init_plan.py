@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -323,9 +324,11 @@ def test_a_misspelt_flag_at_the_start_is_located_in_the_study_file(tmp_path: Pat
     study = tmp_path / "study.yaml"
     assert servetune("init", study, "--model", tiny, "--gpus", "0").code == 0
     study.write_text(study.read_text().replace("max-num-seqs:", "max-num-seqz:"))
-    line = assert_one_line_error(servetune("tune", study, "--out", tmp_path / "out"),
-                                 f"{study}:", ": space.max-num-seqz: the installed engine has no flag --max-num-seqz")
-    assert "did you mean 'max-num-seqs'" in line
+    result = servetune("tune", study, "--out", tmp_path / "out")
+    assert result.code == 2 and "Traceback" not in result.stderr, result
+    line = result.error_lines[-1]  # after the study's progress line: the flags are read once it started
+    assert re.match(rf"error: {re.escape(str(study))}:\d+: space\.max-num-seqz: the installed engine has no flag "
+                    r"--max-num-seqz \(did you mean 'max-num-seqs'\?\)", line), line
     trials = StudyStore.open_existing(tmp_path / "out", read_only=True).trials()
     assert trials == []
 

@@ -36,6 +36,7 @@ def _unrunnable_study(tmp_path: Path, finalists: int, program: str = "servetune-
     """A study whose engine program is there (the start's check passes) but cannot be run: a
     file without the execute bit, so every boot fails as it starts. Named from the working
     directory (`tmp_path`), so the detail's line stays short."""
+    (tmp_path / program).parent.mkdir(parents=True, exist_ok=True)  # `[/]` in a name is a folder too
     (tmp_path / program).write_text("not a program\n")
     make_model("tiny", tmp_path / "tiny")
     study = tmp_path / "study.yaml"
