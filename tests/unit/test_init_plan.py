@@ -271,7 +271,7 @@ scenarios: [{{name: s, input_len: 8, output_len: 4, num_prompts: 2, warmups: 0}}
 @pytest.mark.parametrize("broken", ["engine", "model"])
 def test_a_study_stops_on_a_missing_engine_or_model_before_anything(tmp_path: Path, tiny: Path,
                                                                    broken: str) -> None:
-    """`tune` checks what `plan` checks: one located line, exit 2, no boot and nothing written
+    """`tune` checks what `plan` checks: one located line, exit 2, no boot and nothing recorded
     (before, each trial failed to boot and the study ended without a verdict)."""
     study = tmp_path / "study.yaml"
     command = "[servetune-test-no-such-engine]" if broken == "engine" else "[python, -c, 'raise SystemExit(3)']"
@@ -283,7 +283,14 @@ def test_a_study_stops_on_a_missing_engine_or_model_before_anything(tmp_path: Pa
         assert_one_line_error(result, f"{study}:3: engine.command: 'servetune-test-no-such-engine' is not on PATH")
     else:
         assert_one_line_error(result, f"{study}:4: engine.model: '{model}' is not reachable: no directory {model}")
-    assert not (tmp_path / "out").exists()  # no store, no log: nothing booted
+    _assert_nothing_recorded(tmp_path / "out")
+
+
+def _assert_nothing_recorded(out: Path) -> None:
+    """No trial, no session, no server log; not even the spec: the corrected file starts this directory."""
+    store = StudyStore.open_existing(out, read_only=True)
+    assert (store.trials(), store.sessions(), store.spec_doc()) == ([], [], None)
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(StudyStore.FILENAME)) == ["tune.lock"]
 
 
 def test_a_resumed_study_checks_its_model_again(tmp_path: Path, tiny: Path) -> None:
@@ -293,13 +300,15 @@ engine: {{command: [python, -c, 'raise SystemExit(3)'], model: {tiny}}}
 scenarios: [{{name: s, input_len: 8, output_len: 4, num_prompts: 2, warmups: 0}}]
 """)
     display = StudyDisplay(Console(file=io.StringIO()), enabled=False)
-    StudyRunner(spec, tmp_path / "out", display=display).session.lock.release()  # the first start
-    before = sorted(p.name for p in (tmp_path / "out").iterdir())
+    first = StudyRunner(spec, tmp_path / "out", display=display)
+    first.session.lock.release()
+    first.store.close()
     tiny.rename(tmp_path / "moved")
     with pytest.raises(SpecError, match=r"engine\.model: .* is not reachable: no directory"):
         StudyRunner(spec, tmp_path / "out", display=display)
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before
-    assert StudyStore.open_existing(tmp_path / "out", read_only=True).sessions() == []
+    store = StudyStore.open_existing(tmp_path / "out", read_only=True)
+    assert (store.trials(), store.sessions()) == ([], [])
+    assert not (tmp_path / "out" / "logs").exists()  # no server started
 
 
 def test_the_start_asks_no_one_for_a_model_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

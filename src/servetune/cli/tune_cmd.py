@@ -19,7 +19,6 @@ from ..store import Run, StudyStore, Trial, TrialRole
 from ..study.spec import SpecError
 from ..tune.display import StudyDisplay, format_duration
 from ..tune.eta import estimate, first_estimate_summary, for_study, next_trial_s, stored_seed
-from ..tune.plan import check_start
 from . import validate
 from .boundary import EXIT_NO_RESULT, on_interrupt, store_errors, validation_text
 from .paths import check_store_kind, writable_dir
@@ -58,10 +57,9 @@ def tune(
         show_plan(spec, study_file)
         return
     try:
-        check_start(spec)  # the runner checks again; here before --out is made: a bad study file writes nothing
         with store_errors(out / StudyStore.FILENAME):
             check_store_kind(out, "study", "--out")  # an A/B's store must not take a study's trials
-            writable_dir(out, "--out")  # after the study loaded and checked
+            writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
             on_interrupt(f"the store in {out} keeps every finished trial; run the same command again to resume")
             _tune(spec, out, report, stop_after, ray_address)
     except SpecError as exc:  # the start's checks (engine, model, flags): located as `plan` locates them

@@ -10,7 +10,7 @@ takes with the store). From the booting candidates follow the boots, the runs an
 the same formulas the running study uses (`analysis.trial_count`, `eta.seed_from`).
 
 A real study's start (tune/runner.py) runs the same checks before the first boot: the engine
-command and the model (`check_start`, before the study directory is touched; a model id found
+command and the model (`check_start`, before the study's spec is stored; a model id found
 nowhere here is left to the engine to download, as the start asks no one on the network), then,
 once the engine's defaults are read, the flags (`check_flags`).
 """
@@ -126,7 +126,7 @@ def model_problems(spec: StudySpec, model: ModelSource) -> list[tuple[Loc, str]]
 
 
 def check_start(spec: StudySpec) -> None:
-    """At a study's start, before anything is written or booted: the engine command and the model,
+    """At a study's start, before its spec is stored or anything boots: the engine command and the model,
     as `plan` checks them. The Hub is not asked (no network call at a start, and no study stopped
     by a network hiccup on resume): a model id in neither a directory nor the local cache passes,
     and the engine downloads it at the first boot, as it would for `plan` with the Hub answering."""
