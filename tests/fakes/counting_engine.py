@@ -22,6 +22,7 @@ from servetune.tune import known
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from servetune.vocabulary import VLLM_METRIC_NAMES, Outcome
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 from tests.fakes.launch import fake_server
 
 CPU_DEFAULTS = EngineDefaults(known=True, source="test", values={"load-format": "auto"})
@@ -88,7 +89,7 @@ class CountingEngine:
 def spec(tmp_path: Path, args: dict[str, Any], space: dict[str, Any], model: Path | None = None) -> StudySpec:
     return StudySpec.model_validate({
         "name": "boots",
-        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(model or tmp_path / "m"),
+        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(model or MODEL_WITHOUT_WEIGHTS),
                    "args": args},
         "space": space,
         "scenarios": [{"name": "s", "input_len": 8, "output_len": 4, "num_prompts": 2, "warmups": 0}],

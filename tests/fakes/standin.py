@@ -26,6 +26,7 @@ import psutil
 
 from servetune.engine.launch import processes_with_env
 from servetune.engine.ports import port_is_free
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = Path(__file__).with_name("standin_engine.py")
@@ -42,7 +43,7 @@ def study_text(name: str, *, args: dict[str, Any] | None = None, space: dict[str
     """A study file of the stand-in (JSON, which YAML reads as it is): a grid over `space`."""
     spec = {
         "name": name,
-        "engine": {"command": ["python", str(STANDIN)], "model": str(REPO / "models" / "standin"),
+        "engine": {"command": ["python", str(STANDIN)], "model": str(MODEL_WITHOUT_WEIGHTS),
                    "args": args or {}, "env": env or {}, "startup_timeout_s": startup_timeout_s},
         "space": space or {},
         "scenarios": scenarios or [TINY_SCENARIO],

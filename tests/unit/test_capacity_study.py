@@ -30,6 +30,7 @@ from servetune.tune import capacity_trial, known
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from servetune.tune.trial import TrialExecutor, TrialPlan
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine
 from tests.fakes.launch import fake_server
 
@@ -46,7 +47,7 @@ SLO_MS = 80.0
 def _spec(tmp_path: Path, **over: Any) -> StudySpec:
     data: dict[str, Any] = {
         "name": "capacity",
-        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(tmp_path / "m"),
+        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS),
                    "args": {"max-num-seqs": SLOTS[0]}},
         "space": {"max-num-seqs": [SLOTS[1]]},
         "scenarios": [{"name": "chat", "input_len": 8, "output_len": OUTPUT_LEN, "rate": 10, "concurrency": None,

@@ -5,6 +5,7 @@ runs a whole study without any vLLM class involved."""
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from servetune.study.spec import EngineSpec, StudySpec
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from servetune.vocabulary import MetricNames
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 from tests.fakes.counting_engine import CountingEngine
 from tests.fakes.launch import fake_server
 
@@ -26,7 +28,7 @@ TOY_METRICS = MetricNames(counters={}, gauges={"vllm:num_requests_running": "toy
 
 def _study(tmp_path: Path, kind: str) -> dict:
     return {
-        "name": "toy", "engine": {"kind": kind, "command": ["toy-server"], "model": str(tmp_path / "m")},
+        "name": "toy", "engine": {"kind": kind, "command": [sys.executable], "model": str(MODEL_WITHOUT_WEIGHTS)},
         "space": {"max-num-seqs": [4, 8]},
         "scenarios": [{"name": "s", "input_len": 8, "output_len": 4, "num_prompts": 2, "warmups": 0}],
         "strategy": "grid", "replicates": 1, "finalists": 0,

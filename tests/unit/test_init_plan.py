@@ -7,8 +7,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -19,10 +21,11 @@ from servetune.engine.defaults import EngineDefaults
 from servetune.engine.hardware import Hardware, parse_nvidia_smi, visible
 from servetune.engine.vllm import VllmEngine
 from servetune.models.presets import make_model
+from servetune.store import StudyStore
 from servetune.study import load_study, parse_study
 from servetune.study.serve_line import parse_serve_line
 from servetune.study.spec import SpecError
-from servetune.tune import known
+from servetune.tune import known, plan
 from servetune.tune.display import StudyDisplay
 from servetune.tune.plan import flag_problems, planned_candidates
 from servetune.tune.runner import StudyRunner
@@ -263,6 +266,80 @@ scenarios: [{{name: s, input_len: 8, output_len: 4, num_prompts: 2, warmups: 0}}
     with pytest.raises(SpecError, match="max-num-seq"):
         runner.run()
     assert engine.started == []
+
+
+@pytest.mark.parametrize("broken", ["engine", "model"])
+def test_a_study_stops_on_a_missing_engine_or_model_before_anything(tmp_path: Path, tiny: Path,
+                                                                   broken: str) -> None:
+    """`tune` checks what `plan` checks: one located line, exit 2, no boot and nothing recorded
+    (before, each trial failed to boot and the study ended without a verdict)."""
+    study = tmp_path / "study.yaml"
+    command = "[servetune-test-no-such-engine]" if broken == "engine" else "[python, -c, 'raise SystemExit(3)']"
+    model = tmp_path / "nope" if broken == "model" else tiny
+    study.write_text(f"name: p\nengine:\n  command: {command}\n  model: {model}\n"
+                     "scenarios: [{name: s, input_len: 8, output_len: 4, num_prompts: 2, warmups: 0}]\n")
+    result = servetune("tune", study, "--out", tmp_path / "out")
+    if broken == "engine":
+        assert_one_line_error(result, f"{study}:3: engine.command: 'servetune-test-no-such-engine' is not on PATH")
+    else:
+        assert_one_line_error(result, f"{study}:4: engine.model: '{model}' is not reachable: no directory {model}")
+    _assert_nothing_recorded(tmp_path / "out")
+
+
+def _assert_nothing_recorded(out: Path) -> None:
+    """No trial, no session, no server log; not even the spec: the corrected file starts this directory."""
+    store = StudyStore.open_existing(out, read_only=True)
+    assert (store.trials(), store.sessions(), store.spec_doc()) == ([], [], None)
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(StudyStore.FILENAME)) == ["tune.lock"]
+
+
+def test_a_resumed_study_checks_its_model_again(tmp_path: Path, tiny: Path) -> None:
+    spec = parse_study(f"""
+name: p
+engine: {{command: [python, -c, 'raise SystemExit(3)'], model: {tiny}}}
+scenarios: [{{name: s, input_len: 8, output_len: 4, num_prompts: 2, warmups: 0}}]
+""")
+    display = StudyDisplay(Console(file=io.StringIO()), enabled=False)
+    first = StudyRunner(spec, tmp_path / "out", display=display)
+    first.session.lock.release()
+    first.store.close()
+    tiny.rename(tmp_path / "moved")
+    with pytest.raises(SpecError, match=r"engine\.model: .* is not reachable: no directory"):
+        StudyRunner(spec, tmp_path / "out", display=display)
+    store = StudyStore.open_existing(tmp_path / "out", read_only=True)
+    assert (store.trials(), store.sessions()) == ([], [])
+    assert not (tmp_path / "out" / "logs").exists()  # no server started
+
+
+def test_the_start_asks_no_one_for_a_model_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hub id in no local cache passes the start's check without a network call (the engine
+    downloads it at its first boot); with HF_HUB_OFFLINE=1 the engine could not, so it fails."""
+    spec = parse_study("name: p\nengine: {model: servetune-test/no-such-model}\nscenarios: [{preset: chat}]\n")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the study's start asked the network")
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)
+    plan.check_start(spec)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SpecError, match="engine.model: 'servetune-test/no-such-model' is not reachable"):
+        plan.check_start(spec)
+
+
+def test_a_misspelt_flag_at_the_start_is_located_in_the_study_file(tmp_path: Path, tiny: Path,
+                                                                    parser_flags: None) -> None:
+    study = tmp_path / "study.yaml"
+    assert servetune("init", study, "--model", tiny, "--gpus", "0").code == 0
+    study.write_text(study.read_text().replace("max-num-seqs:", "max-num-seqz:"))
+    result = servetune("tune", study, "--out", tmp_path / "out")
+    assert result.code == 2 and "Traceback" not in result.stderr, result
+    line = result.error_lines[-1]  # after the study's progress line: the flags are read once it started
+    assert re.match(rf"error: {re.escape(str(study))}:\d+: space\.max-num-seqz: the installed engine has no flag "
+                    r"--max-num-seqz \(did you mean 'max-num-seqs'\?\)", line), line
+    trials = StudyStore.open_existing(tmp_path / "out", read_only=True).trials()
+    assert trials == []
 
 
 # --- the real engine's parser --------------------------------------------------------------

@@ -25,6 +25,7 @@ from servetune.tune.display import StudyDisplay
 from servetune.tune.replay import GridTable, benchmark, quantile, replay, trial_seconds
 from servetune.tune.runner import StudyRunner
 from servetune.vocabulary import Outcome
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine
 from tests.fakes.launch import fake_server
 
@@ -221,7 +222,7 @@ def test_a_grid_study_run_by_the_tuner_on_fake_servers_replays(tmp_path: Path) -
     timestamps): the fast server's config is the best, and every booted trial is in the grid row."""
     spec = StudySpec.model_validate({
         "name": "fake-grid",
-        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(tmp_path / "m"),
+        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS),
                    "args": {"max-num-seqs": 4, "max-num-batched-tokens": 256}},
         "space": {"max-num-seqs": [4, 16], "max-num-batched-tokens": [256, 1024]},
         "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 2, "warmups": 0}],

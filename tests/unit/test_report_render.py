@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 from report_study import FAST, OOM, build_study
 
-from servetune.report import write_report
+from servetune.report import context, templating, write_report
+from servetune.report.html import render_html
+from servetune.report.markdown import render_markdown
+from servetune.vocabulary import Outcome
 
 SECTIONS = ["## Headline", "### What was tried", "## Winning config", "## Trials", "## Per-parameter effects",
             "## Plots", "## Server-side evidence", "## Study cost"]
@@ -110,3 +115,16 @@ def test_an_interrupted_study_has_no_eta_error_yet(tmp_path: Path) -> None:
     md = write_report(analysis, store, tmp_path / "report")["markdown"].read_text()
     assert "ETA accuracy: study not finished (its last session was interrupted)." in md
     assert "the first estimate was off by" not in md
+
+
+def test_templates_judge_outcomes_by_the_enum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The templates ask `Outcome.ok`, not the string 'ok': were the outcome renamed, the report
+    would fail to render instead of listing every trial as failed."""
+    store, analysis = build_study(tmp_path)
+    data = context.build(analysis, store)
+    renamed = StrEnum("Outcome", {("succeeded" if o is Outcome.ok else o.name): o.value for o in Outcome})
+    monkeypatch.setattr(templating, "Outcome", renamed)
+    with pytest.raises(jinja2.UndefinedError, match="ok"):
+        render_markdown(data, {})
+    with pytest.raises(jinja2.UndefinedError, match="ok"):
+        render_html(data)

@@ -17,6 +17,7 @@ from servetune.report import write_report
 from servetune.study import load_study
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 
 ENGINE = Path(__file__).resolve().parents[1] / "fakes" / "secret_engine.py"
 HF = "hf_study_file_token_4f9c2a"
@@ -29,7 +30,7 @@ def _study(tmp_path: Path, *, leak: bool = False) -> Path:
                "--require-env", "GITHUB_TOKEN", *(["--leak"] if leak else [])]
     doc = {
         "name": "secrets",
-        "engine": {"command": command, "model": str(tmp_path / "no-model"), "startup_timeout_s": 60,
+        "engine": {"command": command, "model": str(MODEL_WITHOUT_WEIGHTS), "startup_timeout_s": 60,
                    "args": {"max-num-seqs": 4, "api-key": API},
                    "env": {"HF_TOKEN": HF, "VLLM_API_KEY": API, "VLLM_USE_V1": 1},
                    "secret_env": ["GITHUB_TOKEN"]},

@@ -15,12 +15,13 @@ from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 
 
 def _spec(tmp_path: Path, **objective) -> StudySpec:
     return StudySpec.model_validate({
         "name": "identity",
-        "engine": {"command": [sys.executable, "-c", "pass"], "model": str(tmp_path / "m")},
+        "engine": {"command": [sys.executable, "-c", "pass"], "model": str(MODEL_WITHOUT_WEIGHTS)},
         "space": {"max-num-seqs": [4, 8]},
         "scenarios": [{"name": "a", "input_len": 8, "output_len": 4, "concurrency": 1}],
         "objective": {"maximize": "output_throughput", **objective},

@@ -26,6 +26,7 @@ from servetune.tune.display import StudyDisplay
 from servetune.tune.lock import StudyLock, TunerProcess
 from servetune.tune.recovery import reclaim_unfinished
 from servetune.tune.runner import StudyRunner
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 
 PY = sys.executable
 SRC = str(Path(servetune.__file__).resolve().parents[1])
@@ -33,7 +34,7 @@ SRC = str(Path(servetune.__file__).resolve().parents[1])
 # Without the lock, a second runner would get as far as booting: make that quick and harmless.
 SPEC = StudySpec.model_validate({
     "name": "locked",
-    "engine": {"command": [PY, "-c", "raise SystemExit(3)"], "model": "m"},
+    "engine": {"command": [PY, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS)},
     "scenarios": [{"name": "s", "input_len": 8, "output_len": 8, "num_prompts": 1}],
     "strategy": "baseline",
     "replicates": 1,

@@ -19,6 +19,7 @@ from servetune.study.spec import StudySpec
 from servetune.tune import bandwidth
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 from tests.fakes.counting_engine import CountingEngine
 from tests.fakes.launch import fake_server
 
@@ -86,7 +87,7 @@ def test_a_study_measures_at_its_start_and_a_resumed_one_does_not(tmp_path: Path
     measure = Measure({"read_gbps": 25.0, "device": "cpu"})
     monkeypatch.setattr(bandwidth, "measure_with", measure)
     spec = StudySpec.model_validate({
-        "name": "bw", "engine": {"command": ["toy-server"], "model": str(tmp_path / "m")},
+        "name": "bw", "engine": {"command": [sys.executable], "model": str(MODEL_WITHOUT_WEIGHTS)},
         "space": {"max-num-seqs": [4]},
         "scenarios": [{"name": "s", "input_len": 8, "output_len": 4, "num_prompts": 2, "warmups": 0}],
         "strategy": "grid", "replicates": 1, "finalists": 0})

@@ -14,11 +14,12 @@ from servetune.study import parse_study
 from servetune.tune import analysis, phases
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 from tests.unit.test_tune_analysis import STUDY, _trial
 
 
 def _runner(tmp_path: Path, finalists: int) -> tuple[StudyRunner, list[tuple[str, str]]]:
-    spec = parse_study(STUDY + f"finalists: {finalists}\n")
+    spec = parse_study(STUDY.replace("model: m,", f"model: {MODEL_WITHOUT_WEIGHTS},") + f"finalists: {finalists}\n")
     runner = StudyRunner(spec, tmp_path, display=StudyDisplay(Console(file=io.StringIO()), enabled=False))
     started: list[tuple[str, str]] = []
     runner._start_trial = lambda work, slot: started.append((work.role, work.config.key()))  # type: ignore[method-assign]

@@ -10,6 +10,7 @@ from cli_run import servetune
 
 from servetune.engine.config import Config
 from servetune.load.records import RunResult
+from servetune.models.presets import make_model
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
 from servetune.tune import analysis
@@ -18,8 +19,8 @@ from servetune.vocabulary import Outcome
 STUDY = """\
 name: nothing-runs
 engine:
-  command: [servetune-test-no-such-engine]
-  model: ./models/none
+  command: ['{engine}']
+  model: '{model}'
   startup_timeout_s: 5
 space:
   max-num-seqs: [4, 8]
@@ -31,16 +32,29 @@ finalists: {finalists}
 """
 
 
-@pytest.mark.parametrize("finalists", [0, 2])
-def test_study_where_every_trial_failed(tmp_path: Path, finalists: int) -> None:
+def _unrunnable_study(tmp_path: Path, finalists: int, program: str = "servetune-test-engine") -> Path:
+    """A study whose engine program is there (the start's check passes) but cannot be run: a
+    file without the execute bit, so every boot fails as it starts. Named from the working
+    directory (`tmp_path`), so the detail's line stays short."""
+    (tmp_path / program).parent.mkdir(parents=True, exist_ok=True)  # `[/]` in a name is a folder too
+    (tmp_path / program).write_text("not a program\n")
+    make_model("tiny", tmp_path / "tiny")
     study = tmp_path / "study.yaml"
-    study.write_text(STUDY.replace("{finalists}", str(finalists)))
+    study.write_text(STUDY.replace("{engine}", f"./{program}").replace("{model}", "./tiny")
+                     .replace("{finalists}", str(finalists)))
+    return study
+
+
+@pytest.mark.parametrize("finalists", [0, 2])
+def test_study_where_every_trial_failed(tmp_path: Path, finalists: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    study = _unrunnable_study(tmp_path, finalists)
     out = tmp_path / "out"
     result = servetune("tune", study, "--out", out)
     assert result.code == 1, result
     assert "Traceback" not in result.stderr
     assert "no verdict: no trial produced a measurement (baseline failed: crashed — cannot run " \
-           "'servetune-test-no-such-engine'" in " ".join(result.stdout.split())
+           "'./servetune-test-engine'" in " ".join(result.stdout.split())
     assert "beat the baseline" not in result.stdout
     assert not (out / "baseline").exists() and not (out / "winner").exists()
     report = (out / "report.md").read_text()
@@ -48,15 +62,14 @@ def test_study_where_every_trial_failed(tmp_path: Path, finalists: int) -> None:
     assert "Recommended config (the baseline" not in report and "vllm serve" not in report
 
 
-def test_failure_text_with_markup_does_not_stop_the_study(tmp_path: Path) -> None:
+def test_failure_text_with_markup_does_not_stop_the_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The trial's detail names the command; shown as rich markup, `[/]` raised MarkupError mid-study.
-    study = tmp_path / "study.yaml"
-    study.write_text(STUDY.replace("{finalists}", "0").replace("[servetune-test-no-such-engine]",
-                                                               "['servetune-test-[/]-engine']"))
+    monkeypatch.chdir(tmp_path)
+    study = _unrunnable_study(tmp_path, 0, program="servetune-test-[/]-engine")
     result = servetune("tune", study, "--out", tmp_path / "out")
     assert result.code == 1, result
     assert "Traceback" not in result.stderr
-    assert "cannot run 'servetune-test-[/]-engine'" in " ".join(result.stdout.split())
+    assert "cannot run './servetune-test-[/]-engine'" in " ".join(result.stdout.split())
 
 
 def _ok_run(store: StudyStore, trial_id: int, replicate: int, value: float) -> None:

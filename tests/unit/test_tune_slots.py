@@ -26,6 +26,7 @@ from servetune.tune import analysis, known
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from servetune.vocabulary import Outcome
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine
 from tests.fakes.launch import fake_server
 
@@ -35,7 +36,7 @@ FAST = 8  # the one max-num-seqs whose server streams 4x faster
 def _spec(tmp_path: Path, slots: int, **extra: Any) -> StudySpec:
     return StudySpec.model_validate({
         "name": "slots",
-        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(tmp_path / "m"),
+        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS),
                    "args": {"max-num-seqs": 4}},
         "space": {"max-num-seqs": [4, 8, 16, 32]},
         "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 4, "concurrency": 2,

@@ -21,6 +21,7 @@ from servetune.tune import known
 from servetune.tune.analysis_types import StudyAnalysis
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 from tests.fakes.counting_engine import CPU_DEFAULTS
 from tests.fakes.paced_engine import PacedEngine, paced_server
 
@@ -34,7 +35,7 @@ def _study(tmp_path: Path, name: str, slowdown: Callable[[Config], float], *, se
            max_boots: int = 4, finalists: int = 2) -> tuple[StudyAnalysis, StudyStore]:
     spec = StudySpec.model_validate({
         "name": name,
-        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(tmp_path / "m"),
+        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS),
                    "args": {"max-model-len": 256}},
         "space": {"max-num-seqs": [2, 4, FAST, 16]},
         "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 4, "warmups": 0}],

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..errors import ServetuneError
 from ..study import StudySpec
-from ..study.spec import dotted
+from ..study.spec import Loc, dotted
 from ..study.yaml_lines import load_yaml
 from ..tune.display import format_duration
 from ..tune.plan import StudyPlan, make_plan
@@ -43,8 +43,13 @@ def show_plan(spec: StudySpec, study_file: Path, *, ask_hub: bool = True) -> Non
     result = make_plan(spec, engine.read_defaults, ask_hub=ask_hub)
     _print(result, study_file)
     if result.problems:
-        doc = load_yaml(study_file)
-        raise ServetuneError("\n".join(f"{doc.where(loc)}: {dotted(loc)}: {msg}" for loc, msg in result.problems))
+        raise located(study_file, result.problems)
+
+
+def located(study_file: Path, problems: list[tuple[Loc, str]]) -> ServetuneError:
+    """One `file:line: key: message` line a problem (the plan's, or a real study's start checks)."""
+    doc = load_yaml(study_file)
+    return ServetuneError("\n".join(f"{doc.where(loc)}: {dotted(loc)}: {msg}" for loc, msg in problems))
 
 
 def _print(plan: StudyPlan, study_file: Path) -> None:

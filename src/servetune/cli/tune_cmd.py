@@ -16,6 +16,7 @@ from rich.table import Table
 
 from ..errors import ServetuneError
 from ..store import Run, StudyStore, Trial, TrialRole
+from ..study.spec import SpecError
 from ..tune.display import StudyDisplay, format_duration
 from ..tune.eta import estimate, first_estimate_summary, for_study, next_trial_s, stored_seed
 from . import validate
@@ -55,11 +56,16 @@ def tune(
 
         show_plan(spec, study_file)
         return
-    with store_errors(out / StudyStore.FILENAME):
-        check_store_kind(out, "study", "--out")  # an A/B's store must not take a study's trials
-        writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
-        on_interrupt(f"the store in {out} keeps every finished trial; run the same command again to resume")
-        _tune(spec, out, report, stop_after, ray_address)
+    try:
+        with store_errors(out / StudyStore.FILENAME):
+            check_store_kind(out, "study", "--out")  # an A/B's store must not take a study's trials
+            writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
+            on_interrupt(f"the store in {out} keeps every finished trial; run the same command again to resume")
+            _tune(spec, out, report, stop_after, ray_address)
+    except SpecError as exc:  # the start's checks (engine, model, flags): located as `plan` locates them
+        from .plan_cmd import located
+
+        raise located(study_file, exc.problems) from None
 
 
 def status(out: Path = typer.Argument(..., help="study directory")) -> None:

@@ -29,6 +29,7 @@ class ModelSource:
     where: str                     # "local directory", "Hugging Face cache (...)", "Hugging Face Hub", or why not
     directory: Path | None = None  # a local copy, when there is one
     config: dict[str, Any] | None = None
+    hub_not_asked: bool = False    # an id found nowhere here, and the Hub not asked (`ask_hub=False`)
 
     @property
     def weights_gib(self) -> float | None:
@@ -81,7 +82,9 @@ def locate(model: str, *, ask_hub: bool = True) -> ModelSource:
     if cached is not None:
         return ModelSource(model, True, f"Hugging Face cache ({cached})", cached, model_config(cached))
     if not ask_hub or os.environ.get("HF_HUB_OFFLINE") == "1":
-        return ModelSource(model, False, "not in the Hugging Face cache, and the Hub is not asked (offline)")
+        # HF_HUB_OFFLINE=1: the engine cannot download it either, so the answer is no, not unknown.
+        return ModelSource(model, False, "not in the Hugging Face cache, and the Hub is not asked (offline)",
+                           hub_not_asked=os.environ.get("HF_HUB_OFFLINE") != "1")
     config, why = _hub_config(model)
     if config is None:
         return ModelSource(model, False, f"not in the Hugging Face cache, and the Hub: {why}")

@@ -9,6 +9,7 @@ from typing import Any
 import jinja2
 
 from ..tune.analysis_types import Effect, Estimate
+from ..vocabulary import Outcome
 
 
 def _finite(x: float | None) -> bool:
@@ -103,5 +104,6 @@ def environment(autoescape: bool) -> jinja2.Environment:
     )
     env.filters.update(num=num, est=estimate, eff=effect, pval=pvalue, verdict=verdict, secs=seconds, pct=pct,
                        when=when, md=md_cell)
-    env.globals.update(share=share)
+    # Templates compare with `Outcome.ok`, never the string: a renamed outcome fails the render (StrictUndefined).
+    env.globals.update(share=share, Outcome=Outcome)
     return env

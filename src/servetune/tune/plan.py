@@ -9,8 +9,10 @@ engine's argument defaults is a duplicate that will not boot (the same decision 
 takes with the store). From the booting candidates follow the boots, the runs and the ETA, by
 the same formulas the running study uses (`analysis.trial_count`, `eta.seed_from`).
 
-`flag_problems` also runs at the start of a real study (tune/runner.py), once the engine's
-defaults are read, so a misspelt flag stops it before the first boot.
+A real study's start (tune/runner.py) runs the same checks before the first boot: the engine
+command and the model (`check_start`, before the study's spec is stored; a model id found
+nowhere here is left to the engine to download, as the start asks no one on the network), then,
+once the engine's defaults are read, the flags (`check_flags`).
 """
 
 from __future__ import annotations
@@ -77,12 +79,11 @@ def make_plan(spec: StudySpec, read_defaults: Callable[[], EngineDefaults], *,
 def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engine: str = "not checked",
              found: bool = True) -> StudyPlan:
     """The plan from what is known already (`servetune init` has the model and no defaults yet)."""
-    problems: list[tuple[Loc, str]] = [] if found else [(("engine", "command"), engine)]
+    problems = engine_problems(engine, found)
     if found and not defaults.known and defaults.source and _must_read(spec):
         problems.append((("engine", "command"), f"the engine is not usable here: {defaults.source}"))
     problems += flag_problems(spec, defaults)
-    if not model.reachable:
-        problems.append((("engine", "model"), f"{spec.engine.model!r} is not reachable: {model.where}"))
+    problems += model_problems(spec, model)
     candidates = planned_candidates(spec, defaults)
     booting = len([c for c in candidates if c.duplicate is None])
     boots = trial_count(spec, booting)
@@ -112,6 +113,28 @@ def find_engine(command: list[str]) -> tuple[str, bool]:
         return (str(path), True) if path.is_file() else (f"{program!r} does not exist", False)
     where = shutil.which(program)
     return (where, True) if where else (f"{program!r} is not on PATH", False)
+
+
+def engine_problems(engine: str, found: bool) -> list[tuple[Loc, str]]:
+    """`find_engine`'s answer as a problem of the study file."""
+    return [] if found else [(("engine", "command"), engine)]
+
+
+def model_problems(spec: StudySpec, model: ModelSource) -> list[tuple[Loc, str]]:
+    """`locate`'s answer as a problem of the study file."""
+    return [] if model.reachable else [(("engine", "model"), f"{spec.engine.model!r} is not reachable: {model.where}")]
+
+
+def check_start(spec: StudySpec) -> None:
+    """At a study's start, before its spec is stored or anything boots: the engine command and the model,
+    as `plan` checks them. The Hub is not asked (no network call at a start, and no study stopped
+    by a network hiccup on resume): a model id in neither a directory nor the local cache passes,
+    and the engine downloads it at the first boot, as it would for `plan` with the Hub answering."""
+    engine, found = find_engine(list(spec.engine.command))
+    model = locate(spec.engine.model, ask_hub=False)
+    problems = engine_problems(engine, found) + ([] if model.hub_not_asked else model_problems(spec, model))
+    if problems:
+        raise SpecError(problems)
 
 
 def flag_problems(spec: StudySpec, defaults: EngineDefaults) -> list[tuple[Loc, str]]:

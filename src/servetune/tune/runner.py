@@ -53,7 +53,7 @@ class StudyRunner:
         self.placements: list[Placement] = (plan_placements(spec.parallel.slots, spec.parallel.gpus_per_trial)
                                             if slots is None else [Placement(i) for i in range(spec.parallel.slots)])
         # The lock before anything is read or written; a directory holding another study stops here.
-        self.session = TunerSession.open(self.out_dir, lambda store: check_same_study(store, spec))
+        self.session = TunerSession.open(self.out_dir, lambda store: self._check_start(store))
         self.store = self.session.store
         self.engine: Engine = engine_for(spec.engine)  # the registered class of `engine.kind`
         self.engine.check_secrets()  # a missing secret stops the study here, before any boot
@@ -104,6 +104,13 @@ class StudyRunner:
         return result
 
     # --- the study's start and its phases -----------------------------------------------
+
+    def _check_start(self, store: StudyStore) -> None:
+        """A missing engine program or model is the study file's error (as `plan` says), at every
+        start, a resume too: one line, not a failed boot per trial. Checked before the spec is
+        stored, so the corrected file then starts this directory's study."""
+        plan.check_start(self.spec)
+        check_same_study(store, self.spec)
 
     def _read_engine_defaults(self) -> None:
         self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command),
