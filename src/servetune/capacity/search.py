@@ -12,9 +12,9 @@ of the limit a level is on); the interval (estimate.py) uses only the levels the
 With interim looks (the default) the search goes up in steps of `growth` (a level far over the
 capacity is lost within a few requests) and down in steps of sqrt(growth) (a level far under it
 takes long to send, and no look can end it before a percentile has its run's requests). A level
-of the bracket, which the point estimate interpolates from, is pooled a second time when
-undecided; a level beyond it, measured only for the interval's end, only where more runs can be
-expected to decide it.
+of the bracket whose statistic lies near its limit (the levels the point estimate is fitted to)
+is pooled a second time when undecided; any other level only where more runs can be expected to
+decide it.
 """
 
 from __future__ import annotations
@@ -80,6 +80,16 @@ class LevelResult:
         if self.verdict is not Verdict.undecided:
             return self.verdict is Verdict.violates
         return any(j.estimate > j.slo.limit_ms for j in self.judgements)
+
+
+# A bracket level whose statistic lies within this factor of its limit is measured a second time.
+NEAR_LIMIT = 1.2
+
+
+def near_limit(judged: LevelResult) -> bool:
+    """Whether some SLO's statistic lies within NEAR_LIMIT of its limit, either side: a level whose
+    values the point estimate is made of (one far from the limit says little about the crossing)."""
+    return any(j.slo.limit_ms / NEAR_LIMIT <= j.estimate <= j.slo.limit_ms * NEAR_LIMIT for j in judged.judgements)
 
 
 def judge_level(level: float, samples: list[LevelSample], slos: list[Slo], looks: Looks) -> LevelResult:
@@ -162,8 +172,10 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
             return False
         if not st.looks.sequential:
             return True
-        # A bracket level's second run sharpens the point estimate even when it cannot decide it.
-        return (runs < 2 and not for_interval_only) or worth_another_run(judged.judgements, st.looks, runs)
+        # A bracket level near the limit gets a second run even when it cannot decide it: the
+        # point estimate is fitted to the levels near the crossing (pooled.py).
+        return ((runs < 2 and not for_interval_only and near_limit(judged))
+                or worth_another_run(judged.judgements, st.looks, runs))
 
     down = math.sqrt(st.growth) if st.looks.sequential else st.growth
 
