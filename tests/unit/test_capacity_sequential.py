@@ -156,12 +156,13 @@ def test_only_a_bracket_level_near_its_limit_gets_a_second_run() -> None:
     p90 = [parse_slo("ttft:p90=100")]
 
     def measure(level: float, prior: list[LevelSample]) -> LevelSample:
-        # 40 requests: the p90 is 45 x level, its interval [45, 300] x level (undecided under 100 / 45)
-        return LevelSample(level, {"ttft": [np.concatenate([np.full(37, 45.0 * level), np.full(3, 300.0 * level)])]},
+        # 40 requests: the p90 is 45 x level, its 95 % interval [45, 300] x level (undecided under
+        # a level of 100 / 45) and its likely range (the 50 % interval) 45 x level alone
+        return LevelSample(level, {"ttft": [np.concatenate([np.full(39, 45.0 * level), np.full(1, 300.0 * level)])]},
                            40, 40)
 
     st = SearchSettings(start=1.0, min_level=0.1, max_level=100.0, max_levels=4, max_runs_per_level=2)
     runs = {r.level: (len(r.samples), r.verdict, r.judgements[0].estimate) for r in search(measure, p90, st).levels}
-    assert runs[1.0] == (1, Verdict.undecided, 45.0)    # far under the limit: one run is all it gets
-    assert runs[2.0] == (2, Verdict.undecided, 90.0)    # within NEAR_LIMIT of it: a second run
+    assert runs[1.0] == (1, Verdict.undecided, 45.0)    # surely far under the limit: one run is all it gets
+    assert runs[2.0] == (2, Verdict.undecided, 90.0)    # likely within NEAR_LIMIT of it: a second run
     assert 100 / NEAR_LIMIT < 90 and runs[4.0][1] is Verdict.violates
