@@ -127,7 +127,7 @@ def worth_another_run(judgements: list[Judgement], looks: Looks, runs: int) -> b
     runs at the interim alpha (an interval without that side yet: always). A level whose estimate
     sits closer to its limit than that stays undecided (the search moves on; its runs still count
     for the point estimate): it cannot stop a wrong verdict, only spare runs that would not have
-    given one. The search pools a second run at a level of its bracket regardless (search.py)."""
+    given one. The search pools a second run at a level near the crossing regardless (search.py)."""
     if runs >= looks.max_runs:
         return False
     z_now = stats.norm.ppf(1 - looks.alpha_for(runs, False) / 2)
