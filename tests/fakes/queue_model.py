@@ -94,7 +94,7 @@ def simulated_measure(model: QueueModel, slos: list[Slo], n: int, alpha: float, 
     def measure(rate: float, prior: list[LevelSample]) -> LevelSample:
         arrival, first, end = model.run(rate, n, rng, burstiness)
         ttft, e2el = (first - arrival) * 1000.0, (end - arrival) * 1000.0
-        pooled = {m: [v for smp in prior for v in smp.values.get(m, [])] for m in ("ttft", "e2el", "tpot")}
+        pooled = {m: [v for smp in prior for v in smp.values.get(m, [])] for m in ("ttft", "e2el", "tpot", "itl")}
         monitor = LevelMonitor(slos, n, looks.planned_alpha if looks else alpha, offered_rate=rate,
                                burstiness=burstiness, looks=looks, prior=pooled)
         done: list[int] = []
@@ -103,7 +103,7 @@ def simulated_measure(model: QueueModel, slos: list[Slo], n: int, alpha: float, 
             done.append(int(i))
             values = {"ttft": ttft[i], "e2el": e2el[i], "tpot": model.itl_ms}
             started = int(np.searchsorted(arrival, end[i], "right"))
-            if early_stop and (stopped := monitor.observe(end[i], values, started, index=int(i))):
+            if early_stop and (stopped := monitor.observe(end[i], values, started, index=int(i), gaps_ms=itl_gaps)):
                 break
         sent = int(np.searchsorted(arrival, end[done[-1]], "right")) if stopped else n
         done.sort()   # judged in the order sent, as the records are

@@ -1,6 +1,7 @@
 """Sequential levels (capacity/sequential.py): the alpha spent over a level's looks, a level that
 ends as soon as its verdict is decided (met as well as violated) on the simulated queue, the
-requests in flight counted against a "met" call, and the saturation probe's start."""
+requests in flight counted against a "met" call, ITL judged at the looks, the second runs a
+search spends, and the saturation probe's start."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import math
 import numpy as np
 import pytest
 
+from servetune.capacity.monitor import LevelMonitor
 from servetune.capacity.probe import SaturationProbe, completion_rate
-from servetune.capacity.search import LevelSample, SearchSettings, judge_level, search
+from servetune.capacity.search import NEAR_LIMIT, LevelSample, SearchSettings, judge_level, search
 from servetune.capacity.sequential import InterimLooks, Looks, worth_another_run
 from servetune.capacity.slo import Verdict, judge, parse_slo
 from tests.fakes.queue_model import QueueModel, simulated_measure
@@ -118,3 +120,49 @@ def test_sequential_searches_spend_fewer_requests_for_the_same_answer() -> None:
     assert totals[5] < 0.8 * totals[1], totals
     assert covered[5] >= 18, covered
 
+
+
+def test_an_itl_slo_is_judged_at_interim_looks() -> None:
+    """ITL gaps are fed to the looks: far under the limit a level ends met at a look, far over it
+    violated (before, an ITL SLO was never called met at a look, so its levels ran to their end)."""
+    looks = Looks(0.05, 5, 1)
+    itl = [parse_slo("itl:p99=50")]
+
+    def first_call(gap_ms: float, in_flight: int = 0) -> tuple[Verdict, str] | None:
+        interim = InterimLooks(itl, looks, 500, {})
+        for i in range(400):
+            call = interim.observe(i, {"ttft": 10.0}, in_flight, gaps_ms=np.full(31, gap_ms))
+            if call is not None:
+                return call
+        return None
+
+    met, violated = first_call(5.0), first_call(80.0)
+    assert met is not None and met[0] is Verdict.meets
+    assert violated is not None and violated[0] is Verdict.violates
+    # requests in flight count with a request's worth of gaps over the limit each
+    assert first_call(5.0, in_flight=100) is None
+
+
+def test_a_run_is_not_stopped_at_its_last_request() -> None:
+    """A loss counted at the run's last request saves nothing: the run ends there anyway and is
+    judged on its values at the planned look."""
+    p99 = [parse_slo("ttft:p99=100")]
+    monitor = LevelMonitor(p99, 100, 0.05)
+    calls = [monitor.observe(i * 0.01, {"ttft": 500.0 if i >= 80 else 10.0}, started=100) for i in range(100)]
+    assert all(c is None for c in calls) and monitor.verdict is None
+
+
+def test_only_a_bracket_level_near_its_limit_gets_a_second_run() -> None:
+    p90 = [parse_slo("ttft:p90=100")]
+
+    def measure(level: float, prior: list[LevelSample]) -> LevelSample:
+        # 40 requests: the p90 is 45 x level, its 95 % interval [45, 300] x level (undecided under
+        # a level of 100 / 45) and its likely range (the 50 % interval) 45 x level alone
+        return LevelSample(level, {"ttft": [np.concatenate([np.full(39, 45.0 * level), np.full(1, 300.0 * level)])]},
+                           40, 40)
+
+    st = SearchSettings(start=1.0, min_level=0.1, max_level=100.0, max_levels=4, max_runs_per_level=2)
+    runs = {r.level: (len(r.samples), r.verdict, r.judgements[0].estimate) for r in search(measure, p90, st).levels}
+    assert runs[1.0] == (1, Verdict.undecided, 45.0)    # surely far under the limit: one run is all it gets
+    assert runs[2.0] == (2, Verdict.undecided, 90.0)    # likely within NEAR_LIMIT of it: a second run
+    assert 100 / NEAR_LIMIT < 90 and runs[4.0][1] is Verdict.violates

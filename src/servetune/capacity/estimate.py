@@ -3,8 +3,11 @@
 Assuming latency does not fall as load rises, the capacity lies between the highest level whose
 SLOs are all met with confidence and the lowest level that violates one with confidence; each
 end is wrong only when that level's own interval misses (alpha / 2 a side). The point estimate is
-where the point estimates of the binding SLO cross its limit, linearly interpolated between the
-adjacent levels on either side; for a concurrency it is the highest whole level on the meeting side.
+where the binding SLO crosses its limit: for a percentile, where a curve fitted to the share of
+values over the limit at the levels near it crosses 1 - XX/100 (pooled.py); else (a mean, or
+levels that do not straddle that share) where the SLO's point estimates cross the limit, linearly
+interpolated between the adjacent levels on either side. For a concurrency it is the highest
+whole level on the meeting side.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .pooled import LevelValues, crossing
 from .search import LevelResult
-from .slo import Verdict
+from .slo import Slo, Verdict
 
 
 @dataclass(frozen=True)
@@ -45,14 +49,28 @@ def estimate(levels: list[LevelResult], integer: bool = False) -> CapacityEstima
     binding: str | None
     for jl, jr in zip(left.judgements, right.judgements):
         limit = jl.slo.limit_ms
+        pair = None
         if jr.estimate > limit and jr.estimate > jl.estimate:
             share = (limit - jl.estimate) / (jr.estimate - jl.estimate)
-            crossings.append((left.level + max(share, 0.0) * (right.level - left.level), str(jl.slo)))
+            pair = left.level + max(share, 0.0) * (right.level - left.level)
+        center = pair if pair is not None else math.sqrt(left.level * right.level)
+        pooled = crossing(jl.slo, [_values(r, jl.slo) for r in by_level], center)
+        point = pooled if pooled is not None else pair
+        if point is not None:
+            crossings.append((point, str(jl.slo)))
     if crossings:
         point, binding = min(crossings)
     else:  # the right level was ended early on a sure loss, its truncated estimates under the limit
         point, binding = math.sqrt(left.level * right.level), _binding(right)
     return CapacityEstimate(_clip(point, low, high), low, high, binding)
+
+
+def _values(r: LevelResult, slo: Slo) -> LevelValues:
+    """A level's values of the SLO's metric, with the requests in flight when a run was ended as
+    lost (one value each; ITL's values are gaps, so none are added there)."""
+    cut = sum(s.sent - s.completed for s in r.samples if s.early_verdict is Verdict.violates)
+    return LevelValues(r.level, [v for s in r.samples for v in s.values.get(slo.metric, [])],
+                       0 if slo.metric == "itl" else cut)
 
 
 def _clip(x: float, low: float, high: float) -> float:

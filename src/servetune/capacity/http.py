@@ -76,14 +76,15 @@ def request_values(records: list[RequestRecord]) -> dict[str, list[np.ndarray]]:
     }
 
 
-def _finished_values(event: Finished, ramp: int) -> dict[str, float]:
+def _finished_values(event: Finished, ramp: int) -> tuple[dict[str, float], np.ndarray | None]:
+    """A finished request's values (ms) for the monitor, and its ITL gaps (ms)."""
     rec = event.record
     if rec.index < ramp or not metrics.succeeded(rec):
-        return {}
+        return {}, None
     values = {"ttft": metrics.ttft_s(rec) * 1000.0, "e2el": metrics.latency_s(rec) * 1000.0}
     if metrics.output_len(rec) > 1:
         values["tpot"] = metrics.tpot_s(rec) * 1000.0
-    return values
+    return values, np.asarray(metrics.itls_s(rec)) * 1000.0
 
 
 def sample_from_records(level: float, records_path: Path, stopped: str | None = None,
@@ -114,17 +115,18 @@ def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKi
     sc = at_level(scenario, load, level, num_prompts, run)
     ramp = ramp_of(load, level)
     planned = len(trace_specs(sc)) if sc.trace is not None else (sc.num_prompts or num_prompts) - ramp
-    pooled = {m: [v for smp in prior or [] for v in smp.values.get(m, [])] for m in ("ttft", "e2el", "tpot")}
+    pooled = {m: [v for smp in prior or [] for v in smp.values.get(m, [])] for m in ("ttft", "e2el", "tpot", "itl")}
     # A trace's rate moves with its recording: no steady offered rate to call a runaway queue by.
     monitor = LevelMonitor(slos, planned, looks.planned_alpha,
                            offered_rate=level if load == "rate" else None, burstiness=scenario.burstiness,
                            looks=looks, prior=pooled)
 
     def should_stop(event: Finished) -> bool:
-        values = _finished_values(event, ramp)
+        values, gaps = _finished_values(event, ramp)
         if event.record.index < ramp:
             return False   # the unjudged first wave is no look's business
-        return monitor.observe(event.now_ns / 1e9, values, event.started - ramp, index=event.record.index) is not None
+        return monitor.observe(event.now_ns / 1e9, values, event.started - ramp, index=event.record.index,
+                               gaps_ms=gaps) is not None
 
     # Like a study's runs, a level's JSON leaves out the per-request arrays its JSONL holds.
     result = run_scenario(url, model, sc, RunOptions(tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id,

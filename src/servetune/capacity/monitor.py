@@ -45,17 +45,20 @@ class LevelMonitor:
         self.started: list[int] = []      # requests released by then
         self.reason: str | None = None
 
-    def observe(self, t_s: float, values_ms: Mapping[str, float], started: int, index: int | None = None) -> str | None:
+    def observe(self, t_s: float, values_ms: Mapping[str, float], started: int, index: int | None = None,
+                gaps_ms: np.ndarray | None = None) -> str | None:
         """A request ended at `t_s` (seconds, any origin) with these metric values (ms; a failed
-        request: none), `started` requests released so far; `index`: its place in the order sent
-        (default: the order they end). The reason to stop, or None."""
+        request: none) and these ITL gaps (ms), `started` requests released so far; `index`: its
+        place in the order sent (default: the order they end). The reason to stop, or None."""
         if self.reason is not None:
             return self.reason
         self.times.append(t_s)
         self.started.append(started)
+        if len(self.times) >= self.planned:
+            return None   # the run's last request: nothing left to save, its end is the planned look
         if self.looks is not None:
             decided = self.looks.observe(len(self.times) if index is None else index, values_ms,
-                                         started - len(self.times))
+                                         started - len(self.times), gaps_ms)
             if decided is not None:
                 self.verdict, self.reason = decided
                 return self.reason

@@ -12,9 +12,9 @@ of the limit a level is on); the interval (estimate.py) uses only the levels the
 With interim looks (the default) the search goes up in steps of `growth` (a level far over the
 capacity is lost within a few requests) and down in steps of sqrt(growth) (a level far under it
 takes long to send, and no look can end it before a percentile has its run's requests). A level
-of the bracket, which the point estimate interpolates from, is pooled a second time when
-undecided; a level beyond it, measured only for the interval's end, only where more runs can be
-expected to decide it.
+between the bracket's ends, or one found while bracketing whose statistic lies near its limit
+(the levels the point estimate is fitted to), is pooled a second time when undecided; any other
+level only where more runs can be expected to decide it.
 """
 
 from __future__ import annotations
@@ -80,6 +80,29 @@ class LevelResult:
         if self.verdict is not Verdict.undecided:
             return self.verdict is Verdict.violates
         return any(j.estimate > j.slo.limit_ms for j in self.judgements)
+
+
+# A level's role in the search: it moves the bracket while bracketing (doubling, or stepping
+# down), splits it while bisecting, or lies beyond it, measured only for the interval's end.
+BRACKETING, BISECTING, BEYOND = "bracketing", "bisecting", "beyond"
+# A bracketing level whose statistic's likely range (its interval at LIKELY_ALPHA) comes within
+# NEAR_LIMIT of the limit is measured a second time.
+NEAR_LIMIT = 1.2
+LIKELY_ALPHA = 0.5
+
+
+def near_limit(judged: LevelResult) -> bool:
+    """Whether some SLO's statistic may lie within NEAR_LIMIT of its limit: its interval at
+    LIKELY_ALPHA (the middle half of where it may be) reaches that band. Such a level's values
+    are what the point estimate is fitted to; a level surely far from the limit says little
+    about the crossing. The range, not the estimate alone: a short run's percentile swings
+    (200 bursty requests' p95 by a third), and a level on the crossing may read far from it."""
+    for i, j in enumerate(judged.judgements):
+        values = [v for smp in judged.samples for v in smp.values.get(j.slo.metric, [])]
+        likely = judge(j.slo, values, LIKELY_ALPHA, seed=i)
+        if likely.high >= j.slo.limit_ms / NEAR_LIMIT and likely.low <= j.slo.limit_ms * NEAR_LIMIT:
+            return True
+    return False
 
 
 def judge_level(level: float, samples: list[LevelSample], slos: list[Slo], looks: Looks) -> LevelResult:
@@ -157,17 +180,20 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
     result = SearchResult() if result is None else result
     st = settings
 
-    def again(judged: LevelResult, runs: int, for_interval_only: bool) -> bool:
+    def again(judged: LevelResult, runs: int, role: str) -> bool:
         if runs >= st.max_runs_per_level:
             return False
         if not st.looks.sequential:
             return True
-        # A bracket level's second run sharpens the point estimate even when it cannot decide it.
-        return (runs < 2 and not for_interval_only) or worth_another_run(judged.judgements, st.looks, runs)
+        # A level between the bracket's ends, or one of its ends near the limit, gets a second
+        # run even when that cannot decide it: the point estimate is fitted to the levels near
+        # the crossing (pooled.py). A level measured only for the interval's end does not.
+        forced = role == BISECTING or (role == BRACKETING and near_limit(judged))
+        return (runs < 2 and forced) or worth_another_run(judged.judgements, st.looks, runs)
 
     down = math.sqrt(st.growth) if st.looks.sequential else st.growth
 
-    def visit(level: float, for_interval_only: bool = False) -> LevelResult | None:
+    def visit(level: float, role: str) -> LevelResult | None:
         samples: list[LevelSample] = []
         while True:
             sample = measure(level, list(samples))
@@ -176,7 +202,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
                 return None
             samples.append(sample)
             judged = judge_level(level, samples, slos, st.looks)
-            if judged.verdict is not Verdict.undecided or not again(judged, len(samples), for_interval_only):
+            if judged.verdict is not Verdict.undecided or not again(judged, len(samples), role):
                 result.levels.append(judged)
                 if on_level is not None:
                     on_level(result)
@@ -190,7 +216,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
     judged_at: dict[float, LevelResult] = {}
     level = snap(st.start)
     while len(result.levels) < st.max_levels:   # bracketing
-        r = visit(level)
+        r = visit(level, BRACKETING)
         if r is None:
             return result
         judged_at[level] = r
@@ -218,7 +244,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
             if (above - below) / below <= st.rel_tol:
                 break
             level = math.sqrt(below * above)
-        r = visit(level)
+        r = visit(level, BISECTING)
         if r is None:
             return result
         judged_at[level] = r
@@ -241,6 +267,6 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
             break
         if level in measured:
             break
-        if visit(level, for_interval_only=True) is None:
+        if visit(level, BEYOND) is None:
             return result
     return result

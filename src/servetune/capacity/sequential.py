@@ -75,24 +75,27 @@ _IN_FLIGHT_OVER = 2.0
 
 
 class InterimLooks:
-    """The interim looks of one run at one level: fed each finished request's values, in the
-    order they end, it judges the pooled values (the level's earlier runs, `prior`, and this
-    run's so far, in the order they were sent) at each look point, and names a verdict once
-    one is decided at the interim alpha: violated on the values that ended, met only with the
-    requests in flight counted over their limits. SLOs on a metric not fed here (ITL) are never
-    called met at an interim look."""
+    """The interim looks of one run at one level: fed each finished request's values (and its
+    ITL gaps), in the order they end, it judges the pooled values (the level's earlier runs,
+    `prior`, and this run's so far, in the order they were sent) at each look point, and names a
+    verdict once one is decided at the interim alpha: violated on the values that ended, met
+    only with the requests in flight counted over their limits (for ITL, each with as many gaps
+    as a finished request has on average)."""
 
     def __init__(self, slos: list[Slo], looks: Looks, planned: int, prior: Mapping[str, list[np.ndarray]]) -> None:
         self.slos, self.alpha = slos, looks.interim_alpha
         self.points = set(looks.look_points(planned))
         self.prior = prior
-        self.values: dict[str, list[tuple[int, float]]] = {}
+        self.values: dict[str, list[tuple[int, np.ndarray]]] = {}
         self.finished = 0
 
-    def observe(self, index: int, values_ms: Mapping[str, float], in_flight: int) -> tuple[Verdict, str] | None:
+    def observe(self, index: int, values_ms: Mapping[str, float], in_flight: int,
+                gaps_ms: np.ndarray | None = None) -> tuple[Verdict, str] | None:
         self.finished += 1
         for metric, value in values_ms.items():
-            self.values.setdefault(metric, []).append((index, value))
+            self.values.setdefault(metric, []).append((index, np.array([value])))
+        if gaps_ms is not None and len(gaps_ms):
+            self.values.setdefault("itl", []).append((index, np.asarray(gaps_ms, dtype=np.float64)))
         pooled = self.finished + sum(len(v) for v in self.prior.get("ttft", []))
         if self.finished not in self.points or pooled < MIN_LOOK_VALUES:
             return None
@@ -111,10 +114,10 @@ class InterimLooks:
     def _judge(self, slo: Slo, in_flight: int) -> Judgement:
         if slo.metric not in self.values:
             return judge(slo, [], self.alpha)   # nothing of this metric fed: undecided
-        ours = [v for _, v in sorted(self.values[slo.metric])]
-        pad = [slo.limit_ms * _IN_FLIGHT_OVER] * in_flight
-        pooled = list(self.prior.get(slo.metric, [])) + [np.array([v]) for v in ours + pad]
-        return judge(slo, pooled, self.alpha)
+        ours = [v for _, v in sorted(self.values[slo.metric], key=lambda iv: iv[0])]
+        per_request = max(math.ceil(np.mean([len(v) for v in ours])), 1)
+        pad = [np.full(per_request, slo.limit_ms * _IN_FLIGHT_OVER)] * in_flight
+        return judge(slo, list(self.prior.get(slo.metric, [])) + ours + pad, self.alpha)
 
 
 def worth_another_run(judgements: list[Judgement], looks: Looks, runs: int) -> bool:
@@ -124,7 +127,7 @@ def worth_another_run(judgements: list[Judgement], looks: Looks, runs: int) -> b
     runs at the interim alpha (an interval without that side yet: always). A level whose estimate
     sits closer to its limit than that stays undecided (the search moves on; its runs still count
     for the point estimate): it cannot stop a wrong verdict, only spare runs that would not have
-    given one. The search pools a second run at a level of its bracket regardless (search.py)."""
+    given one. The search pools a second run at a level near the crossing regardless (search.py)."""
     if runs >= looks.max_runs:
         return False
     z_now = stats.norm.ppf(1 - looks.alpha_for(runs, False) / 2)

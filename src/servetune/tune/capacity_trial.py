@@ -37,8 +37,9 @@ LEVEL_KEY = "load_level"    # in a level Run's summary: the offered rate or conc
 # rules is estimated again from its stored levels when the study resumes (refresh_estimates).
 # 2: a percentile's bound stretched instead of infinite where clustering leaves too few values;
 # 3: a closed loop's first wave (all users at once) is not judged (capacity.http.ramp_of);
-# 4: each level judged at the alpha of the look it ended at (capacity/sequential.py).
-JUDGEMENT = 4
+# 4: each level judged at the alpha of the look it ended at (capacity/sequential.py);
+# 5: the point estimate fitted to the share of values over a percentile's limit (capacity/pooled.py).
+JUDGEMENT = 5
 
 
 @dataclass(frozen=True)
