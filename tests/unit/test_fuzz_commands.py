@@ -218,7 +218,8 @@ def test_tune_refuses_a_stop_after_that_is_no_duration(stop_after: str) -> None:
 @given(options=_options(["--boots", "--prefix-reuse-len", "--prefix-reuse-pairs", "--metric"]),
        into_study=st.booleans())
 def test_ab(options: dict[str, str], into_study: bool) -> None:
-    # Valid options end at boots that cannot start (exit 1); a tuning study's directory is refused (2).
+    # Valid options end at the start's check of the missing engine (exit 2, nothing boots); a tuning study's
+    # directory is refused (2).
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "a.yaml").write_text(NO_ENGINE_STUDY)
