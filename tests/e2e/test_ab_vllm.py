@@ -17,6 +17,7 @@ from servetune.ab.analysis import analyze
 from servetune.ab.spec import load_ab
 from servetune.store import StudyStore
 from tests.conftest import EAGER, servetune, tiny_model_dir
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
 from tests.fakes.standin import STANDIN
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +39,8 @@ def second_vllm_python() -> str:
 
 
 def _ab_file(tmp_path: Path, a_command: list[str], b_command: list[str]) -> Path:
-    model = str(tiny_model_dir()) if a_command == VLLM else str(REPO / "models" / "standin")  # not read
+    # The stand-in reads no model; the start checks that one is there (as for a study of a fake engine).
+    model = str(tiny_model_dir()) if a_command == VLLM else str(MODEL_WITHOUT_WEIGHTS)
     doc = {
         "name": "ab-cpu",
         "engine": {"command": a_command, "model": model,

@@ -19,14 +19,15 @@ from servetune.load.records import RequestRecord, RunResult
 from servetune.store import StudyStore, TrialRole
 from servetune.tune.display import StudyDisplay
 from servetune.vocabulary import Outcome
-from tests.fakes.standin import REPO, STANDIN, TINY_SCENARIO
+from tests.fakes import MODEL_WITHOUT_WEIGHTS
+from tests.fakes.standin import STANDIN, TINY_SCENARIO
 from tests.unit.cli_run import servetune
 
 WORKLOAD = {"scenarios": [TINY_SCENARIO], "replicates": 2}
 
 
 def _study(command: list[str], **engine: object) -> dict:
-    return {"name": "ab-unit", "engine": {"command": command, "model": str(REPO / "models" / "standin"),
+    return {"name": "ab-unit", "engine": {"command": command, "model": str(MODEL_WITHOUT_WEIGHTS),
                                           "startup_timeout_s": 20, **engine}, **WORKLOAD}
 
 
@@ -197,3 +198,38 @@ def test_one_file_error_in_a_side_names_that_sides_line(tmp_path: Path) -> None:
     assert b_line != shared_line
     with pytest.raises(ServetuneError, match=rf"^{path}:{b_line}: engine.startup_timeout_s"):
         load_ab([path])
+
+
+def _last_line_of(path: Path, text: str) -> int:
+    return [i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line][-1]
+
+
+def test_a_side_whose_engine_is_missing_stops_the_ab_before_anything(tmp_path: Path) -> None:
+    """Each side's engine command and model are checked as `tune` checks a study's: a located line
+    per problem, exit 2, no boot and nothing stored, so the corrected file starts this directory."""
+    doc = _study(["python", str(STANDIN)])
+    doc["ab"] = {"A": {}, "B": {"command": ["servetune-test-no-such-engine"]}}
+    path = _write(tmp_path / "ab.yaml", doc)
+    out = tmp_path / "out"
+    result = servetune("ab", path, "--out", out)
+    assert result.code == 2 and "Traceback" not in result.stderr, result
+    b_line = _last_line_of(path, '"command"')  # ab.B's, not the shared engine's
+    assert result.error_lines == [f"error: {path}:{b_line}: engine.command: "
+                                  "'servetune-test-no-such-engine' is not on PATH"]
+    store = StudyStore.open_existing(out, read_only=True)
+    assert (store.trials(), store.sessions(), store.get_meta_json("ab")) == ([], [], None)
+    assert not (out / "logs").exists()  # no server started
+
+
+def test_each_sides_file_names_its_own_problem(tmp_path: Path) -> None:
+    a_doc = _study(["python", str(STANDIN)])
+    a_doc["engine"]["model"] = str(tmp_path / "no-such-model")
+    a = _write(tmp_path / "a.yaml", a_doc)
+    b = _write(tmp_path / "b.yaml", _study([str(tmp_path / "no-such-python")]))
+    with pytest.raises(ServetuneError) as err:
+        _runner(load_ab([a, b]), tmp_path / "out", boots=1)
+    a_line, b_line = _last_line_of(a, '"model"'), _last_line_of(b, '"command"')
+    assert str(err.value).splitlines() == [
+        f"{a}:{a_line}: engine.model: '{tmp_path / 'no-such-model'}' is not reachable: "
+        f"no directory {tmp_path / 'no-such-model'}",
+        f"{b}:{b_line}: engine.command: '{tmp_path / 'no-such-python'}' does not exist"]

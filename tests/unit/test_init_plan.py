@@ -30,6 +30,7 @@ from servetune.tune.display import StudyDisplay
 from servetune.tune.plan import flag_problems, planned_candidates
 from servetune.tune.runner import StudyRunner
 from tests.fakes.counting_engine import CountingEngine
+from tests.fakes.standin import study_text
 
 ROOT = Path(__file__).resolve().parents[2]
 # The long flags vLLM 0.32's API server parser takes that these tests use (a real read lists ~400).
@@ -340,6 +341,30 @@ def test_a_misspelt_flag_at_the_start_is_located_in_the_study_file(tmp_path: Pat
                     r"--max-num-seqz \(did you mean 'max-num-seqs'\?\)", line), line
     trials = StudyStore.open_existing(tmp_path / "out", read_only=True).trials()
     assert trials == []
+
+
+
+def test_a_study_file_corrected_after_a_misspelt_flag_starts_the_same_directory(tmp_path: Path,
+                                                                                parser_flags: None) -> None:
+    """The flag check (once the engine's defaults are read) stores nothing of the refused start: run
+    again from the corrected file, the directory's study starts and measures its baseline (the
+    spec was stored before that check: "this directory holds a different study")."""
+    study, out = tmp_path / "study.json", tmp_path / "out"
+    study.write_text(study_text("fixed", args={"max-num-seq": 4}, trials=1, measure_bandwidth=False))
+    line = next(i for i, text in enumerate(study.read_text().splitlines(), 1) if '"max-num-seq"' in text)
+    refused = servetune("tune", study, "--out", out, "--no-report")
+    assert refused.code == 2 and "Traceback" not in refused.stderr, refused
+    assert refused.error_lines[-1] == (f"error: {study}:{line}: engine.args.max-num-seq: the installed engine has "
+                                       "no flag --max-num-seq (did you mean 'max-num-seqs'?) (test parser)")
+    refused_store = StudyStore.open_existing(out, read_only=True)
+    assert (refused_store.spec_doc(), refused_store.get_meta_json(known.DEFAULTS_META)) == (None, None)
+    refused_store.close()
+    study.write_text(study.read_text().replace('"max-num-seq"', '"max-num-seqs"'))
+    started = servetune("tune", study, "--out", out, "--no-report")
+    assert "different study" not in started.stderr, started
+    store = StudyStore.open_existing(out, read_only=True)
+    assert store.spec_doc() is not None and store.spec_doc()["engine"]["args"] == {"max-num-seqs": 4}
+    assert [(t.role, t.outcome, t.config.flags) for t in store.trials()] == [("baseline", "ok", {"max-num-seqs": 4})]
 
 
 # --- the real engine's parser --------------------------------------------------------------

@@ -18,6 +18,8 @@ from ..errors import ServetuneError
 from ..load.records import RunResult
 from ..load.scenario import Scenario
 from ..store import StudyStore, Trial, TrialRole
+from ..study.spec import SpecError
+from ..tune import plan
 from ..tune.display import StudyDisplay
 from ..tune.session import TunerSession
 from ..tune.trial import ProgressFn, TrialExecutor, TrialPlan
@@ -54,7 +56,8 @@ class AbRunner:
                  metrics: list[str], display: StudyDisplay):
         self.spec, self.out_dir, self.boots, self.display = spec, Path(out_dir), boots, display
         self.reuse, self.metrics = reuse, metrics
-        self.session = TunerSession.open(self.out_dir, self._check_same_ab)
+        # The lock first; each side's engine command and model are checked before the A/B is stored.
+        self.session = TunerSession.open(self.out_dir, self._check_start)
         self.store = self.session.store
         self.engines = {side: engine_for(spec.side(side).engine) for side in SIDES}
         for engine in self.engines.values():
@@ -102,6 +105,21 @@ class AbRunner:
                      total: int) -> None:
         self.display.trial_step(trial, side, scenario, replicate, done, total)
         self.session.heartbeat()
+
+    def _check_start(self, store: StudyStore) -> None:
+        """Each side's engine command and model as `tune` checks a study's (plan.check_start), at
+        every start, a resume too: located lines and exit 2 before anything boots, instead of a
+        failed boot per side. Checked before the A/B is stored, so the corrected file then starts
+        this directory's A/B."""
+        lines: list[str] = []
+        for side in SIDES:
+            try:
+                plan.check_start(self.spec.side(side))
+            except SpecError as exc:
+                lines += self.spec.located(side, exc.problems)
+        if lines:  # one file's shared engine key fails on both sides: said once
+            raise ServetuneError("\n".join(dict.fromkeys(lines)))
+        self._check_same_ab(store)
 
     def _check_same_ab(self, store: StudyStore) -> None:
         new = {"A": self.spec.a.model_dump(mode="json"), "B": self.spec.b.model_dump(mode="json"),

@@ -10,7 +10,8 @@ from typing import Any
 
 from ..errors import ServetuneError
 from ..study import StudySpec
-from ..study.loader import load_study, study_from_document
+from ..study.loader import located_lines, study_from_document
+from ..study.spec import Loc
 from ..study.yaml_lines import LocatedYaml, load_yaml
 
 SIDES = ("A", "B")
@@ -24,9 +25,15 @@ class AbSpec:
     a: StudySpec
     b: StudySpec
     sources: tuple[str, str]
+    docs: tuple[LocatedYaml, LocatedYaml]  # each side's study as written: where its keys are
 
     def side(self, name: str) -> StudySpec:
         return self.a if name == "A" else self.b
+
+    def located(self, name: str, problems: list[tuple[Loc, str]]) -> list[str]:
+        """`file:line: key: message` of a side's problems, at that side's lines (one file: an
+        engine key its `ab.SIDE` overrides is at that line)."""
+        return located_lines(self.docs[SIDES.index(name)], problems)
 
     @property
     def workload(self) -> StudySpec:
@@ -41,9 +48,10 @@ def load_ab(paths: Sequence[Path]) -> AbSpec:
     if len(paths) != 2:
         raise ServetuneError(f"ab: expected two study files (A.yaml B.yaml) or one with an '{AB_KEY}:' section, "
                              f"got {len(paths)}")
-    a, b = (load_study(p) for p in paths)
-    _check_same_workload(a, b, str(paths[0]), load_yaml(paths[1]))
-    return AbSpec(a, b, (str(paths[0]), str(paths[1])))
+    docs = (load_yaml(paths[0]), load_yaml(paths[1]))
+    a, b = (study_from_document(doc, Path(p).parent) for doc, p in zip(docs, paths, strict=True))
+    _check_same_workload(a, b, str(paths[0]), docs[1])
+    return AbSpec(a, b, (str(paths[0]), str(paths[1])), docs)
 
 
 def _from_one_file(path: Path) -> AbSpec:
@@ -53,16 +61,16 @@ def _from_one_file(path: Path) -> AbSpec:
     if not isinstance(overrides, dict) or sorted(overrides) != list(SIDES):
         raise ServetuneError(f"{doc.where((AB_KEY,))}: {AB_KEY}: expected {{A: {{engine keys}}, B: {{engine keys}}}} "
                              "(or give two study files)")
-    sides = []
+    sides, docs = [], []
     for side in SIDES:
         part = overrides[side] or {}
         if not isinstance(part, dict):
             raise ServetuneError(f"{doc.where((AB_KEY, side))}: {AB_KEY}.{side}: expected a mapping of engine keys")
         engine: dict[str, Any] = {**(data.get("engine") or {}), **part}
         rest = {k: v for k, v in data.items() if k != AB_KEY}
-        lines = _engine_lines_from_side(doc, side)
-        sides.append(study_from_document(LocatedYaml(doc.source, {**rest, "engine": engine}, lines), path.parent))
-    return AbSpec(sides[0], sides[1], (f"{path} ({AB_KEY}.A)", f"{path} ({AB_KEY}.B)"))
+        docs.append(LocatedYaml(doc.source, {**rest, "engine": engine}, _engine_lines_from_side(doc, side)))
+        sides.append(study_from_document(docs[-1], path.parent))
+    return AbSpec(sides[0], sides[1], (f"{path} ({AB_KEY}.A)", f"{path} ({AB_KEY}.B)"), (docs[0], docs[1]))
 
 
 def _engine_lines_from_side(doc: LocatedYaml, side: str) -> dict[tuple[Any, ...], int]:

@@ -12,7 +12,8 @@ from rich.table import Table
 
 from ..errors import ServetuneError
 from ..study import StudySpec
-from ..study.spec import Loc, dotted
+from ..study.loader import located_lines
+from ..study.spec import Loc
 from ..study.yaml_lines import load_yaml
 from ..tune.display import format_duration
 from ..tune.plan import StudyPlan, make_plan
@@ -48,8 +49,7 @@ def show_plan(spec: StudySpec, study_file: Path, *, ask_hub: bool = True) -> Non
 
 def located(study_file: Path, problems: list[tuple[Loc, str]]) -> ServetuneError:
     """One `file:line: key: message` line a problem (the plan's, or a real study's start checks)."""
-    doc = load_yaml(study_file)
-    return ServetuneError("\n".join(f"{doc.where(loc)}: {dotted(loc)}: {msg}" for loc, msg in problems))
+    return ServetuneError("\n".join(located_lines(load_yaml(study_file), problems)))
 
 
 def _print(plan: StudyPlan, study_file: Path) -> None:

@@ -37,6 +37,11 @@ def study_from_document(doc: LocatedYaml, base_dir: Path | None = None) -> Study
     return _validate(doc, base_dir)
 
 
+def located_lines(doc: LocatedYaml, problems: list[tuple[Loc, str]]) -> list[str]:
+    """One `file:line: key: message` line a problem found once the study loaded (a start's checks)."""
+    return [f"{doc.where(loc)}: {dotted(loc)}: {msg}" for loc, msg in problems]
+
+
 def _validate(doc: LocatedYaml, base_dir: Path | None = None) -> StudySpec:
     if not isinstance(doc.data, dict):
         raise ServetuneError(f"{doc.source}:1: a study is a mapping of keys (name, engine, space, ...)")

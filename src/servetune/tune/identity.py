@@ -2,6 +2,12 @@
 
 A resumed study may get more budget or other slots, nothing else; a field a newer servetune added
 (a stored spec lacks it) takes its default and is not a change.
+
+The spec is stored only once every start check passed (tune/runner.py): the engine command and the
+model, then the flags against the engine's defaults. A start refused by one of them leaves no spec,
+so the corrected study file starts the same directory; a stored spec is the study's for good. (Not
+"a changed spec is accepted while no trial is recorded": what a start writes before its first trial,
+the engine's defaults, the re-validation cap, the first ETA, belongs to the spec it started with.)
 """
 
 from __future__ import annotations
@@ -16,11 +22,10 @@ SPEC_KEYS_THAT_MAY_CHANGE = ("budget", "parallel", "measure_bandwidth")
 
 
 def check_same_study(store: StudyStore, spec: StudySpec) -> None:
-    """Store `spec` as the study of this directory, or raise if the directory holds another."""
+    """Raise if the directory holds another study than `spec`; writes nothing (see `store_spec`)."""
     new = spec.model_dump(mode="json")
     stored = store.spec_doc()
     if stored is None:
-        store.set_spec_doc(new)
         return
     old = _as_read_today(stored)
     # A key the stored spec lacks was added by a newer servetune: its default is not a change.
@@ -31,7 +36,12 @@ def check_same_study(store: StudyStore, spec: StudySpec) -> None:
             f"{store.path}: this directory holds a different study (changed: {', '.join(changed)}); "
             "use another --out directory, or restore the study file it was started with"
         )
-    store.set_spec_doc(new)
+
+
+def store_spec(store: StudyStore, spec: StudySpec) -> None:
+    """Once the start's checks passed: `spec` is this directory's study (its budget and slots as
+    this start has them)."""
+    store.set_spec_doc(spec.model_dump(mode="json"))
 
 
 def _as_read_today(stored: dict[str, Any]) -> dict[str, Any]:

@@ -22,13 +22,16 @@ NOT_BOOTED = (Outcome.duplicate, Outcome.skipped)
 
 
 def engine_defaults(store: StudyStore, command: list[str],
-                    read: Callable[[list[str]], EngineDefaults] = read_engine_defaults) -> EngineDefaults:
-    """The engine's argument defaults, read on the study's first start and kept in its meta."""
+                    read: Callable[[list[str]], EngineDefaults] = read_engine_defaults, *,
+                    check: Callable[[EngineDefaults], None] = lambda defaults: None) -> EngineDefaults:
+    """The engine's argument defaults, read on the study's first start and kept in its meta once
+    `check` (the study's flags against them) passed: a start that `check` stopped keeps nothing,
+    as the corrected study file may name another engine command."""
     cached = store.get_meta_json(DEFAULTS_META)
-    if cached is not None:
-        return EngineDefaults.model_validate(cached)
-    defaults = read(command)
-    store.set_meta_json(DEFAULTS_META, defaults.model_dump(mode="json"))
+    defaults = EngineDefaults.model_validate(cached) if cached is not None else read(command)
+    check(defaults)
+    if cached is None:
+        store.set_meta_json(DEFAULTS_META, defaults.model_dump(mode="json"))
     return defaults
 
 

@@ -30,7 +30,7 @@ from . import analysis, bandwidth, capacity_trial, known, phases, plan, verdict_
 from . import eta as eta_seed
 from .analysis_types import StudyAnalysis
 from .display import StudyDisplay
-from .identity import check_same_study
+from .identity import check_same_study, store_spec
 from .recovery import Leftovers
 from .session import TunerSession
 from .slots import Driver, Finished, LiveServers, SlotBackend, SlotCalls, SlotLost, ThreadSlots
@@ -107,15 +107,18 @@ class StudyRunner:
 
     def _check_start(self, store: StudyStore) -> None:
         """A missing engine program or model is the study file's error (as `plan` says), at every
-        start, a resume too: one line, not a failed boot per trial. Checked before the spec is
-        stored, so the corrected file then starts this directory's study."""
+        start, a resume too: one line, not a failed boot per trial. A directory holding another
+        study stops here too; this start's spec is stored once the flags passed as well."""
         plan.check_start(self.spec)
         check_same_study(store, self.spec)
 
     def _read_engine_defaults(self) -> None:
+        # A misspelt flag stops the study before any boot, with nothing of this start kept: not
+        # the defaults, not the spec, so the corrected study file starts this directory (identity.py).
         self.defaults = known.engine_defaults(self.store, list(self.spec.engine.command),
-                                              lambda _command: self.engine.read_defaults())
-        plan.check_flags(self.spec, self.defaults)  # a misspelt flag stops the study before any boot
+                                              lambda _command: self.engine.read_defaults(),
+                                              check=lambda defaults: plan.check_flags(self.spec, defaults))
+        store_spec(self.store, self.spec)  # the last of the start's checks passed
         if not self.defaults.known:
             self.display.note(f"engine defaults {self.defaults.source}: only boot logs tell configs apart")
 
