@@ -59,6 +59,7 @@ def test_a_trace_study_checks_its_file_and_its_window_before_any_boot(tmp_path: 
 
 def test_a_study_files_relative_trace_path_is_read_from_the_study_files_folder(tmp_path: Path,
                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from servetune.capacity.http import at_level
     from servetune.load.trace.window import load_replay
     from servetune.study.loader import load_study
 
@@ -74,4 +75,6 @@ def test_a_study_files_relative_trace_path_is_read_from_the_study_files_folder(t
     trace = spec.scenarios[0].trace
     assert trace is not None and trace.file == study_dir / "traces" / "window.jsonl"
     assert load_replay(trace).requests
+    level = at_level(spec.scenarios[0], "speedup", 2.0, 0, 1)   # a capacity level's scenario reads it too
+    assert level.trace is not None and level.trace.speedup == 2.0 and load_replay(level.trace).requests
     assert spec.model_dump(mode="json")["scenarios"][0]["trace"]["path"] == "traces/window.jsonl"

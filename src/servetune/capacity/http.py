@@ -48,12 +48,14 @@ def at_level(scenario: Scenario, load: LoadKind, level: float, num_prompts: int,
     kept) or a closed loop of `level` users with at least MIN_WAVES requests each; a seed of its
     own per run, so that repeated runs at one level draw new arrival times. A trace's level is its
     speed-up: its own requests (num_prompts is not used), `level` times as fast."""
-    fields = scenario.model_dump()
     if load == "speedup":
         if scenario.trace is None:
             raise ValueError("a speed-up level needs a trace scenario")
-        fields.update(trace={**fields["trace"], "speedup": level}, seed=scenario.seed + run)
-        return Scenario.model_validate(fields)
+        # Copied, not re-validated from a dump: the trace keeps the study file's folder that its
+        # relative path is read from.
+        trace = scenario.trace.model_copy(update={"speedup": float(level)})
+        return scenario.model_copy(update={"trace": trace, "seed": scenario.seed + run})
+    fields = scenario.model_dump()
     if load == "rate":
         fields.update(rate=level, concurrency=None)
     else:
