@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from .pooled import LevelValues, crossing
-from .search import LevelResult
+from .search import LevelResult, pooled_values
 from .slo import Slo, Verdict
 
 
@@ -69,7 +69,7 @@ def _values(r: LevelResult, slo: Slo) -> LevelValues:
     """A level's values of the SLO's metric, with the requests in flight when a run was ended as
     lost (one value each; ITL's values are gaps, so none are added there)."""
     cut = sum(s.sent - s.completed for s in r.samples if s.early_verdict is Verdict.violates)
-    return LevelValues(r.level, [v for s in r.samples for v in s.values.get(slo.metric, [])],
+    return LevelValues(r.level, pooled_values(r.samples, slo.metric),
                        0 if slo.metric == "itl" else cut)
 
 

@@ -19,7 +19,7 @@ from ..load.records import RequestRecord, RunResult
 from ..load.scenario import Scenario
 from ..vocabulary import Outcome
 from .monitor import LevelMonitor
-from .search import LevelSample, Measure
+from .search import LevelSample, Measure, pooled_values
 from .sequential import Looks
 from .slo import Slo, Verdict
 
@@ -117,7 +117,7 @@ def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKi
     sc = at_level(scenario, load, level, num_prompts, run)
     ramp = ramp_of(load, level)
     planned = len(trace_specs(sc)) if sc.trace is not None else (sc.num_prompts or num_prompts) - ramp
-    pooled = {m: [v for smp in prior or [] for v in smp.values.get(m, [])] for m in ("ttft", "e2el", "tpot", "itl")}
+    pooled = {m: pooled_values(prior or [], m) for m in ("ttft", "e2el", "tpot", "itl")}
     # A trace's rate moves with its recording: no steady offered rate to call a runaway queue by.
     monitor = LevelMonitor(slos, planned, looks.planned_alpha,
                            offered_rate=level if load == "rate" else None, burstiness=scenario.burstiness,

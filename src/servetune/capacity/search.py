@@ -20,8 +20,9 @@ level only where more runs can be expected to decide it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 import numpy as np
 
@@ -82,13 +83,24 @@ class LevelResult:
         return any(j.estimate > j.slo.limit_ms for j in self.judgements)
 
 
-# A level's role in the search: it moves the bracket while bracketing (doubling, or stepping
-# down), splits it while bisecting, or lies beyond it, measured only for the interval's end.
-BRACKETING, BISECTING, BEYOND = "bracketing", "bisecting", "beyond"
+class Role(Enum):
+    """A level's role in the search: it moves the bracket while bracketing (doubling, or stepping
+    down), splits it while bisecting, or lies beyond it, measured only for the interval's end."""
+
+    BRACKETING = "bracketing"
+    BISECTING = "bisecting"
+    BEYOND = "beyond"
+
+
 # A bracketing level whose statistic's likely range (its interval at LIKELY_ALPHA) comes within
 # NEAR_LIMIT of the limit is measured a second time.
 NEAR_LIMIT = 1.2
 LIKELY_ALPHA = 0.5
+
+
+def pooled_values(samples: Sequence[LevelSample], metric: str) -> list[np.ndarray]:
+    """One metric's values of a level's runs, pooled in the order the runs were made."""
+    return [v for smp in samples for v in smp.values.get(metric, [])]
 
 
 def near_limit(judged: LevelResult) -> bool:
@@ -98,8 +110,7 @@ def near_limit(judged: LevelResult) -> bool:
     about the crossing. The range, not the estimate alone: a short run's percentile swings
     (200 bursty requests' p95 by a third), and a level on the crossing may read far from it."""
     for i, j in enumerate(judged.judgements):
-        values = [v for smp in judged.samples for v in smp.values.get(j.slo.metric, [])]
-        likely = judge(j.slo, values, LIKELY_ALPHA, seed=i)
+        likely = judge(j.slo, pooled_values(judged.samples, j.slo.metric), LIKELY_ALPHA, seed=i)
         if likely.high >= j.slo.limit_ms / NEAR_LIMIT and likely.low <= j.slo.limit_ms * NEAR_LIMIT:
             return True
     return False
@@ -110,8 +121,7 @@ def judge_level(level: float, samples: list[LevelSample], slos: list[Slo], looks
     run ended early by the monitor gives the level the verdict that ended it (a look's, which
     counted the requests then in flight; every other early end is a sure loss or a runaway queue)."""
     alpha = looks.alpha_for(len(samples), samples[-1].stopped is not None)
-    judgements = [judge(s, [v for smp in samples for v in smp.values.get(s.metric, [])], alpha, seed=i)
-                  for i, s in enumerate(slos)]
+    judgements = [judge(s, pooled_values(samples, s.metric), alpha, seed=i) for i, s in enumerate(slos)]
     early = [smp.early_verdict for smp in samples if smp.stopped]
     if Verdict.violates in early or any(j.verdict is Verdict.violates for j in judgements):
         verdict = Verdict.violates
@@ -180,7 +190,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
     result = SearchResult() if result is None else result
     st = settings
 
-    def again(judged: LevelResult, runs: int, role: str) -> bool:
+    def again(judged: LevelResult, runs: int, role: Role) -> bool:
         if runs >= st.max_runs_per_level:
             return False
         if not st.looks.sequential:
@@ -188,12 +198,12 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
         # A level between the bracket's ends, or one of its ends near the limit, gets a second
         # run even when that cannot decide it: the point estimate is fitted to the levels near
         # the crossing (pooled.py). A level measured only for the interval's end does not.
-        forced = role == BISECTING or (role == BRACKETING and near_limit(judged))
+        forced = role is Role.BISECTING or (role is Role.BRACKETING and near_limit(judged))
         return (runs < 2 and forced) or worth_another_run(judged.judgements, st.looks, runs)
 
     down = math.sqrt(st.growth) if st.looks.sequential else st.growth
 
-    def visit(level: float, role: str) -> LevelResult | None:
+    def visit(level: float, role: Role) -> LevelResult | None:
         samples: list[LevelSample] = []
         while True:
             sample = measure(level, list(samples))
@@ -216,7 +226,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
     judged_at: dict[float, LevelResult] = {}
     level = snap(st.start)
     while len(result.levels) < st.max_levels:   # bracketing
-        r = visit(level, BRACKETING)
+        r = visit(level, Role.BRACKETING)
         if r is None:
             return result
         judged_at[level] = r
@@ -244,7 +254,7 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
             if (above - below) / below <= st.rel_tol:
                 break
             level = math.sqrt(below * above)
-        r = visit(level, BISECTING)
+        r = visit(level, Role.BISECTING)
         if r is None:
             return result
         judged_at[level] = r
@@ -267,6 +277,6 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
             break
         if level in measured:
             break
-        if visit(level, BEYOND) is None:
+        if visit(level, Role.BEYOND) is None:
             return result
     return result
