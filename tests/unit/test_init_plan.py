@@ -367,6 +367,28 @@ def test_a_study_file_corrected_after_a_misspelt_flag_starts_the_same_directory(
     assert [(t.role, t.outcome, t.config.flags) for t in store.trials()] == [("baseline", "ok", {"max-num-seqs": 4})]
 
 
+def test_a_directory_whose_spec_an_older_servetune_stored_before_a_refused_flag_check_starts(
+        tmp_path: Path, parser_flags: None) -> None:
+    """An older servetune stored the spec (and the engine's defaults) before the flag check that
+    then refused the start: with no trial there, the corrected file replaces that spec, says so in
+    one line, and measures its baseline."""
+    study, out = tmp_path / "study.json", tmp_path / "out"
+    refused = study_text("fixed", args={"max-num-seq": 4}, trials=1, measure_bandwidth=False)
+    store = StudyStore.in_dir(out)
+    store.set_spec_doc(parse_study(refused).model_dump(mode="json"))
+    store.set_meta_json(known.DEFAULTS_META, KNOWN.model_dump(mode="json"))
+    store.close()
+    study.write_text(refused.replace('"max-num-seq"', '"max-num-seqs"'))
+    started = servetune("tune", study, "--out", out, "--no-report")
+    assert started.code == 0 and "different study" not in started.stderr, started
+    said = " ".join((started.stdout + started.stderr).split())  # rich may wrap the line
+    assert (f"{out / StudyStore.FILENAME}: the stored study spec had no trial; replaced by this study file's "
+            "(changed: engine)") in said, said
+    store = StudyStore.open_existing(out, read_only=True)
+    assert store.spec_doc() is not None and store.spec_doc()["engine"]["args"] == {"max-num-seqs": 4}
+    assert [(t.role, t.outcome, t.config.flags) for t in store.trials()] == [("baseline", "ok", {"max-num-seqs": 4})]
+
+
 # --- the real engine's parser --------------------------------------------------------------
 
 @pytest.mark.slow
