@@ -14,6 +14,8 @@ from servetune.ab.analysis import analyze
 from servetune.ab.render import markdown
 from servetune.ab.runner import AbRunner, boot_order
 from servetune.ab.spec import load_ab
+from servetune.engine.defaults import EngineDefaults
+from servetune.engine.vllm import VllmEngine
 from servetune.errors import ServetuneError
 from servetune.load.records import RequestRecord, RunResult
 from servetune.store import StudyStore, TrialRole
@@ -233,3 +235,32 @@ def test_each_sides_file_names_its_own_problem(tmp_path: Path) -> None:
         f"{a}:{a_line}: engine.model: '{tmp_path / 'no-such-model'}' is not reachable: "
         f"no directory {tmp_path / 'no-such-model'}",
         f"{b}:{b_line}: engine.command: '{tmp_path / 'no-such-python'}' does not exist"]
+
+
+def test_a_flag_a_sides_engine_does_not_take_stops_the_ab_at_that_sides_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each side's flags are checked against its engine's parser as `tune` checks a study's: one
+    file's `ab.B.args` typo is located at B's line, a second file's at its own, exit 2, nothing stored."""
+    parser = EngineDefaults(known=True, source="test parser", flags=["max-num-seqs", "max-model-len"])
+    monkeypatch.setattr(VllmEngine, "read_defaults", lambda self: parser)
+    doc = _study(["python", str(STANDIN)], args={"max-num-seqs": 4})
+    doc["ab"] = {"A": {}, "B": {"args": {"max-num-seqz": 4}}}
+    path = _write(tmp_path / "ab.yaml", doc)
+    out = tmp_path / "out"
+    result = servetune("ab", path, "--out", out)
+    assert result.code == 2 and "Traceback" not in result.stderr, result
+    b_line = _last_line_of(path, '"max-num-seqz"')
+    assert result.error_lines == [f"error: {path}:{b_line}: engine.args.max-num-seqz: the installed engine has no "
+                                  "flag --max-num-seqz (did you mean 'max-num-seqs'?) (test parser)"]
+    store = StudyStore.open_existing(out, read_only=True)
+    assert (store.trials(), store.sessions(), store.get_meta_json("ab")) == ([], [], None)
+    assert not (out / "logs").exists()  # no server started
+
+    a = _write(tmp_path / "a.yaml", _study(["python", str(STANDIN)], args={"max-model-lenn": 64}))
+    b = _write(tmp_path / "b.yaml", _study(["python", str(STANDIN)], args={"max-model-len": 64}))
+    with pytest.raises(ServetuneError) as err:
+        _runner(load_ab([a, b]), tmp_path / "out2", boots=1)
+    a_line = _last_line_of(a, '"max-model-lenn"')
+    assert str(err.value).splitlines() == [
+        f"{a}:{a_line}: engine.args.max-model-lenn: the installed engine has no "
+        "flag --max-model-lenn (did you mean 'max-model-len'?) (test parser)"]

@@ -287,6 +287,26 @@ def test_a_study_stops_on_a_missing_engine_or_model_before_anything(tmp_path: Pa
     _assert_nothing_recorded(tmp_path / "out")
 
 
+def test_a_mistyped_local_model_path_of_hub_form_stops_the_start(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """`models/tyni` has a Hub id's form, but `models/` is a directory here: a local path with a
+    typo, located, exit 2, nothing recorded. A Hub id whose first part is no directory here
+    still passes the start's offline check (the engine downloads it)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    make_model("tiny", tmp_path / "models" / "tiny")
+    study = tmp_path / "study.yaml"
+    study.write_text("name: p\nengine:\n  command: [python, -c, 'raise SystemExit(3)']\n  model: models/tyni\n"
+                     "scenarios: [{name: s, input_len: 8, output_len: 4, num_prompts: 2, warmups: 0}]\n")
+    result = servetune("tune", study, "--out", tmp_path / "out")
+    assert_one_line_error(result, f"{study}:4: engine.model: 'models/tyni' is not reachable: no such directory "
+                                  "models/tyni (models/ exists here)")
+    _assert_nothing_recorded(tmp_path / "out")
+    plan.check_start(parse_study("name: p\nengine: {model: Qwen/Qwen3-8B}\nscenarios: [{preset: chat}]\n"))
+    plan.check_start(parse_study("name: p\nengine: {model: models/tiny}\nscenarios: [{preset: chat}]\n"))
+
+
 def _assert_nothing_recorded(out: Path) -> None:
     """No trial, no session, no server log; not even the spec: the corrected file starts this directory."""
     store = StudyStore.open_existing(out, read_only=True)
@@ -362,6 +382,28 @@ def test_a_study_file_corrected_after_a_misspelt_flag_starts_the_same_directory(
     study.write_text(study.read_text().replace('"max-num-seq"', '"max-num-seqs"'))
     started = servetune("tune", study, "--out", out, "--no-report")
     assert "different study" not in started.stderr, started
+    store = StudyStore.open_existing(out, read_only=True)
+    assert store.spec_doc() is not None and store.spec_doc()["engine"]["args"] == {"max-num-seqs": 4}
+    assert [(t.role, t.outcome, t.config.flags) for t in store.trials()] == [("baseline", "ok", {"max-num-seqs": 4})]
+
+
+def test_a_directory_whose_spec_an_older_servetune_stored_before_a_refused_flag_check_starts(
+        tmp_path: Path, parser_flags: None) -> None:
+    """An older servetune stored the spec (and the engine's defaults) before the flag check that
+    then refused the start: with no trial there, the corrected file replaces that spec, says so in
+    one line, and measures its baseline."""
+    study, out = tmp_path / "study.json", tmp_path / "out"
+    refused = study_text("fixed", args={"max-num-seq": 4}, trials=1, measure_bandwidth=False)
+    store = StudyStore.in_dir(out)
+    store.set_spec_doc(parse_study(refused).model_dump(mode="json"))
+    store.set_meta_json(known.DEFAULTS_META, KNOWN.model_dump(mode="json"))
+    store.close()
+    study.write_text(refused.replace('"max-num-seq"', '"max-num-seqs"'))
+    started = servetune("tune", study, "--out", out, "--no-report")
+    assert started.code == 0 and "different study" not in started.stderr, started
+    said = " ".join((started.stdout + started.stderr).split())  # rich may wrap the line
+    assert (f"{out / StudyStore.FILENAME}: the stored study spec had no trial; replaced by this study file's "
+            "(changed: engine)") in said, said
     store = StudyStore.open_existing(out, read_only=True)
     assert store.spec_doc() is not None and store.spec_doc()["engine"]["args"] == {"max-num-seqs": 4}
     assert [(t.role, t.outcome, t.config.flags) for t in store.trials()] == [("baseline", "ok", {"max-num-seqs": 4})]

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from servetune.capacity.http import at_level
 from servetune.capacity.search import settings_for
+from servetune.errors import ServetuneError
 from servetune.load import arrivals
 from servetune.load.dataset import trace_specs
 from servetune.load.prompts import LocalTokenizer, PromptFactory
@@ -115,3 +116,32 @@ def test_a_speedup_level_of_capacity_replays_the_same_window_faster() -> None:
     settings = settings_for("speedup", start=None, max_level=None, alpha=0.05, rel_tol=0.1, max_levels=8,
                             max_runs_per_level=1)
     assert not settings.integer and settings.start == 1.0 and settings.max_level == 100.0
+
+
+def test_a_dumped_and_revalidated_trace_scenario_still_reads_its_study_files_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative `trace.path` is read from the study file's folder; a scenario copied the way
+    capacity's probe copies it (`model_dump()`, fields changed, `Scenario.model_validate`) keeps
+    that folder, while the stored (JSON) spec keeps the path as written."""
+    from servetune.load.trace.window import load_replay
+    from servetune.study.loader import load_study, parse_study
+
+    study_dir = tmp_path / "studies"
+    (study_dir / "traces").mkdir(parents=True)
+    (study_dir / "traces" / "window.jsonl").write_bytes(MOONCAKE.read_bytes())
+    (study_dir / "s.yaml").write_text(
+        "name: s\nengine: {command: [python, -m, vllm.entrypoints.openai.api_server], model: m}\n"
+        "scenarios:\n  - {name: t, trace: {path: traces/window.jsonl, duration_s: 15}}\n")
+    monkeypatch.chdir(tmp_path)   # not the study's folder: `traces/window.jsonl` is not here
+    spec = load_study(study_dir / "s.yaml")
+    fields = spec.scenarios[0].model_dump()
+    fields.update(concurrency=8, num_prompts=1000, duration_s=None)   # as capacity/probe.py's http_probe
+    copied = Scenario.model_validate(fields)
+    assert copied.trace is not None and copied.trace.file == study_dir / "traces" / "window.jsonl"
+    assert len(load_replay(copied.trace).requests) == len(load_replay(spec.scenarios[0].trace).requests) > 0
+    stored = spec.model_dump(mode="json")["scenarios"][0]["trace"]
+    assert stored == copied.model_dump(mode="json")["trace"] and stored["path"] == "traces/window.jsonl"
+    # Only a dump carries the folder: a study file cannot set it.
+    with pytest.raises(ServetuneError, match=r"trace\._base_dir: unknown key '_base_dir'"):
+        parse_study("name: s\nengine: {model: m}\nscenarios:\n"
+                    "  - {name: t, trace: {path: traces/window.jsonl, _base_dir: /tmp}}\n")

@@ -56,10 +56,10 @@ class AbRunner:
                  metrics: list[str], display: StudyDisplay):
         self.spec, self.out_dir, self.boots, self.display = spec, Path(out_dir), boots, display
         self.reuse, self.metrics = reuse, metrics
-        # The lock first; each side's engine command and model are checked before the A/B is stored.
+        self.engines = {side: engine_for(spec.side(side).engine) for side in SIDES}
+        # The lock first; each side's engine command, model and flags are checked before the A/B is stored.
         self.session = TunerSession.open(self.out_dir, self._check_start)
         self.store = self.session.store
-        self.engines = {side: engine_for(spec.side(side).engine) for side in SIDES}
         for engine in self.engines.values():
             engine.check_secrets()  # a missing secret stops here, before any boot
         self.store.redact = lambda text: self.engines["B"].redact(self.engines["A"].redact(text))
@@ -107,14 +107,17 @@ class AbRunner:
         self.session.heartbeat()
 
     def _check_start(self, store: StudyStore) -> None:
-        """Each side's engine command and model as `tune` checks a study's (plan.check_start), at
-        every start, a resume too: located lines and exit 2 before anything boots, instead of a
-        failed boot per side. Checked before the A/B is stored, so the corrected file then starts
-        this directory's A/B."""
+        """Each side's engine command and model, then its flags against that side's engine's
+        defaults, as `tune` checks a study's (plan.check_start, plan.check_flags), at every start,
+        a resume too: located lines and exit 2 before anything boots, instead of a failed boot per
+        side. Checked before the A/B is stored, so the corrected file then starts this directory's
+        A/B. The defaults are read at each start (a subprocess a side), not kept: the A/B uses them
+        for nothing else."""
         lines: list[str] = []
         for side in SIDES:
             try:
                 plan.check_start(self.spec.side(side))
+                plan.check_flags(self.spec.side(side), self.engines[side].read_defaults())
             except SpecError as exc:
                 lines += self.spec.located(side, exc.problems)
         if lines:  # one file's shared engine key fails on both sides: said once

@@ -1,8 +1,10 @@
 """Where a study's `engine.model` is and what its config.json says, before any boot.
 
-A model is a local directory or a Hugging Face id. An id is looked up in the local Hugging Face
-cache first (where vLLM will read it from), then asked of the Hub: its config.json, over HTTPS
-with a short timeout and `HF_TOKEN` when set (gated models). Nothing here downloads weights.
+A model is a local directory or a Hugging Face id. A name of an id's form (`models/tyni`) whose
+first part is a directory here is a mistyped local path, not an id. An id is looked up in the
+local Hugging Face cache first (where vLLM will read it from), then asked of the Hub: its
+config.json, over HTTPS with a short timeout and `HF_TOKEN` when set (gated models). Nothing here
+downloads weights.
 """
 
 from __future__ import annotations
@@ -78,6 +80,8 @@ def locate(model: str, *, ask_hub: bool = True) -> ModelSource:
         return ModelSource(model, config is not None, where, path, config)
     if looks_like_path(model):
         return ModelSource(model, False, f"no directory {model}")
+    if mistyped := _mistyped_local_path(model):
+        return ModelSource(model, False, mistyped)
     cached = _cached_snapshot(model)
     if cached is not None:
         return ModelSource(model, True, f"Hugging Face cache ({cached})", cached, model_config(cached))
@@ -89,6 +93,15 @@ def locate(model: str, *, ask_hub: bool = True) -> ModelSource:
     if config is None:
         return ModelSource(model, False, f"not in the Hugging Face cache, and the Hub: {why}")
     return ModelSource(model, True, "Hugging Face Hub (weights downloaded at the first boot)", None, config)
+
+
+def _mistyped_local_path(model: str) -> str | None:
+    """`models/tyni` reads as a Hub id, but where `models/` is a directory here a local path was
+    meant (a typo): said so, instead of a start that passes and an engine that asks the Hub."""
+    first = model.split("/")[0]
+    if Path(first).is_dir():
+        return f"no such directory {model} ({first}/ exists here)"
+    return None
 
 
 def _hub_cache() -> Path:

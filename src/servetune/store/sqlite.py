@@ -159,6 +159,10 @@ class StudyStore:
         self._write("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                     (key, value))
 
+    def delete_meta(self, *keys: str) -> None:
+        for key in keys:
+            self._write("DELETE FROM meta WHERE key = ?", (key,))
+
     def get_meta_json(self, key: str) -> Any:
         raw = self.get_meta(key)
         try:

@@ -1,28 +1,39 @@
-"""A study directory holds one study: resuming it with another study file is refused.
+"""A study directory holds one study: resuming it with another study file is refused once the
+study has a trial.
 
 A resumed study may get more budget or other slots, nothing else; a field a newer servetune added
 (a stored spec lacks it) takes its default and is not a change.
 
 The spec is stored only once every start check passed (tune/runner.py): the engine command and the
 model, then the flags against the engine's defaults. A start refused by one of them leaves no spec,
-so the corrected study file starts the same directory; a stored spec is the study's for good. (Not
-"a changed spec is accepted while no trial is recorded": what a start writes before its first trial,
-the engine's defaults, the re-validation cap, the first ETA, belongs to the spec it started with.)
+so the corrected study file starts the same directory. A stored spec without any trial (an older
+servetune stored it before a flag check that then failed; a start stopped before its first boot)
+has nothing measured to lose: another study file replaces it, and with it everything a start
+writes for its spec before its first trial (`START_META`: the engine's defaults, the re-validation
+cap, the ETA seed and first ETA), which belongs to the spec it started with. From the first trial
+on, the spec is the study's for good.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ServetuneError
-from ..store import StudyStore
+from ..store import StudyStore, meta
 from ..study.spec import StudySpec
+from . import eta, known
 
 SPEC_KEYS_THAT_MAY_CHANGE = ("budget", "parallel", "measure_bandwidth")
+# What a start writes for its spec before the first trial, forgotten with a replaced spec (the
+# memory bandwidth is the machine's, kept).
+START_META = (meta.SPEC, known.DEFAULTS_META, meta.REVALIDATION, eta.SEED_META, eta.FIRST_ETA_META, meta.ETA_LOG)
 
 
-def check_same_study(store: StudyStore, spec: StudySpec) -> None:
-    """Raise if the directory holds another study than `spec`; writes nothing (see `store_spec`)."""
+def check_same_study(store: StudyStore, spec: StudySpec, note: Callable[[str], None]) -> None:
+    """Raise if the directory holds another study than `spec` with a trial; another study without
+    one is forgotten (`START_META`), and `note` says so in one line. The spec itself is stored once
+    the start's checks passed (`store_spec`)."""
     new = spec.model_dump(mode="json")
     stored = store.spec_doc()
     if stored is None:
@@ -31,11 +42,16 @@ def check_same_study(store: StudyStore, spec: StudySpec) -> None:
     # A key the stored spec lacks was added by a newer servetune: its default is not a change.
     changed = [k for k in sorted(set(old) | set(new))
                if k not in SPEC_KEYS_THAT_MAY_CHANGE and k in old and old.get(k) != new.get(k)]
-    if changed:
+    if not changed:
+        return
+    if store.trials():
         raise ServetuneError(
             f"{store.path}: this directory holds a different study (changed: {', '.join(changed)}); "
             "use another --out directory, or restore the study file it was started with"
         )
+    store.delete_meta(*START_META)
+    note(f"{store.path}: the stored study spec had no trial; replaced by this study file's "
+         f"(changed: {', '.join(changed)})")
 
 
 def store_spec(store: StudyStore, spec: StudySpec) -> None:

@@ -108,9 +108,9 @@ class StudyRunner:
     def _check_start(self, store: StudyStore) -> None:
         """A missing engine program or model is the study file's error (as `plan` says), at every
         start, a resume too: one line, not a failed boot per trial. A directory holding another
-        study stops here too; this start's spec is stored once the flags passed as well."""
+        study with a trial stops here too; this start's spec is stored once the flags passed as well."""
         plan.check_start(self.spec)
-        check_same_study(store, self.spec)
+        check_same_study(store, self.spec, self.display.note)
 
     def _read_engine_defaults(self) -> None:
         # A misspelt flag stops the study before any boot, with nothing of this start kept: not

@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from .formats import TraceFormat
 
 MOONCAKE_BLOCK_TOKENS = 512
+# The key under which a Python dump (`model_dump()`) carries the study file's folder, so that the
+# scenario re-validated from it (`Scenario.model_validate({**sc.model_dump(), ...})`) still reads
+# a relative `path` from there. Only a Path is taken there (no study file, YAML or JSON, makes one),
+# and a JSON dump (the stored spec, a run's result) leaves it out: the path stays as written.
+FOLDER_KEY = "_base_dir"
 
 
 class TraceSpec(BaseModel):
@@ -39,8 +56,28 @@ class TraceSpec(BaseModel):
 
     # A study's loader passes its file's folder (validation context "base_dir"): a relative `path`
     # is read from there, and stays as written so that the study's identity does not depend on
-    # where the study is checked out.
+    # where the study is checked out. A copy keeps it: `model_copy` as any private attribute, a
+    # Python dump and its re-validation through FOLDER_KEY.
     _base_dir: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _carry_folder(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> TraceSpec:
+        """A Python dump's folder (FOLDER_KEY) back on the re-validated spec."""
+        folder = data.get(FOLDER_KEY) if isinstance(data, dict) else None
+        if isinstance(folder, Path):
+            data = {k: v for k, v in data.items() if k != FOLDER_KEY}
+        spec: TraceSpec = handler(data)
+        if isinstance(folder, Path):
+            spec._base_dir = folder
+        return spec
+
+    @model_serializer(mode="wrap")
+    def _dump_folder(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if self._base_dir is not None and not info.mode_is_json():
+            data[FOLDER_KEY] = self._base_dir
+        return data
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> TraceSpec:
