@@ -9,11 +9,12 @@ per-request records, beside the hit rate vLLM's /metrics measured:
   had its first token before this request was sent. vLLM caches a block once it is scheduled, and
   a request looks the cache up when it is scheduled, after its send: this is the least an in-flight
   prefill can leave.
-- block pool: vLLM's KV block pool replayed, `kv_tokens / cache_block_size` blocks (kv_tokens from
-  the trial's boot log, "GPU KV cache size"). A request takes its blocks (prompt and answer) when
-  sent and frees them, last block first, to the tail of a free queue when it ends; a freed block
-  keeps its cached prefix until it is taken again from the head of that queue for another request.
-  So a pool far from full at its peak still evicts once a run has allocated more than the pool.
+- block pool: vLLM's KV block pool replayed (the rule of vllm/v1/core/block_pool.py, 0.32), `kv_tokens /
+  cache_block_size` blocks (kv_tokens from the trial's boot log, "GPU KV cache size"). A request
+  takes its blocks (prompt and answer) when sent and frees them when it ends, last block first: a
+  full block, cached, to the tail of the free queue; its partial last block, cached by nothing, to
+  the head. New blocks come from the head, and a cached block taken there loses its prefix. So a
+  pool far from full at its peak still evicts once a run has taken more blocks than it holds.
 
     .venv/bin/python benchmarks/prefix_cache_gap.py STUDY_DIR [--trace FILE] [--kv-tokens N]
 
@@ -40,7 +41,9 @@ from servetune.load.trace.prefix import implied_hits  # noqa: E402
 from servetune.load.trace.spec import TraceSpec  # noqa: E402
 from servetune.load.trace.window import ReplayRequest, load_replay  # noqa: E402
 
-BlockKey = tuple[tuple[int, ...], int]   # (the hash ids up to a trace block: its chain), KV block within it
+# (the hash ids up to a trace block: its chain, KV block within it); a block of the request's own
+# tokens: ((-1, request), its position), which nothing else holds.
+BlockKey = tuple[tuple[int, ...], int]
 
 
 def kv_block_keys(req: ReplayRequest, block_tokens: int, cache_block_size: int) -> list[BlockKey]:
@@ -70,6 +73,7 @@ def pool_hits(requests: Sequence[Timed], block_tokens: int, cache_block_size: in
     """Prefix-cache hit tokens of `requests` on a pool of `pool_blocks` KV blocks (None: unbounded)."""
     free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(pool_blocks or 0))
     key_of: dict[int, BlockKey] = {}
+    hashed: set[int] = set()   # blocks with a hash: those in key_of and duplicates of their keys
     block_of: dict[BlockKey, int] = {}
     refs: dict[int, int] = {}
     held: dict[int, list[int]] = {}
@@ -78,23 +82,26 @@ def pool_hits(requests: Sequence[Timed], block_tokens: int, cache_block_size: in
 
     def register(new: list[tuple[int, BlockKey]]) -> None:
         for block, key in new:
+            hashed.add(block)
             if key not in block_of:
                 key_of[block], block_of[key] = key, block
 
-    # Ends first at equal times, then sends, then caching: a request's own send precedes its caching.
-    events = sorted([(t.ended, 0, i) for i, t in enumerate(requests)] + [(t.sent, 1, i) for i, t in enumerate(requests)]
-                    + [(t.cached, 2, i) for i, t in enumerate(requests) if t.cached > t.sent])
+    # At equal times: caching, then ends, then sends (a request's caching comes after its own send).
+    events = sorted([(t.cached, 0, i) for i, t in enumerate(requests) if t.cached > t.sent]
+                    + [(t.ended, 1, i) for i, t in enumerate(requests)] + [(t.sent, 2, i) for i, t in enumerate(requests)])
     hits = 0
     for _, kind, i in events:
         t = requests[i]
         if kind == 0:
+            register(pending.pop(i))
+            continue
+        if kind == 1:
             for block in reversed(held.pop(i)):
                 refs[block] -= 1
                 if refs[block] == 0:
                     free[block] = None
-            continue
-        if kind == 2:
-            register(pending.pop(i))
+                    if block not in hashed:           # nothing to keep: the first to be taken again
+                        free.move_to_end(block, last=False)
             continue
         keys = kv_block_keys(t.req, block_tokens, cache_block_size)
         found: list[int] = []
@@ -109,11 +116,13 @@ def pool_hits(requests: Sequence[Timed], block_tokens: int, cache_block_size: in
             refs[block] = refs.get(block, 0) + 1
         new: list[tuple[int, BlockKey]] = []
         blocks = list(found)
-        for n in range(len(found), -(-(t.req.input_len + t.req.output_len - 1) // cache_block_size)):
+        kv_len = t.req.input_len + t.req.output_len - 1   # the last answer token is never fed back
+        for n in range(len(found), -(-kv_len // cache_block_size)):
             if pool_blocks is None:
                 block, fresh = fresh, fresh + 1
             else:
                 block, _ = free.popitem(last=False)   # the least recently freed block
+                hashed.discard(block)
                 evicted = key_of.pop(block, None)
                 if evicted is not None:
                     del block_of[evicted]
@@ -121,6 +130,8 @@ def pool_hits(requests: Sequence[Timed], block_tokens: int, cache_block_size: in
             blocks.append(block)
             if n < len(keys):
                 new.append((block, keys[n]))
+            elif (n + 1) * cache_block_size <= kv_len:       # vLLM caches every full block
+                new.append((block, ((-1, i), n)))
         held[i] = blocks
         if t.cached > t.sent:
             pending[i] = new
@@ -138,7 +149,25 @@ def kv_tokens_of(study: Path, run: str) -> int | None:
     return None
 
 
-def recount(study: Path, run_json: Path, trace: Path | None, kv_tokens: int | None) -> dict[str, object]:
+@dataclass(frozen=True)
+class Recount:
+    """One run's prefix-cache hits (tokens) counted each way; `kv_taken`: tokens of the blocks the
+    replayed pool handed out (those not found cached)."""
+
+    run: str
+    speedup: float
+    requests: int
+    queries: int
+    implied: int
+    finished: int
+    pool: int | None
+    kv_tokens: int | None
+    kv_taken: int | None
+    measured: float | None
+    server_queries: float | None
+
+
+def recount(study: Path, run_json: Path, trace: Path | None, kv_tokens: int | None) -> Recount:
     doc = json.loads(run_json.read_text())
     spec = TraceSpec.model_validate({**doc["scenario"]["trace"], **({"path": str(trace)} if trace else {})})
     replay = load_replay(spec).requests
@@ -146,7 +175,8 @@ def recount(study: Path, run_json: Path, trace: Path | None, kv_tokens: int | No
                for line in run_json.with_suffix(".requests.jsonl").read_text().splitlines() if line.strip()]
     sent = sorted((r for r in records if not r.warmup and r.dispatch_ns), key=lambda r: r.index)
     last = max((r.end_ns or 0) for r in records) + 1   # a request cut off holds its blocks to the end
-    timed = [Timed(replay[r.index], r.dispatch_ns, r.first_token_ns or last, r.end_ns or last) for r in sent]
+    timed = [Timed(replay[r.index], r.dispatch_ns, min(r.first_token_ns or last, r.end_ns or last), r.end_ns or last)
+             for r in sent]
     asis = [Timed(t.req, t.sent, t.sent, t.ended) for t in timed]
     bt, cbs = spec.block_tokens, spec.cache_block_size
     pool = kv_tokens or kv_tokens_of(study, run_json.stem)
@@ -154,14 +184,10 @@ def recount(study: Path, run_json: Path, trace: Path | None, kv_tokens: int | No
     kv_tokens_needed = sum(-(-(t.req.input_len + t.req.output_len - 1) // cbs) * cbs for t in timed)
     pooled = pool_hits(asis, bt, cbs, pool // cbs) if pool else None
     stats = doc["server_stats"]
-    return {
-        "run": run_json.stem, "speedup": spec.speedup, "requests": len(timed), "queries": queries,
-        "implied": implied_hits([t.req for t in timed], bt, cbs).hits,
-        "finished": pool_hits(timed, bt, cbs, None),
-        "pool": pooled, "kv_tokens": pool,
-        "kv_taken": kv_tokens_needed - pooled if pooled is not None else None,   # blocks not found cached
-        "measured": stats.get("prefix_cache_hits"), "server_queries": stats.get("prefix_cache_queries"),
-    }
+    return Recount(run_json.stem, spec.speedup, len(timed), queries,
+                   implied=implied_hits([t.req for t in timed], bt, cbs).hits, finished=pool_hits(timed, bt, cbs, None),
+                   pool=pooled, kv_tokens=pool, kv_taken=kv_tokens_needed - pooled if pooled is not None else None,
+                   measured=stats.get("prefix_cache_hits"), server_queries=stats.get("prefix_cache_queries"))
 
 
 def main() -> None:
@@ -175,19 +201,18 @@ def main() -> None:
     if not runs:
         sys.exit(f"{args.study}: no trace run under runs/")
 
-    def pct(hits: object, queries: int) -> str:
-        return f"{hits / queries:.2%} ({hits:,.0f})" if isinstance(hits, (int, float)) else "-"
+    def pct(hits: float | None, queries: int) -> str:
+        return f"{hits / queries:.2%} ({hits:,.0f})" if hits is not None else "-"
 
     print("| run | speed-up | requests | prompt tokens (server's) | implied | prefills finished "
           "| block pool | KV tokens taken / pool | measured |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for run in runs:
         r = recount(args.study, run, args.trace, args.kv_tokens)
-        q = int(str(r["queries"]))
-        print(f"| {r['run']} | {r['speedup']:.2f} | {r['requests']} | {q:,} ({r['server_queries'] or 0:,.0f}) "
-              f"| {pct(r['implied'], q)} | {pct(r['finished'], q)} | {pct(r['pool'], q)} "
-              f"| {r['kv_taken'] or 0:,} / {r['kv_tokens'] or 0:,} "
-              f"| {pct(r['measured'], q)} |")
+        q = r.queries
+        print(f"| {r.run} | {r.speedup:.2f} | {r.requests} | {q:,} ({r.server_queries or 0:,.0f}) "
+              f"| {pct(r.implied, q)} | {pct(r.finished, q)} | {pct(r.pool, q)} "
+              f"| {r.kv_taken or 0:,} / {r.kv_tokens or 0:,} | {pct(r.measured, q)} |")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,16 @@ def test_a_freed_block_stays_cached_until_the_pool_hands_it_out_again_last_block
     assert pool_hits([at(A, 0, 1), at(two, 2, 3), at(C, 4, 5)], BLOCK, KV, None) == 64
 
 
+def test_a_freed_block_that_caches_nothing_is_handed_out_again_first() -> None:
+    # P's partial last block (8 tokens) goes back to the head of the free queue, ahead of S's
+    # cached block: Q's one block is that one, and T still finds S's.
+    s = ReplayRequest(0.0, 16, 1, (5,))
+    p = ReplayRequest(0.0, 40, 1, (1, 2))
+    q = ReplayRequest(0.0, 16, 1, None)
+    t = ReplayRequest(0.0, 17, 1, (5,))
+    assert pool_hits([at(s, 0, 1), at(p, 2, 3), at(q, 4, 5), at(t, 6, 7)], BLOCK, KV, 4) == 16
+
+
 def test_a_cached_block_a_running_request_holds_is_not_handed_out() -> None:
     # A's blocks freed first, then X's; A again takes A's blocks back (and re-caches A's last one,
     # evicted for its own last token) and holds them while B takes two blocks: X's, not A's.
@@ -73,5 +83,5 @@ def test_a_stored_run_is_recounted_from_its_files_and_its_boot_log(tmp_path: Pat
                       first_token_ns=f, end_ns=e).model_dump_json() + "\n" for i, (s, f, e) in enumerate(times)))
     assert kv_tokens_of(tmp_path, run.stem) == 80
     got = recount(tmp_path, run, None, None)
-    assert (got["queries"], got["implied"], got["finished"], got["pool"], got["measured"]) == \
-        (226, 128, 64, 112, 112.0)
+    assert (got.queries, got.implied, got.finished, got.pool, got.kv_tokens, got.measured) == \
+        (226, 128, 64, 112, 80, 112.0)
