@@ -110,10 +110,12 @@ def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKi
                   num_prompts: int, looks: Looks, out_dir: Path, run_id: str, model: str | None = None,
                   tokenizer_dir: Path | None = None, api_key: str | None = None,
                   progress: Callable[[int, int], None] | None = None,
-                  prior: list[LevelSample] | None = None) -> tuple[RunResult, LevelSample]:
+                  prior: list[LevelSample] | None = None,
+                  kv_cache_tokens: int | None = None) -> tuple[RunResult, LevelSample]:
     """One Run of `scenario` at `level`, ended early by a LevelMonitor (its interim looks pooled
     with the level's `prior` runs); the RunResult as `run_scenario` gave it and the level's
-    sample (with `error` when it could not measure)."""
+    sample (with `error` when it could not measure). `kv_cache_tokens`: the server's KV pool, where
+    known (RunOptions)."""
     sc = at_level(scenario, load, level, num_prompts, run)
     ramp = ramp_of(load, level)
     planned = len(trace_specs(sc)) if sc.trace is not None else (sc.num_prompts or num_prompts) - ramp
@@ -132,7 +134,8 @@ def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKi
 
     # Like a study's runs, a level's JSON leaves out the per-request arrays its JSONL holds.
     result = run_scenario(url, model, sc, RunOptions(tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id,
-                          api_key=api_key, should_stop=should_stop, progress=progress, detailed=False))
+                          api_key=api_key, should_stop=should_stop, progress=progress, detailed=False,
+                          kv_cache_tokens=kv_cache_tokens))
     if result.outcome not in _MEASURED or result.records_path is None:
         return result, LevelSample(level, {}, 0, 0, error=f"{result.outcome.value}: {result.error}")
     return result, sample_from_records(level, Path(result.records_path), monitor.reason, load,
@@ -142,7 +145,8 @@ def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKi
 def http_measure(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKind, num_prompts: int,
                  looks: Looks, out_dir: Path, model: str | None = None, tokenizer_dir: Path | None = None,
                  api_key: str | None = None, first_run: int = 0,
-                 progress: Callable[[float, int, int, int], None] | None = None) -> Measure:
+                 progress: Callable[[float, int, int, int], None] | None = None,
+                 kv_cache_tokens: int | None = None) -> Measure:
     """A `measure(level, prior)` that runs `scenario` at each level against the server at `url`,
     writing each run's files under `out_dir` (level<NN>-<level>.json and .requests.jsonl), the
     runs numbered from `first_run`. `progress(level, run, done, total)` follows each run."""
@@ -153,6 +157,7 @@ def http_measure(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKin
         return measure_level(url, scenario, slos, load=load, level=level, run=run, num_prompts=num_prompts,
                              looks=looks, out_dir=out_dir, run_id=f"level{run:02d}-{level:g}", model=model,
                              tokenizer_dir=tokenizer_dir, api_key=api_key, prior=prior,
-                             progress=(lambda d, t: progress(level, run, d, t)) if progress else None)[1]
+                             progress=(lambda d, t: progress(level, run, d, t)) if progress else None,
+                             kv_cache_tokens=kv_cache_tokens)[1]
 
     return measure

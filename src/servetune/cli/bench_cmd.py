@@ -178,6 +178,12 @@ def _rate(value: float | None) -> str | None:
     return None if value is None else f"{value:.1%}"
 
 
+def _pool_rate(s: RunSummary) -> str:
+    if "prefix_hit_rate_pool" not in s:
+        return "- (KV pool unknown: a server servetune did not boot)"
+    return _rate(s.get("prefix_hit_rate_pool")) or "- (running requests held the whole pool)"
+
+
 def fidelity_table(s: RunSummary) -> Table:
     """How faithfully a trace was replayed: send lateness, lengths as asked, prefix reuse."""
     table = Table(title="trace replay fidelity", show_header=False)
@@ -191,6 +197,7 @@ def fidelity_table(s: RunSummary) -> Table:
         ("answers off their token count", f"{s.get('output_tokens_mismatched')} of {s.get('output_tokens_checked')}"),
         ("prefix-cache hit rate: implied / measured",
          f"{_rate(s.get('prefix_hit_rate_implied')) or '-'} / {_rate(s.get('prefix_hit_rate_measured')) or '-'}"),
+        ("prefix-cache hit rate implied with this KV pool", _pool_rate(s)),
     ]
     for what, value in rows:
         table.add_row(what, value)
@@ -295,7 +302,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, out: Path, run_id: str,
-           slo: dict[str, float], pcts: tuple[float, ...], workers: int, api_key: str | None) -> RunResult:
+           slo: dict[str, float], pcts: tuple[float, ...], workers: int, api_key: str | None,
+           kv_cache_tokens: int | None = None) -> RunResult:
     total = len(sc.sweep_input_lens) if sc.sweep_input_lens else (sc.num_prompts or 0)
     silence = Silence(sc.effective_stall_timeout_s, sc.effective_run_timeout_s)
     with Progress(TextColumn(f"[bold]{sc.name}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -308,22 +316,23 @@ def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, ou
 
         return run_scenario(url, model, sc, RunOptions(tokenizer_dir=tokenizer, out_dir=out.parent, run_id=run_id,
                             slo=slo or None, percentiles=pcts, progress=progress, workers=workers, api_key=api_key,
-                            result_name=out.name))
+                            result_name=out.name, kv_cache_tokens=kv_cache_tokens))
 
 
 def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Path, run_id: str,
                   slo: dict[str, float], pcts: tuple[float, ...], workers: int, tokenizer: Path | None,
                   api_key: str | None) -> RunResult:
     """`api_key`: from --api-key-env; None: the key the launched server itself uses, if any."""
-    with served(model_dir, serve_args, out.parent / "logs", run_id, api_key) as (url, key):
-        return _bench(url, None, sc, tokenizer or model_dir, out, run_id, slo, pcts, workers, key)
+    with served(model_dir, serve_args, out.parent / "logs", run_id, api_key) as (url, key, kv_tokens):
+        return _bench(url, None, sc, tokenizer or model_dir, out, run_id, slo, pcts, workers, key, kv_tokens)
 
 
 @contextmanager
 def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
-           api_key: str | None) -> Iterator[tuple[str, str | None]]:
+           api_key: str | None) -> Iterator[tuple[str, str | None, int | None]]:
     """vLLM launched on `model_dir` with `serve_args` (--serve, --serve-arg) for the duration:
-    yields its URL and the key to send (`api_key`, else the one the server uses); always stopped."""
+    yields its URL, the key to send (`api_key`, else the one the server uses) and its KV pool in
+    tokens (the boot log's, None where it did not say); always stopped."""
     from ..engine.base import Engine
     from ..engine.config import Config
     from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
@@ -340,6 +349,6 @@ def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
         raise NoResult(f"the server did not start: {started.outcome.value}: {started.detail}")
     console.print(f"server up at {started.server.url} after {time.monotonic() - t0:.0f} s")
     try:
-        yield started.server.url, api_key
+        yield started.server.url, api_key, started.boot_facts.kv_cache_tokens
     finally:
         engine.stop(started.server)

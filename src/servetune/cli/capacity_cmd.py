@@ -136,8 +136,8 @@ def capacity(
     try:
         with sigterm_as_interrupt(), view:
             if serve is not None:
-                with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key) as (base_url, key):
-                    run.run_search(base_url, key, tokenizer or serve)
+                with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key) as (base_url, key, kv_tokens):
+                    run.run_search(base_url, key, tokenizer or serve, kv_tokens)
             else:
                 assert url is not None
                 check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
@@ -193,7 +193,7 @@ class _Search:
         write_document(self.out, self.document(RUNNING))
         self.view.level_done(done)
 
-    def run_search(self, base_url: str, key: str | None, tok: Path | None) -> None:
+    def run_search(self, base_url: str, key: str | None, tok: Path | None, kv_cache_tokens: int | None = None) -> None:
         settings, view = self.settings, self.view
         first = settings.start
         if self.search_start["start"] is not None:
@@ -206,7 +206,8 @@ class _Search:
             view.note(f"resuming {self.out}: {len(self.stored)} stored runs replayed")
         measure = http_measure(base_url, self.sc, self.slos, load=self.kind, num_prompts=self.num_prompts,
                                looks=settings.looks, out_dir=self.runs_dir, model=self.model, tokenizer_dir=tok,
-                               api_key=key, first_run=len(self.stored), progress=view.progress)
+                               api_key=key, first_run=len(self.stored), progress=view.progress,
+                               kv_cache_tokens=kv_cache_tokens)
         search(Replay(self.stored, measure), self.slos, replace(settings, start=first), on_level=self.on_level,
                result=self.result)
 

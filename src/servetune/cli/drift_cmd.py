@@ -136,7 +136,7 @@ def drift(
 
     silence = Silence(0.0, 0.0)  # set per phase: a long phase may be silent longer
     if serve is not None:
-        with served(serve, serve_arg, runs_dir / "logs", "drift", api_key) as (base_url, key):
+        with served(serve, serve_arg, runs_dir / "logs", "drift", api_key) as (base_url, key, _):
             run = _measure(base_url, key, tokenizer or serve, protocol, runs_dir, model, silence)
     else:
         assert url is not None

@@ -371,7 +371,8 @@ def _summary(records: list[RequestRecord], parts: list[client.DriveResult], star
     summary.update({"tokenizer_source": setup.tok_source, "chat_template_tokens": setup.info.chat_overhead,
                     "prompts_inexact": setup.info.inexact, "nonce_salt": f"{setup.salt:016x}"})
     if scenario.trace is not None:
-        summary.update(fidelity.trace_fidelity(records, setup.specs, server_stats, scenario.trace))
+        summary.update(fidelity.trace_fidelity(records, setup.specs, server_stats, scenario.trace,
+                                                options.kv_cache_tokens))
     return summary
 
 

@@ -52,6 +52,10 @@ class RunOptions:
     """The JSON also holds vLLM's per-request arrays (`--save-detailed`: ttfts, itls, ...); the
     JSONL has every request either way, so many stored runs leave them out."""
 
+    kv_cache_tokens: int | None = None
+    """The server's KV pool in tokens, from its boot log (None: not known, e.g. a server servetune
+    did not boot); with it a trace Run's summary adds `prefix_hit_rate_pool`."""
+
     result_name: str | None = None
     """The JSON's file name in `out_dir` (default `<run_id>.json`)."""
 

@@ -1,6 +1,7 @@
 """Replay fidelity in a report: per trial and scenario, how late its runs sent against their
 schedule, how many prompts and answers missed their token counts (the server's usage), and for
-a trace the prefix-cache hit rate its requests imply against the one the server counted."""
+a trace the prefix-cache hit rate its requests imply (an unbounded cache, and the boot's KV pool
+replayed) against the one the server counted."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class FidelityRow:
     prompts_off: str            # "0 of 1200"
     answers_off: str            # "-" where the runs did not check (not a trace)
     hit_implied: float | None   # mean over the runs
+    hit_pool: float | None      # mean over the runs, None unless every run has it (older runs lack it)
     hit_measured: float | None
 
 
@@ -36,6 +38,11 @@ def _off(runs: list[Run], key: str) -> str:
 def _mean(runs: list[Run], key: str) -> float | None:
     values = [v for r in runs if (v := r.summary.get(key)) is not None]
     return fmean(values) if values else None
+
+
+def _mean_of_all(runs: list[Run], key: str) -> float | None:
+    values = [r.summary.get(key) for r in runs]
+    return fmean(values) if values and None not in values else None
 
 
 def fidelity_rows(trials: list[Trial], base: Config | None) -> list[FidelityRow]:
@@ -54,5 +61,6 @@ def fidelity_rows(trials: list[Trial], base: Config | None) -> list[FidelityRow]
                 lateness_max_ms=max(r.summary["send_lateness_max_ms"] for r in runs),
                 prompts_off=_off(runs, "prompt_tokens"), answers_off=_off(runs, "output_tokens"),
                 hit_implied=_mean(runs, "prefix_hit_rate_implied"),
+                hit_pool=_mean_of_all(runs, "prefix_hit_rate_pool"),
                 hit_measured=_mean(runs, "prefix_hit_rate_measured")))
     return rows

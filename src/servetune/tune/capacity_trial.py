@@ -179,6 +179,7 @@ class Server:
     api_key: str | None
     is_alive: Callable[[], bool]
     before_run: Callable[[], object]   # e.g. empty the prefix cache
+    kv_cache_tokens: int | None = None   # the KV pool its boot log gave
 
 
 # (scenario, level run number, done requests, total requests)
@@ -239,7 +240,8 @@ class _LevelRuns:
             num_prompts=self.plan.num_prompts, looks=self.plan.settings[name].looks, out_dir=self.runs_dir,
             run_id=f"trial{self.trial.seq:03d}-{name}-L{number:02d}", model=self.server.model,
             tokenizer_dir=self.tokenizer_dir, api_key=self.server.api_key,
-            progress=lambda d, t: self.progress(name, number, d, t), prior=prior)
+            progress=lambda d, t: self.progress(name, number, d, t), prior=prior,
+            kv_cache_tokens=self.server.kv_cache_tokens)
         if not self.server.is_alive():
             # Requests that died with the server are not a measurement of this config.
             self.failure = (str(Outcome.crashed), f"server died during {where}")

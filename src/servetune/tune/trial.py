@@ -150,7 +150,8 @@ class TrialExecutor:
                 outcome, detail = Outcome.duplicate, twin
             else:
                 api_key = self.engine.client_api_key(config)  # from the server's environment, never stored
-                outcome, detail = self._measure(trial, plan, server, api_key, enough, progress)
+                outcome, detail = self._measure(trial, plan, server, api_key, enough, progress,
+                                                started.boot_facts.kv_cache_tokens)
                 if outcome is Outcome.crashed:
                     detail = f"{detail}: {self.engine.diagnose(server).detail}"
                 detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
@@ -166,13 +167,15 @@ class TrialExecutor:
         return outcome
 
     def _measure(self, trial: Trial, plan: TrialPlan, server: Server, api_key: str | None, enough: EnoughFn,
-                 progress: ProgressFn) -> tuple[Outcome, str | None]:
+                 progress: ProgressFn, kv_cache_tokens: int | None) -> tuple[Outcome, str | None]:
+        """`kv_cache_tokens`: the KV pool of this boot (its log), for a trace Run's pool hit rate."""
         try:
             model = served_model_name(server.url, api_key)
         except server_http.ServerAnswerError as exc:
             return for_http_status(exc.status), f"asking the server for its model: {exc}"
         if plan.capacity is not None:
-            return self._measure_capacity(trial, plan, plan.capacity, server, api_key, model, progress)
+            return self._measure_capacity(trial, plan, plan.capacity, server, api_key, model, progress,
+                                          kv_cache_tokens)
         for replicate in range(1, plan.max_replicates + 1):
             for scenario in plan.scenarios:
                 attempts = [r for r in self.store.runs(trial.id)
@@ -183,7 +186,7 @@ class TrialExecutor:
                     if not server.is_alive():
                         return Outcome.crashed, f"server exited before {scenario.name} replicate {replicate}"
                     result, started_at = self._run_once(trial, server.url, api_key, model, scenario, replicate,
-                                                        attempt, progress)
+                                                        attempt, progress, kv_cache_tokens)
                     if not server.is_alive():
                         # Requests that died with the server are not a measurement of this config.
                         return Outcome.crashed, f"server died during {scenario.name} replicate {replicate}"
@@ -198,7 +201,8 @@ class TrialExecutor:
         return Outcome.ok, None
 
     def _measure_capacity(self, trial: Trial, plan: TrialPlan, capacity: capacity_trial.CapacityPlan, server: Server,
-                          api_key: str | None, model: str, progress: ProgressFn) -> tuple[Outcome, str | None]:
+                          api_key: str | None, model: str, progress: ProgressFn,
+                          kv_cache_tokens: int | None) -> tuple[Outcome, str | None]:
         def record(replicate: int, result: RunResult, started_at: float) -> None:
             self.store.record_run(trial.id, replicate, _relative(result, self.out_dir), started_at=started_at,
                                   ended_at=max(time.time(), started_at))
@@ -206,13 +210,14 @@ class TrialExecutor:
         outcome, detail = capacity_trial.measure_capacity(
             self.store, trial, plan.scenarios, capacity,
             capacity_trial.Server(server.url, model, api_key, server.is_alive,
-                                  lambda: self.engine.before_run(server.url, api_key)),
+                                  lambda: self.engine.before_run(server.url, api_key), kv_cache_tokens),
             runs_dir=self.out_dir / "runs", study_dir=self.out_dir, tokenizer_dir=self.tokenizer_dir,
             record=record, progress=lambda name, n, d, t: progress(trial, name, n, d, t))
         return Outcome(outcome), detail
 
     def _run_once(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
-                  replicate: int, attempt: int, progress: ProgressFn) -> tuple[RunResult, float]:
+                  replicate: int, attempt: int, progress: ProgressFn,
+                  kv_cache_tokens: int | None) -> tuple[RunResult, float]:
         self.engine.before_run(url, api_key)  # the engine's own reset between runs (vLLM: its prefix cache)
         started_at = time.time()
         suffix = f"-a{attempt}" if attempt > 1 else ""
@@ -224,6 +229,7 @@ class TrialExecutor:
             api_key=api_key,
             metric_names=self.engine.metric_names,
             detailed=False,   # a study keeps every request in the run's JSONL; the JSON stays small
+            kv_cache_tokens=kv_cache_tokens,
         ))
         return result, started_at
 
