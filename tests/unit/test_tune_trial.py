@@ -91,3 +91,29 @@ def test_without_an_estimate_the_kv_cache_of_a_config_with_the_same_memory_says(
     assert detail is not None and "fits: about --max-model-len 4096 (the KV cache of the baseline (#1)" in detail
     # another pool size says nothing about this one
     assert "fits:" not in (_too_long_trial(tmp_path / "other", None, "1GiB") or "")
+
+
+def test_a_trace_run_of_a_trial_expects_the_hits_of_the_pool_its_boot_log_gave(tmp_path: Path) -> None:
+    from servetune.engine.bootfacts import BootFacts
+    from servetune.load.scenario import Scenario
+    from servetune.load.trace.spec import TraceSpec
+    from tests.fakes.counting_engine import CountingEngine
+
+    repo = Path(__file__).resolve().parents[2]
+    trace = TraceSpec(path=repo / "tests" / "fixtures" / "traces" / "mooncake-excerpt.jsonl", duration_s=15,
+                      token_scale=1 / 16, speedup=4)
+    store = StudyStore.in_dir(tmp_path)
+    summaries = {}
+    with fake_server(ttft_ms=1, itl_ms=1, prefix_cache_block=16) as url:
+        for pool in (None, 1_000_000):
+            trial = store.begin_trial(TrialRole.baseline, Config(), {})
+            engine = CountingEngine(url, facts_for=lambda config, pool=pool: BootFacts(kv_cache_tokens=pool))
+            outcome = TrialExecutor(engine, store, tmp_path, repo / "models" / "tiny").run(
+                trial, TrialPlan([Scenario(name="t", warmups=0, trace=trace)], 1, 1),
+                enough=lambda t, r: True, progress=lambda *a: None)
+            assert outcome == "ok"
+            summaries[pool] = store.runs(trial.id)[0].summary
+    # The fake's cache keeps everything: a pool that holds the run expects the implied hits.
+    big = summaries[1_000_000]
+    assert big["prefix_hit_rate_pool"] == big["prefix_hit_rate_implied"] == big["prefix_hit_rate_measured"] > 0
+    assert "prefix_hit_rate_pool" not in summaries[None]   # a boot log without the pool

@@ -179,9 +179,10 @@ def _rate(value: float | None) -> str | None:
 
 
 def _pool_rate(s: RunSummary) -> str:
+    """The hit rate the server's KV pool implies; '-' and why where there is none."""
     if "prefix_hit_rate_pool" not in s:
-        return "- (KV pool unknown: a server servetune did not boot)"
-    return _rate(s.get("prefix_hit_rate_pool")) or "- (running requests held the whole pool)"
+        return "- (KV pool unknown)"   # a server servetune did not boot: no boot log
+    return _rate(s.get("prefix_hit_rate_pool")) or "- (pool full)"
 
 
 def fidelity_table(s: RunSummary) -> Table:
@@ -197,7 +198,7 @@ def fidelity_table(s: RunSummary) -> Table:
         ("answers off their token count", f"{s.get('output_tokens_mismatched')} of {s.get('output_tokens_checked')}"),
         ("prefix-cache hit rate: implied / measured",
          f"{_rate(s.get('prefix_hit_rate_implied')) or '-'} / {_rate(s.get('prefix_hit_rate_measured')) or '-'}"),
-        ("prefix-cache hit rate implied with this KV pool", _pool_rate(s)),
+        ("prefix-cache hit rate with this KV pool", _pool_rate(s)),
     ]
     for what, value in rows:
         table.add_row(what, value)
