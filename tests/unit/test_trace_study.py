@@ -33,18 +33,23 @@ def test_a_capacity_study_on_a_trace_names_the_config_that_holds_more_of_it(tmp_
     with _servers() as urls:
         runner = StudyRunner(spec, tmp_path / "study", display=StudyDisplay(Console(file=io.StringIO()), enabled=False))
         runner.store.set_meta_json(known.DEFAULTS_META, CPU_DEFAULTS.model_dump(mode="json"))
-        runner.engine = runner.executor.engine = SlotsEngine(urls)
+        engine = SlotsEngine(urls)
+        facts_for = engine.facts_for   # and a KV pool that holds every run: the implied hits expected
+        engine.facts_for = lambda config: facts_for(config).model_copy(update={"kv_cache_tokens": 1_000_000})
+        runner.engine = runner.executor.engine = engine
         result = runner.run()
     store = runner.store
     for trial in store.trials():
         levels = [r for r in store.runs(trial.id) if capacity_trial.is_level_run(r.summary)]
         assert levels and all(r.summary["load"] == "speedup" for r in levels)
+        assert all(r.summary["prefix_hit_rate_pool"] == r.summary["prefix_hit_rate_implied"] for r in levels)
         assert levels[0].summary["load_level"] == 4 and all(r.summary["trace_speedup"] == r.summary["load_level"]
                                                            for r in levels)
     assert result.winner is not None and result.winner.config.flags["max-num-seqs"] == SLOTS[1], result.winner_reason
     data = build_report_data(result, store)
     assert data.capacity is not None and {row.unit for row in data.capacity.rows} == {"x the recorded traffic"}
     assert data.fidelity and all(f.scenario == "mooncake" and f.prompts_off.startswith("0 of ") for f in data.fidelity)
+    assert all(f.hit_pool is not None and f.hit_pool == f.hit_implied for f in data.fidelity)
     markdown = write_report(result, store, tmp_path / "report")["markdown"].read_text()
     assert "## Replay fidelity" in markdown and "| mooncake |" in markdown
 
