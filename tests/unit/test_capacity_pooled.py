@@ -11,8 +11,8 @@ import pytest
 from scipy.special import expit, logit
 
 from servetune.capacity.estimate import estimate
+from servetune.capacity.levels import LevelResult, LevelSample, judge_level
 from servetune.capacity.pooled import LevelValues, crossing
-from servetune.capacity.search import LevelResult, LevelSample, judge_level
 from servetune.capacity.sequential import Looks
 from servetune.capacity.slo import parse_slo
 

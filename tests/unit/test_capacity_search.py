@@ -12,14 +12,9 @@ import numpy as np
 import pytest
 
 from servetune.capacity.estimate import estimate
+from servetune.capacity.levels import LevelSample, Measure
 from servetune.capacity.monitor import LevelMonitor
-from servetune.capacity.search import (
-    LevelSample,
-    Measure,
-    SearchResult,
-    SearchSettings,
-    search,
-)
+from servetune.capacity.search import SearchResult, SearchSettings, search
 from servetune.capacity.slo import Slo, Verdict, parse_slo
 from tests.fakes.queue_model import QueueModel, simulated_measure
 

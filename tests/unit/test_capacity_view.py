@@ -9,7 +9,8 @@ import io
 import numpy as np
 from rich.console import Console
 
-from servetune.capacity.search import LevelSample, SearchResult, judge_level
+from servetune.capacity.levels import LevelSample, judge_level
+from servetune.capacity.search import SearchResult
 from servetune.capacity.sequential import Looks
 from servetune.capacity.slo import parse_slos
 from servetune.cli.capacity_view import SearchView, binding

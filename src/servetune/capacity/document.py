@@ -13,7 +13,8 @@ from typing import Any
 from ..errors import ServetuneError
 from .estimate import CapacityEstimate
 from .http import LoadKind, sample_from_records
-from .search import LevelSample, SearchResult, SearchSettings
+from .levels import LevelSample
+from .search import SearchResult, SearchSettings
 from .slo import Slo
 
 # status: the search is still measuring, ended, or was stopped before it ended (Ctrl-C, SIGTERM)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .levels import LevelResult, pooled_values
 from .pooled import LevelValues, crossing
-from .search import LevelResult, pooled_values
 from .slo import Slo, Verdict
 
 

@@ -20,67 +20,13 @@ level only where more runs can be expected to decide it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-import numpy as np
-
+from .levels import LevelResult, LevelSample, Measure, judge_level, pooled_values
 from .sequential import LOOKS_PER_RUN, Looks, worth_another_run
-from .slo import Judgement, Slo, Verdict, judge
-
-
-@dataclass
-class LevelSample:
-    """One run at one load level. `values`: per metric (ttft, tpot, itl, e2el), one array of ms
-    per completed request (ITL: that request's gaps; others: one value)."""
-
-    level: float
-    values: dict[str, list[np.ndarray]]
-    sent: int
-    completed: int
-    stopped: str | None = None   # why the run was ended early (a look's verdict, an SLO surely lost, saturation)
-    error: str | None = None     # the run could not measure (server failure): the search stops
-    stopped_verdict: Verdict | None = None   # what the early end decided (None with `stopped`: violates)
-    records: str | None = None   # the run's request records (JSONL), where it has them
-    seconds: float = 0.0         # how long the run took
-
-    @property
-    def early_verdict(self) -> Verdict | None:
-        if self.stopped is None:
-            return None
-        return self.stopped_verdict or Verdict.violates
-
-
-# measure(level, the level's earlier runs) -> one more run at it
-Measure = Callable[[float, list[LevelSample]], LevelSample]
-
-
-@dataclass
-class LevelResult:
-    level: float
-    samples: list[LevelSample]
-    judgements: list[Judgement]
-    verdict: Verdict
-
-    @property
-    def requests(self) -> int:
-        return sum(s.sent for s in self.samples)
-
-    @property
-    def completed(self) -> int:
-        return sum(s.completed for s in self.samples)
-
-    @property
-    def stopped(self) -> str | None:
-        return next((s.stopped for s in self.samples if s.stopped), None)
-
-    @property
-    def over_limit(self) -> bool:
-        """Which side of the limit the level is on by its point estimates (for navigation)."""
-        if self.verdict is not Verdict.undecided:
-            return self.verdict is Verdict.violates
-        return any(j.estimate > j.slo.limit_ms for j in self.judgements)
+from .slo import Slo, Verdict, judge
 
 
 class Role(Enum):
@@ -98,11 +44,6 @@ NEAR_LIMIT = 1.2
 LIKELY_ALPHA = 0.5
 
 
-def pooled_values(samples: Sequence[LevelSample], metric: str) -> list[np.ndarray]:
-    """One metric's values of a level's runs, pooled in the order the runs were made."""
-    return [v for smp in samples for v in smp.values.get(metric, [])]
-
-
 def near_limit(judged: LevelResult) -> bool:
     """Whether some SLO's statistic may lie within NEAR_LIMIT of its limit: its interval at
     LIKELY_ALPHA (the middle half of where it may be) reaches that band. Such a level's values
@@ -114,22 +55,6 @@ def near_limit(judged: LevelResult) -> bool:
         if likely.high >= j.slo.limit_ms / NEAR_LIMIT and likely.low <= j.slo.limit_ms * NEAR_LIMIT:
             return True
     return False
-
-
-def judge_level(level: float, samples: list[LevelSample], slos: list[Slo], looks: Looks) -> LevelResult:
-    """Pool the runs of one level and judge every SLO at the alpha of the look it stands at; a
-    run ended early by the monitor gives the level the verdict that ended it (a look's, which
-    counted the requests then in flight; every other early end is a sure loss or a runaway queue)."""
-    alpha = looks.alpha_for(len(samples), samples[-1].stopped is not None)
-    judgements = [judge(s, pooled_values(samples, s.metric), alpha, seed=i) for i, s in enumerate(slos)]
-    early = [smp.early_verdict for smp in samples if smp.stopped]
-    if Verdict.violates in early or any(j.verdict is Verdict.violates for j in judgements):
-        verdict = Verdict.violates
-    elif Verdict.meets in early or all(j.verdict is Verdict.meets for j in judgements):
-        verdict = Verdict.meets
-    else:
-        verdict = Verdict.undecided
-    return LevelResult(level, samples, judgements, verdict)
 
 
 @dataclass(frozen=True)

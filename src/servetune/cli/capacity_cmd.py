@@ -15,9 +15,10 @@ from rich.markup import escape
 from ..capacity.document import COMPLETE, INTERRUPTED, RUNNING, capacity_document, stored_samples, write_document
 from ..capacity.estimate import CapacityEstimate, estimate
 from ..capacity.http import LoadKind, http_measure
+from ..capacity.levels import LevelSample
 from ..capacity.probe import http_probe
 from ..capacity.replay import Replay
-from ..capacity.search import DEFAULT_MAX_LEVEL, LevelSample, SearchResult, SearchSettings, search, settings_for
+from ..capacity.search import DEFAULT_MAX_LEVEL, SearchResult, SearchSettings, search, settings_for
 from ..capacity.sequential import LOOKS_PER_RUN
 from ..capacity.slo import Slo, parse_slos, requests_to_meet
 from ..errors import ServetuneError

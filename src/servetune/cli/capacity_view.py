@@ -13,8 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..capacity.estimate import CapacityEstimate, estimate
+from ..capacity.levels import LevelResult
 from ..capacity.probe import SaturationProbe
-from ..capacity.search import LevelResult, SearchResult
+from ..capacity.search import SearchResult
 from ..capacity.slo import Judgement, Verdict
 
 _VERDICT = {Verdict.meets: ("met", "green"), Verdict.violates: ("violated", "red"),

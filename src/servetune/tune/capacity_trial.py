@@ -19,8 +19,9 @@ from statistics import fmean
 
 from ..capacity.estimate import CapacityEstimate, estimate
 from ..capacity.http import LoadKind, measure_level, sample_from_records
+from ..capacity.levels import LevelResult, LevelSample, judge_level
 from ..capacity.replay import Replay
-from ..capacity.search import LevelResult, LevelSample, SearchSettings, judge_level, search, settings_for
+from ..capacity.search import SearchSettings, search, settings_for
 from ..capacity.sequential import Looks
 from ..capacity.slo import Slo
 from ..load.records import RunResult, RunSummary, SummaryLike
