@@ -7,7 +7,10 @@ search and how a level is run: `http.py` drives a server, the tests a simulated 
 runs it on one boot and stores each level as a Run. Every level measured is kept; a level whose
 SLO verdict is undecided is measured again (pooled) up to `max_runs_per_level` times, each run
 ending as soon as a look decides the level. Navigation follows the point estimates (which side
-of the limit a level is on); the interval (estimate.py) uses only the levels the statistics decide.
+of the limit a level is on); the interval (estimate.py) uses only the levels the statistics decide
+and the crossing fitted to the levels near it. The bisection stops once the bracket, or that
+interval, is `rel_tol` narrow; a level beyond the bracket is measured only for an end of the
+interval that neither a decided level nor the fit gives.
 
 With interim looks (the default) the search goes up in steps of `growth` (a level far over the
 capacity is lost within a few requests) and down in steps of sqrt(growth) (a level far under it
@@ -198,17 +201,20 @@ def search(measure: Measure, slos: list[Slo], settings: SearchSettings,
             above = level
         else:
             below = level
-    # The bracket follows point estimates; the interval needs a level decided on each side.
-    # Steps beyond the bracket give an undecided side its decided level: with looks, steps of
-    # sqrt(growth), since a level far under the capacity takes long to send (a rate half the
-    # capacity's takes twice as long a request) and one a little under it is decided already.
+    # The bracket follows point estimates; the interval needs an end on each side: a level
+    # decided there, or the fitted crossing's bound (estimate.py), which makes a level there
+    # unnecessary. Steps beyond the bracket give a side with neither its decided level: with
+    # looks, steps of sqrt(growth), since a level far under the capacity takes long to send (a
+    # rate half the capacity's takes twice as long a request) and one a little under it is
+    # decided already.
     step = down
     while len(result.levels) < st.max_levels:
         measured = {r.level for r in result.levels}
         bounds = estimate(result.levels, st.integer, st.alpha)
-        if not math.isfinite(bounds.high) and math.isfinite(above):
+        if not any(r.verdict is Verdict.violates for r in result.levels) and math.isfinite(above) \
+                and not math.isfinite(bounds.high):
             level = snap(max(r.level for r in result.levels) * step)
-        elif bounds.low <= 0 and math.isfinite(below):
+        elif not any(r.verdict is Verdict.meets for r in result.levels) and math.isfinite(below) and bounds.low <= 0:
             level = snap(min(r.level for r in result.levels) / step)
         else:
             break
