@@ -6,7 +6,8 @@ is called met (the false-pass rate) with and without the interim looks.
 - servetune before: levels of fixed length (judged at each run's end), started at 5 req/s.
 - servetune + looks: interim looks (capacity/sequential.py), a level ends once decided.
 - servetune + probe: the first level at 0.7 of what a 5 s closed loop of 128 users completes.
-- servetune (defaults): both.
+- servetune (defaults): both; the interval is the verdicts' bracket intersected with the fitted
+  crossing's (capacity/estimate.py), and the search stops once that interval is narrow.
 - auto_tune-style (vLLM benchmarks/auto_tune.sh): one run at an unlimited rate gives the
   throughput; then the rate starts there and is lowered step by step (5 % of it) until one run's
   point p99 fits the SLO.
@@ -15,7 +16,7 @@ is called met (the false-pass rate) with and without the interim looks.
 Wall time is the simulated time the requests take (arrival of the first to the last end judged,
 summed over runs, plus the probe's), not the time this script computes.
 
-Run: python benchmarks/capacity_search.py [--searches 100] [--requests 1000] [--false-pass 400] [--bursty]
+Run: python benchmarks/capacity_search.py [--searches 100] [--first-seed 0] [--requests 1000] [--false-pass 400] [--bursty]
 (--bursty: also servetune alone in gamma-0.5 traffic with a p95 SLO and 200 requests a run,
 the H200 capacity study's chat regime; --known-server: see known_server.py next to this file)
 """
@@ -35,7 +36,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from servetune.capacity.estimate import estimate  # noqa: E402
+from servetune.capacity.estimate import FIT, estimate  # noqa: E402
 from servetune.capacity.probe import PROBE_SECONDS, PROBE_USERS, SaturationProbe, completion_rate  # noqa: E402
 from servetune.capacity.search import SearchSettings, search  # noqa: E402
 from servetune.capacity.slo import Verdict, parse_slo  # noqa: E402
@@ -56,6 +57,7 @@ class Outcome:
     requests: int
     seconds: float
     interval: tuple[float, float] | None = None
+    by_fit: tuple[bool, bool] = (False, False)   # whether the fitted crossing set the interval's low / high end
 
 
 class PointRuns:
@@ -132,14 +134,14 @@ def servetune(n: int, seed: int, *, probe: bool, looks_per_run: int) -> Outcome:
     est = estimate(result.levels)
     runs = sum(len(r.samples) for r in result.levels)
     return Outcome(est.capacity, len(result.levels), runs, requests + result.requests, seconds + result.seconds,
-                   (est.low, est.high))
+                   (est.low, est.high), (est.low_by == FIT, est.high_by == FIT))
 
 
 METHODS: list[tuple[str, Callable[[int, int], Outcome]]] = [
     ("servetune before (fixed-length levels, start 5)", lambda n, s: servetune(n, s, probe=False, looks_per_run=1)),
     ("servetune + looks (start 5)", lambda n, s: servetune(n, s, probe=False, looks_per_run=5)),
     ("servetune + probe (fixed-length levels)", lambda n, s: servetune(n, s, probe=True, looks_per_run=1)),
-    ("servetune (defaults: probe + looks)", lambda n, s: servetune(n, s, probe=True, looks_per_run=5)),
+    ("servetune (defaults: probe + looks + fitted interval)", lambda n, s: servetune(n, s, probe=True, looks_per_run=5)),
     ("plain bisection (point p99)", plain_bisection),
     ("auto_tune-style (lower the rate)", auto_tune_like),
 ]
@@ -169,25 +171,30 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--searches", type=int, default=50)
     p.add_argument("--requests", type=int, default=1000, help="requests a run")
+    p.add_argument("--first-seed", type=int, default=0, help="searches use seeds first-seed, first-seed + 1, ...")
     p.add_argument("--false-pass", type=int, default=0, help="levels a false-pass cell simulates (0: none)")
     p.add_argument("--bursty", action="store_true", help="also servetune in bursty traffic with a p95 SLO")
     args = p.parse_args()
-    console = Console(width=170)
+    console = Console(width=200)
     truth = MODEL.true_crossing(Q, LIMIT_MS, args.requests, runs=300)
     console.print(f"simulated server: {MODEL.slots} slots, saturates at {MODEL.saturation_rate:.1f} req/s; "
                   f"SLO p99 TTFT <= {LIMIT_MS:g} ms holds up to {truth:.1f} req/s (truth, 300 runs a rate)")
-    table = Table(title=f"{args.searches} searches each, {args.requests} requests a run")
+    table = Table(title=f"{args.searches} searches each (seeds {args.first_seed} to {args.first_seed + args.searches - 1}), "
+                        f"{args.requests} requests a run")
     for col in ("method", "levels (mean)", "runs (mean)", "requests (mean)", "wall min (median)", "|error| median",
-                "|error| p95", "within 10 %", "interval covers truth"):
+                "|error| p95", "within 10 %", "interval covers truth", "set by fit (low/high)"):
         table.add_column(col, justify="right" if col != "method" else "left")
     for name, fn in METHODS:
-        outs = [fn(args.requests, seed) for seed in range(args.searches)]
+        outs = [fn(args.requests, seed) for seed in range(args.first_seed, args.first_seed + args.searches)]
         err = np.array([abs(o.capacity / truth - 1) for o in outs])
         cover = (f"{np.mean([o.interval[0] <= truth <= o.interval[1] for o in outs if o.interval]):.0%}"
                  if outs[0].interval else "no interval")
+        by_fit = (f"{np.mean([o.by_fit[0] for o in outs]):.0%} / {np.mean([o.by_fit[1] for o in outs]):.0%}"
+                  if outs[0].interval else "—")
         table.add_row(name, f"{np.mean([o.levels for o in outs]):.1f}", f"{np.mean([o.runs for o in outs]):.1f}",
                       f"{np.mean([o.requests for o in outs]):,.0f}", f"{np.median([o.seconds for o in outs]) / 60:.1f}",
-                      f"{np.median(err):.1%}", f"{np.quantile(err, 0.95):.1%}", f"{np.mean(err <= 0.10):.0%}", cover)
+                      f"{np.median(err):.1%}", f"{np.quantile(err, 0.95):.1%}", f"{np.mean(err <= 0.10):.0%}", cover,
+                      by_fit)
     console.print(table)
     if args.false_pass:
         false_pass(console, truth, args.requests, args.false_pass)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from servetune.capacity.levels import LevelSample, Measure
 from servetune.capacity.monitor import LevelMonitor
-from servetune.capacity.search import LevelSample, Measure
 from servetune.capacity.sequential import Looks
 from servetune.capacity.slo import Slo
 

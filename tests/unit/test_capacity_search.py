@@ -12,14 +12,9 @@ import numpy as np
 import pytest
 
 from servetune.capacity.estimate import estimate
+from servetune.capacity.levels import LevelSample, Measure
 from servetune.capacity.monitor import LevelMonitor
-from servetune.capacity.search import (
-    LevelSample,
-    Measure,
-    SearchResult,
-    SearchSettings,
-    search,
-)
+from servetune.capacity.search import SearchResult, SearchSettings, search
 from servetune.capacity.slo import Slo, Verdict, parse_slo
 from tests.fakes.queue_model import QueueModel, simulated_measure
 
@@ -161,3 +156,23 @@ def test_a_bracket_without_a_decided_violation_is_closed_one_step_beyond() -> No
     # with interim looks the step beyond is sqrt(2): a level a little over is decided already
     result = search(measure, slos, replace(fixed, looks_per_run=5))
     assert estimate(result.levels).high == result.levels[-1].level == pytest.approx(16 * math.sqrt(2))
+
+
+def test_the_search_does_not_walk_down_for_a_met_level_when_the_fit_bounds_the_low_end() -> None:
+    """Levels of 2000 requests whose share over a p99's limit crosses 1 % at 50 req/s: the
+    bracket ends at levels the statistics leave undecided (49 and 51.2) or violated, and the fit
+    across them bounds the capacity from below; no level under the bracket is measured (before,
+    the search stepped down to 34.6 req/s for a met one)."""
+    p99 = [Slo("ttft", "p99", 100.0)]
+
+    def measure(level: float, prior: list[LevelSample]) -> LevelSample:
+        share = 1 / (1 + math.exp(-(math.log(0.01 / 0.99) + 12 * math.log(level / 50.0))))
+        values = np.full(2000, 50.0)
+        values[np.linspace(0, 1999, round(2000 * share)).round().astype(int)] = 150.0
+        return LevelSample(level, {"ttft": [values]}, 2000, 2000)
+
+    result = search(measure, p99, SearchSettings(start=49.0, min_level=1.0, max_level=500.0))
+    est = estimate(result.levels)
+    assert min(r.level for r in result.levels) == 49.0
+    assert not any(r.verdict is Verdict.meets for r in result.levels)
+    assert est.low_by == "fit" and 0 < est.low < 50.0 < est.high

@@ -10,9 +10,10 @@ import math
 import numpy as np
 import pytest
 
+from servetune.capacity.levels import LevelSample, judge_level
 from servetune.capacity.monitor import LevelMonitor
 from servetune.capacity.probe import SaturationProbe, completion_rate
-from servetune.capacity.search import NEAR_LIMIT, LevelSample, SearchSettings, judge_level, search
+from servetune.capacity.search import NEAR_LIMIT, SearchSettings, search
 from servetune.capacity.sequential import InterimLooks, Looks, worth_another_run
 from servetune.capacity.slo import Verdict, judge, parse_slo
 from tests.fakes.queue_model import QueueModel, simulated_measure

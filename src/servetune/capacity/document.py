@@ -13,7 +13,8 @@ from typing import Any
 from ..errors import ServetuneError
 from .estimate import CapacityEstimate
 from .http import LoadKind, sample_from_records
-from .search import LevelSample, SearchResult, SearchSettings
+from .levels import LevelSample
+from .search import SearchResult, SearchSettings
 from .slo import Slo
 
 # status: the search is still measuring, ended, or was stopped before it ended (Ctrl-C, SIGTERM)
@@ -34,7 +35,8 @@ def capacity_document(result: SearchResult, est: CapacityEstimate, slos: list[Sl
         "slos": [str(s) for s in slos],
         "alpha": settings.alpha,
         "looks_per_run": settings.looks_per_run,
-        "capacity": {"value": est.capacity, "low": est.low, "high": _num(est.high), "binding": est.binding},
+        "capacity": {"value": est.capacity, "low": est.low, "high": _num(est.high), "binding": est.binding,
+                     "low_by": est.low_by, "high_by": est.high_by},
         "levels_measured": len(result.levels),
         "requests": result.requests,
         "seconds": round(result.seconds, 3),

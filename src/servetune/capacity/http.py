@@ -18,8 +18,8 @@ from ..load.options import RunOptions
 from ..load.records import RequestRecord, RunResult
 from ..load.scenario import Scenario
 from ..vocabulary import Outcome
+from .levels import LevelSample, Measure, pooled_values
 from .monitor import LevelMonitor
-from .search import LevelSample, Measure, pooled_values
 from .sequential import Looks
 from .slo import Slo, Verdict
 

@@ -11,7 +11,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
-from .search import LevelSample, Measure
+from .levels import LevelSample, Measure
 
 
 class Replay:

@@ -182,6 +182,15 @@ def effective_size(ordered: np.ndarray, threshold: float) -> float:
     return n / inflation
 
 
+def tail_effective_size(ordered: np.ndarray, q: float, threshold: float) -> float:
+    """The effective size of the indicator "over `threshold`" (a q-quantile's tail) in values
+    taken in the order sent. Clustering measured at the threshold alone sees nothing in a run
+    that had no slow spell; at a commoner quantile (p90 for a p99) it is seen in every run, and
+    extremes cluster at least as much: the smaller effective size of the two."""
+    common = float(np.percentile(ordered, 100 * max(1 - _COMMON_FACTOR * (1 - q), 0.5)))
+    return min(effective_size(ordered, threshold), effective_size(ordered, common))
+
+
 def _mean_ci(values: np.ndarray, alpha: float) -> tuple[float, float]:
     n = len(values)
     if n < 2:
@@ -227,12 +236,7 @@ def judge(slo: Slo, per_request: list[np.ndarray], alpha: float, seed: int = 0) 
     elif q is None:
         low, high = _mean_ci(flat, alpha)
     else:
-        # Clustering measured at the quantile itself sees nothing in a run that had no slow
-        # spell; at a commoner one (p90 for a p99) it is seen in every run, and extremes cluster
-        # at least as much: the smaller effective size of the two.
-        common = float(np.percentile(flat, 100 * max(1 - _COMMON_FACTOR * (1 - q), 0.5)))
-        n_eff = min(effective_size(flat, estimate), effective_size(flat, common))
-        low, high = quantile_ci(flat, q, alpha, n_eff)
+        low, high = quantile_ci(flat, q, alpha, tail_effective_size(flat, q, estimate))
     return Judgement(slo, n, estimate, low, high, verdict_of(low, high, slo.limit_ms))
 
 

@@ -13,11 +13,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..capacity.document import COMPLETE, INTERRUPTED, RUNNING, capacity_document, stored_samples, write_document
-from ..capacity.estimate import CapacityEstimate, estimate
+from ..capacity.estimate import FIT, CapacityEstimate, estimate
 from ..capacity.http import LoadKind, http_measure
+from ..capacity.levels import LevelSample
 from ..capacity.probe import http_probe
 from ..capacity.replay import Replay
-from ..capacity.search import DEFAULT_MAX_LEVEL, LevelSample, SearchResult, SearchSettings, search, settings_for
+from ..capacity.search import DEFAULT_MAX_LEVEL, SearchResult, SearchSettings, search, settings_for
 from ..capacity.sequential import LOOKS_PER_RUN
 from ..capacity.slo import Slo, parse_slos, requests_to_meet
 from ..errors import ServetuneError
@@ -48,7 +49,9 @@ def capacity_line(est: CapacityEstimate, load: str, alpha: float) -> str:
     if est.capacity == 0:
         return f"capacity: below the lowest level measured ({est.high:g} {unit(load)} violates)"
     high = f"{est.high:.3g}" if math.isfinite(est.high) else "∞ (no level measured violated)"
+    by_fit = [end for end, by in (("low", est.low_by), ("high", est.high_by)) if by == FIT]
     return (f"capacity: {est.capacity:.3g} {unit(load)}, {1 - alpha:.0%} interval [{est.low:.3g}, {high}]"
+            + (f" ({' and '.join(by_fit)} end from the fitted crossing)" if by_fit else "")
             + (f"; binding SLO {est.binding}" if est.binding else ""))
 
 
@@ -129,7 +132,7 @@ def capacity(
     result_file(out, "--out", force or resume)
     runs_dir = companion_dir(runs_dir_of(out), "--out", force or resume)
     search_start: dict[str, Any] = {"start": previous.get("start"), "probe": previous.get("probe")}
-    view = SearchView(console, load, integer=kind == "concurrency")
+    view = SearchView(console, load, integer=kind == "concurrency", alpha=alpha)
     run = _Search(out, sc, slos, settings, load, kind, {"url": url, "serve": str(serve) if serve else None},
                   num_prompts, start, model, runs_dir, stored, view, search_start)
     status = COMPLETE
@@ -184,7 +187,7 @@ class _Search:
     result: SearchResult = field(default_factory=SearchResult)
 
     def document(self, status: str) -> dict[str, Any]:
-        est = estimate(self.result.levels, integer=self.kind == "concurrency")
+        est = estimate(self.result.levels, integer=self.kind == "concurrency", alpha=self.settings.alpha)
         return capacity_document(self.result, est, self.slos, self.settings, self.load, {
             **self.target, "scenario": json.loads(self.sc.model_dump_json()),
             "num_prompts": self.num_prompts, **self.search_start}, status)
@@ -221,7 +224,7 @@ def _conclude(run: _Search, status: str, alpha: float) -> None:
                else result.error or "no level was measured")
         print_error(f"{why}; nothing written to {out}")
         raise typer.Exit(EXIT_INTERRUPTED if status == INTERRUPTED else EXIT_NO_RESULT)
-    est = estimate(result.levels, integer=run.kind == "concurrency")
+    est = estimate(result.levels, integer=run.kind == "concurrency", alpha=alpha)
     write_document(out, run.document(status))
     console.print(escape(capacity_line(est, run.load, alpha)))
     probed = (run.search_start["probe"] or {}).get("requests")

@@ -12,9 +12,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..capacity.estimate import CapacityEstimate, estimate
+from ..capacity.estimate import FIT, CapacityEstimate, estimate
+from ..capacity.levels import LevelResult
 from ..capacity.probe import SaturationProbe
-from ..capacity.search import LevelResult, SearchResult
+from ..capacity.search import SearchResult
 from ..capacity.slo import Judgement, Verdict
 
 _VERDICT = {Verdict.meets: ("met", "green"), Verdict.violates: ("violated", "red"),
@@ -48,11 +49,16 @@ def why_short(stopped: str | None) -> str:
     return stopped.split(" ")[0].rstrip(":")
 
 
+FIT_MARK = "~"   # before an end of the interval set by the fitted crossing, not by a level's verdict
+
+
 def bracket_text(est: CapacityEstimate) -> str:
-    return f"[{est.low:.3g}, {'∞' if not math.isfinite(est.high) else format(est.high, '.3g')}]"
+    low = (FIT_MARK if est.low_by == FIT else "") + f"{est.low:.3g}"
+    high = (FIT_MARK if est.high_by == FIT else "") + ("∞" if not math.isfinite(est.high) else format(est.high, ".3g"))
+    return f"[{low}, {high}]"
 
 
-def levels_table(levels: list[LevelResult], load: str, integer: bool) -> Table:
+def levels_table(levels: list[LevelResult], load: str, integer: bool, alpha: float = 0.05) -> Table:
     """One row per level in the order measured; bracket and capacity as they stood after it."""
     slos = sorted({str(j.slo) for r in levels for j in r.judgements})
     what = "binding SLO's statistic" if len(slos) > 1 else (slos[0] if slos else "statistic")
@@ -63,24 +69,28 @@ def levels_table(levels: list[LevelResult], load: str, integer: bool) -> Table:
     columns += [("statistic [interval]", True), ("verdict", False), ("bracket", True), ("capacity", True)]
     for name, right in columns:
         table.add_column(name, justify="right" if right else "left", no_wrap=True)
+    fitted = False
     for i, r in enumerate(levels):
         j = binding(r)
         word, style = _VERDICT[r.verdict]
         why = f" ({why_short(r.stopped)})" if r.stopped else ""
-        est = estimate(levels[:i + 1], integer=integer)
+        est = estimate(levels[:i + 1], integer=integer, alpha=alpha)
+        fitted = fitted or FIT in (est.low_by, est.high_by)
         cells: list[str | Text] = [str(i + 1), f"{r.level:.4g}", str(len(r.samples)), f"{r.completed}/{r.requests}"]
         cells += [escape(str(j.slo))] if several else []
         cells += [f"{j.estimate:.1f} [{_bound(j.low)}, {_bound(j.high)}]",
                   Text(word, style=style) + Text(why, style="dim"), bracket_text(est), f"{est.capacity:.3g}"]
         table.add_row(*cells)
+    if fitted:
+        table.caption = f"{FIT_MARK}: an end set by the fitted crossing of the levels near it"
     return table
 
 
 class SearchView:
     """The live table of one search (a plain line per level where the output is not a terminal)."""
 
-    def __init__(self, console: Console, load: str, integer: bool) -> None:
-        self.console, self.load, self.integer = console, load, integer
+    def __init__(self, console: Console, load: str, integer: bool, alpha: float = 0.05) -> None:
+        self.console, self.load, self.integer, self.alpha = console, load, integer, alpha
         self.levels: list[LevelResult] = []
         self.status = ""
         self.live = Live(self._render(), console=console, auto_refresh=False, transient=False)
@@ -96,12 +106,12 @@ class SearchView:
             self.live.update(self._render(), refresh=True)
             self.live.stop()
         elif self.levels:
-            self.console.print(levels_table(self.levels, self.load, self.integer))
+            self.console.print(levels_table(self.levels, self.load, self.integer, self.alpha))
 
     def _render(self) -> RenderableType:
         parts: list[RenderableType] = []
         if self.levels:
-            parts.append(levels_table(self.levels, self.load, self.integer))
+            parts.append(levels_table(self.levels, self.load, self.integer, self.alpha))
         if self.status:
             parts.append(Text(self.status, style="dim"))
         return Group(*parts)
@@ -130,7 +140,7 @@ class SearchView:
         if not self.console.is_terminal:
             r = self.levels[-1]
             j = binding(r)
-            est = estimate(self.levels, integer=self.integer)
+            est = estimate(self.levels, integer=self.integer, alpha=self.alpha)
             self.console.print(escape(
                 f"level {r.level:.4g}: {r.completed}/{r.requests} judged, {j.slo} {j.estimate:.1f} "
                 f"[{_bound(j.low)}, {_bound(j.high)}] {_VERDICT[r.verdict][0]}"

@@ -14,7 +14,7 @@ from statistics import fmean
 
 import numpy as np
 
-from ..capacity.search import LevelResult
+from ..capacity.levels import LevelResult
 from ..capacity.slo import Judgement, Slo, slo_from_key, slos_from_limits, statistic
 from ..engine.placement import server_gpus
 from ..store import Run, Trial

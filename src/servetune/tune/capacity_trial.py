@@ -19,8 +19,9 @@ from statistics import fmean
 
 from ..capacity.estimate import CapacityEstimate, estimate
 from ..capacity.http import LoadKind, measure_level, sample_from_records
+from ..capacity.levels import LevelResult, LevelSample, judge_level
 from ..capacity.replay import Replay
-from ..capacity.search import LevelResult, LevelSample, SearchSettings, judge_level, search, settings_for
+from ..capacity.search import SearchSettings, search, settings_for
 from ..capacity.sequential import Looks
 from ..capacity.slo import Slo
 from ..load.records import RunResult, RunSummary, SummaryLike
@@ -38,8 +39,9 @@ LEVEL_KEY = "load_level"    # in a level Run's summary: the offered rate or conc
 # 2: a percentile's bound stretched instead of infinite where clustering leaves too few values;
 # 3: a closed loop's first wave (all users at once) is not judged (capacity.http.ramp_of);
 # 4: each level judged at the alpha of the look it ended at (capacity/sequential.py);
-# 5: the point estimate fitted to the share of values over a percentile's limit (capacity/pooled.py).
-JUDGEMENT = 5
+# 5: the point estimate fitted to the share of values over a percentile's limit (capacity/pooled.py);
+# 6: the interval intersected with that fit's own (capacity/estimate.py).
+JUDGEMENT = 6
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,7 @@ def refresh_estimates(store: StudyStore, spec: StudySpec, study_dir: Path) -> li
                     continue
                 level_runs = [r for r in trial.runs if r.scenario == name and is_level_run(r.summary)]
                 levels = judged_levels(level_runs, slos, plan.settings[name].looks, study_dir)
-                est = estimate(levels, integer=kinds[name] == "concurrency")
+                est = estimate(levels, integer=kinds[name] == "concurrency", alpha=plan.settings[name].alpha)
                 summary = capacity_summary(est, kinds[name], slos, len(levels), sum(lv.requests for lv in levels),
                                            level_runs)
                 store.record_run(trial.id, CAPACITY_REPLICATE, RunResult(scenario=name, summary=summary),
@@ -204,7 +206,7 @@ def measure_capacity(store: StudyStore, trial: Trial, scenarios: list[Scenario],
         searched = search(Replay(_stored_samples(runs, study_dir), levels.measure), slos, plan.settings[scenario.name])
         if searched.error is not None or not searched.levels:
             return levels.failure or (str(Outcome.crashed), f"{scenario.name}: {searched.error}")
-        est = estimate(searched.levels, integer=levels.kind == "concurrency")
+        est = estimate(searched.levels, integer=levels.kind == "concurrency", alpha=plan.settings[scenario.name].alpha)
         stored = [r for r in store.runs(trial.id) if r.scenario == scenario.name and is_level_run(r.summary)]
         # Derived from the level runs, not measured: no time of its own (the study's cost counts the levels').
         record(CAPACITY_REPLICATE, RunResult(scenario=scenario.name, summary=capacity_summary(
