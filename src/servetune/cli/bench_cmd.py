@@ -27,7 +27,18 @@ from ..vocabulary import Outcome
 from . import validate
 from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt, print_error, validation_text
 from .paths import result_file
-from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
+from .server_check import check_reachable
+from .server_options import (
+    SERVE_ARG_HELP,
+    ApiKeyEnv,
+    ConnectTimeout,
+    FirstByteTimeout,
+    Force,
+    ServeDir,
+    ServedModel,
+    Tokenizer,
+    Url,
+)
 from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
 from .waiting import Silence, SilenceColumn
 
@@ -71,12 +82,6 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
 # the OpenAI clients' (what servetune read before --api-key-env existed).
 DEFAULT_KEY_VARIABLES = ("VLLM_API_KEY", "OPENAI_API_KEY")
 
-# Help texts of the options every command that measures a server has (bench, capacity, drift).
-TOKENIZER_HELP = "model dir with tokenizer.json (default: --serve dir, else the server's /tokenize)"
-API_KEY_ENV_HELP = ("environment variable holding the server's API key (default: VLLM_API_KEY, else "
-                    "OPENAI_API_KEY, when set)")
-SERVE_ARG_HELP = "engine flag(s) for --serve, e.g. '--max-num-seqs 64'"
-FORCE_HELP = "overwrite an existing result (and the files written beside it)"
 MAX_WORKERS = 256
 
 
@@ -213,11 +218,11 @@ def bench(
     trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP),
     trace_set: list[str] = typer.Option([], "--trace-set", help=TRACE_SET_HELP),
     speedup: float = typer.Option(1.0, "--speedup", help="--trace: replay this many times as fast"),
-    url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
-    serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
+    url: Url = None,
+    serve: ServeDir = None,
     serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
-    model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
-    tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
+    model: ServedModel = None,
+    tokenizer: Tokenizer = None,
     input_len: int | None = typer.Option(None, "--input-len", min=1),
     output_len: int | None = typer.Option(None, "--output-len", min=1),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1),
@@ -235,10 +240,10 @@ def bench(
         None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
     run_timeout: float | None = typer.Option(
         None, "--run-timeout", help="seconds the whole run may take (default: from the scenario)"),
-    connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
-    first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
-    api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
-    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    connect_timeout: ConnectTimeout = None,
+    first_byte_timeout: FirstByteTimeout = None,
+    api_key_env: ApiKeyEnv = None,
+    force: Force = False,
 ) -> None:
     """Measure one scenario; prints a summary and writes vllm-bench-compatible JSON."""
     url = check_server_choice(url, serve, serve_arg)

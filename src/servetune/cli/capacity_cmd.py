@@ -27,10 +27,6 @@ from ..load.scenario import PRESETS, Scenario
 from ..tune.session import sigterm_as_interrupt
 from . import validate
 from .bench_cmd import (
-    API_KEY_ENV_HELP,
-    FORCE_HELP,
-    SERVE_ARG_HELP,
-    TOKENIZER_HELP,
     api_key_from_env,
     build_scenario,
     check_server_choice,
@@ -39,7 +35,18 @@ from .bench_cmd import (
 from .boundary import EXIT_INTERRUPTED, EXIT_NO_RESULT, print_error
 from .capacity_view import SearchView, unit
 from .paths import companion_dir, result_file, runs_dir_of
-from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
+from .server_check import check_reachable
+from .server_options import (
+    SERVE_ARG_HELP,
+    ApiKeyEnv,
+    ConnectTimeout,
+    FirstByteTimeout,
+    Force,
+    ServeDir,
+    ServedModel,
+    Tokenizer,
+    Url,
+)
 from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
 
 console = Console()
@@ -64,11 +71,11 @@ def capacity(
         ..., "--slo", help="METRIC:STAT=MS, e.g. ttft:p99=1000 (ttft, tpot, itl, e2el; mean, pNN); repeatable"),
     out: Path = typer.Option(..., "--out", help="result JSON, named exactly so, rewritten as each level ends "
                               "(each level's runs beside it: res.json -> res.runs/)"),
-    url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
-    serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
+    url: Url = None,
+    serve: ServeDir = None,
     serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
-    model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
-    tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
+    model: ServedModel = None,
+    tokenizer: Tokenizer = None,
     load: str | None = typer.Option(
         None, "--load", help="rate (open loop, req/s; the default), concurrency (closed loop), or speedup "
                              "(of --trace, its default)"),
@@ -94,10 +101,10 @@ def capacity(
     resume: bool = typer.Option(False, "--resume", help="continue the search written to OUT (same SLOs and load)"),
     stall_timeout: float | None = typer.Option(
         None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
-    connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
-    first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
-    api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
-    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    connect_timeout: ConnectTimeout = None,
+    first_byte_timeout: FirstByteTimeout = None,
+    api_key_env: ApiKeyEnv = None,
+    force: Force = False,
 ) -> None:
     """Search the load level: a live table of the levels as they are judged, then the capacity
     with its interval. OUT holds every finished level as it ends; an interrupted search

@@ -21,10 +21,11 @@ from ..drift.measure import DriftRun, run_protocol
 from ..drift.protocol import DriftProtocol, Phase
 from ..errors import ServetuneError
 from . import validate
-from .bench_cmd import API_KEY_ENV_HELP, FORCE_HELP, TOKENIZER_HELP, api_key_from_env, check_server_choice, served
+from .bench_cmd import api_key_from_env, check_server_choice, served
 from .boundary import EXIT_NO_RESULT, on_interrupt, print_error, validation_text
 from .paths import companion_dir, result_file, runs_dir_of
-from .server_check import CONNECT_HELP, FIRST_BYTE_HELP, check_reachable
+from .server_check import check_reachable
+from .server_options import ApiKeyEnv, ConnectTimeout, FirstByteTimeout, Force, ServeDir, ServedModel, Tokenizer, Url
 from .waiting import Silence
 
 console = Console()
@@ -79,12 +80,12 @@ def drift_document(protocol: DriftProtocol, run: DriftRun, analysis: DriftAnalys
 def drift(
     out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
                               "(each phase's run beside it: res.json -> res.runs/)"),
-    url: str | None = typer.Option(None, "--url", help="base URL of a running OpenAI-compatible server"),
-    serve: Path | None = typer.Option(None, "--serve", help="launch vLLM on this model directory first"),
+    url: Url = None,
+    serve: ServeDir = None,
     serve_arg: list[str] = typer.Option(
         [], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-model-len 32768'"),
-    model: str | None = typer.Option(None, "--model", help="served model name (default: the server's first)"),
-    tokenizer: Path | None = typer.Option(None, "--tokenizer", help=TOKENIZER_HELP),
+    model: ServedModel = None,
+    tokenizer: Tokenizer = None,
     short_per_phase: int = typer.Option(3, "--short-per-phase", help="short requests in each phase"),
     long_requests: int = typer.Option(
         2, "--long-requests", help="long requests, one between each two short phases"),
@@ -101,10 +102,10 @@ def drift(
         10.0, "--min-effect-pct", help="a significant change smaller than this is no slowdown"),
     stall_timeout: float | None = typer.Option(
         None, "--stall-timeout", help="seconds a stream may send nothing (default: from the phase's lengths)"),
-    connect_timeout: float | None = typer.Option(None, "--connect-timeout", help=CONNECT_HELP),
-    first_byte_timeout: float | None = typer.Option(None, "--first-byte-timeout", help=FIRST_BYTE_HELP),
-    api_key_env: str | None = typer.Option(None, "--api-key-env", help=API_KEY_ENV_HELP),
-    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    connect_timeout: ConnectTimeout = None,
+    first_byte_timeout: FirstByteTimeout = None,
+    api_key_env: ApiKeyEnv = None,
+    force: Force = False,
 ) -> None:
     """Short requests, a long one, short ones again ...: prints each phase's TTFT and TPOT and
     whether the long requests left a slowdown behind."""

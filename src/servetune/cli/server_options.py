@@ -1,0 +1,26 @@
+"""The options every command that measures a server takes (bench, capacity, drift), declared once:
+`url: Url = None` in a command's signature gives it `--url` with the same help as the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .server_check import CONNECT_HELP, FIRST_BYTE_HELP
+
+TOKENIZER_HELP = "model dir with tokenizer.json (default: --serve dir, else the server's /tokenize)"
+API_KEY_ENV_HELP = ("environment variable holding the server's API key (default: VLLM_API_KEY, else "
+                    "OPENAI_API_KEY, when set)")
+SERVE_ARG_HELP = "engine flag(s) for --serve, e.g. '--max-num-seqs 64'"
+FORCE_HELP = "overwrite an existing result (and the files written beside it)"
+
+Url = Annotated[str | None, typer.Option("--url", help="base URL of a running OpenAI-compatible server")]
+ServeDir = Annotated[Path | None, typer.Option("--serve", help="launch vLLM on this model directory first")]
+ServedModel = Annotated[str | None, typer.Option("--model", help="served model name (default: the server's first)")]
+Tokenizer = Annotated[Path | None, typer.Option("--tokenizer", help=TOKENIZER_HELP)]
+ConnectTimeout = Annotated[float | None, typer.Option("--connect-timeout", help=CONNECT_HELP)]
+FirstByteTimeout = Annotated[float | None, typer.Option("--first-byte-timeout", help=FIRST_BYTE_HELP)]
+ApiKeyEnv = Annotated[str | None, typer.Option("--api-key-env", help=API_KEY_ENV_HELP)]
+Force = Annotated[bool, typer.Option("--force", help=FORCE_HELP)]
