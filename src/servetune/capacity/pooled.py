@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import stats
 from scipy.special import expit
 
 from .slo import Slo, tail_effective_size
@@ -50,8 +50,6 @@ _RIDGE = 1e-6        # keeps the Newton system solvable when every share is 0 or
 # spread of 2.1 (200 searches), a variance 4.4 times the nominal one; x3 left the interval
 # covering the truth in 88 % of one set of 100 searches.
 DISPERSION = 4.0
-METHOD = "profile"
-SPAN = "levels"
 
 
 @dataclass(frozen=True)
@@ -140,77 +138,12 @@ def _fit(counts: list[_Count], share: float, alpha: float) -> Crossing | None:
     if not x.min() <= at <= x.max():
         return None   # no extrapolation beyond the levels fitted
     p = expit(design @ beta)
-    weight = n * p * (1 - p)
+    design_effect = np.array([c.design for c in counts])
+    weight = n * p * (1 - p) / design_effect
     information = design.T @ (design * weight[:, None]) + _RIDGE * np.eye(2)
-    shrunk = design.T @ (design * (weight / np.array([c.design for c in counts]))[:, None]) + _RIDGE * np.eye(2)
-    if METHOD == "wald":
-        low, high = _fieller(intercept - target, slope, DISPERSION * np.linalg.inv(shrunk), alpha)
-    else:
-        # the design effect of the fitted logit at the crossing: its variance with each level's
-        # information shrunk by its design effect over the binomial one
-        at_crossing = np.array([1.0, at])
-        design_effect = float(at_crossing @ np.linalg.solve(shrunk, at_crossing)
-                              / (at_crossing @ np.linalg.solve(information, at_crossing)))
-        low, high = _profile(x, n, over, target, at, slope, DISPERSION * max(design_effect, 1.0), alpha)
+    low, high = _fieller(intercept - target, slope, DISPERSION * np.linalg.inv(information), alpha)
     return Crossing(ref * math.exp(at), ref * math.exp(low) if math.isfinite(low) else 0.0,
                     ref * math.exp(high) if math.isfinite(high) else math.inf)
-
-
-def _log_likelihood(x: np.ndarray, n: np.ndarray, over: np.ndarray, eta: np.ndarray) -> float:
-    """The binomial log-likelihood of the counts at logits `eta` (constants left out)."""
-    return float(np.sum(over * -np.logaddexp(0.0, -eta) + (n - over) * -np.logaddexp(0.0, eta)))
-
-
-def _profile_log_likelihood(x: np.ndarray, n: np.ndarray, over: np.ndarray, target: float, at: float,
-                            slope: float) -> float:
-    """The most log-likelihood of a curve through `target` at `at`: its one free parameter, the
-    slope, kept >= 0 (concave in it: Newton's steps, halved where one would lower it)."""
-    dx = x - at
-
-    def ll(s: float) -> float:
-        return _log_likelihood(x, n, over, target + s * dx)
-
-    best = ll(slope)
-    for _ in range(_ITERATIONS):
-        p = expit(target + slope * dx)
-        gradient = float(np.sum(dx * (over - n * p)))
-        curvature = float(np.sum(dx * dx * n * p * (1 - p))) + _RIDGE
-        step = gradient / curvature
-        for _ in range(30):
-            trial = max(slope + step, 0.0)
-            value = ll(trial)
-            if value >= best - 1e-12:
-                break
-            step /= 2
-        else:
-            break
-        moved, slope, best = abs(trial - slope), trial, max(value, best)
-        if moved < 1e-9 * max(slope, 1.0):
-            break
-    return best
-
-
-def _profile(x: np.ndarray, n: np.ndarray, over: np.ndarray, target: float, at: float, slope: float,
-             dispersion: float, alpha: float) -> tuple[float, float]:
-    """The crossings u (in x's units) whose curve through `target` at u, its slope maximised, is
-    within chi2_1(1 - alpha) of the fit's (quasi-)deviance: 2 (ll(at) - ll(u)) / dispersion. Each
-    side is searched within the levels fitted only, and left open (-inf, inf) where the
-    likelihood does not rule out the level at its end."""
-    limit = float(stats.chi2.ppf(1 - alpha, 1)) * dispersion / 2
-    best = _profile_log_likelihood(x, n, over, target, at, slope)
-
-    def excess(u: float) -> float:
-        return best - _profile_log_likelihood(x, n, over, target, u, slope) - limit
-
-    ends = []
-    window = math.log(LOCAL_FACTOR)
-    span = (float(x.min()), float(x.max())) if SPAN == "levels" else (at - window, at + window)
-    for edge in span:
-        if edge == at or excess(edge) <= 0:
-            ends.append(-math.inf if edge < at else math.inf)
-        else:
-            ends.append(optimize.brentq(excess, edge, at, xtol=1e-6))
-    return ends[0], ends[1]
 
 
 def _fieller(offset: float, slope: float, cov: np.ndarray, alpha: float) -> tuple[float, float]:
