@@ -17,8 +17,10 @@ Wall time is the simulated time the requests take (arrival of the first to the l
 summed over runs, plus the probe's), not the time this script computes.
 
 Run: python benchmarks/capacity_search.py [--searches 100] [--first-seed 0] [--requests 1000] [--false-pass 400] [--bursty]
+[--known-server]
 (--bursty: also servetune alone in gamma-0.5 traffic with a p95 SLO and 200 requests a run,
-the H200 capacity study's chat regime; --known-server: see known_server.py next to this file)
+the H200 capacity study's chat regime; --known-server: also servetune's defaults on the queue model
+of capacity_known_server.py's server, 500 requests a run, without HTTP: its minutes measuring)
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import capacity_known_server as known  # noqa: E402
 from servetune.capacity.estimate import FIT, estimate  # noqa: E402
 from servetune.capacity.probe import PROBE_SECONDS, PROBE_USERS, SaturationProbe, completion_rate  # noqa: E402
-from servetune.capacity.search import SearchSettings, search  # noqa: E402
+from servetune.capacity.search import SearchSettings, search, settings_for  # noqa: E402
 from servetune.capacity.slo import Verdict, parse_slo  # noqa: E402
 from tests.fakes.queue_model import QueueModel, simulated_measure  # noqa: E402
 
@@ -115,10 +118,10 @@ def plain_bisection(n: int, seed: int, start: float = FIXED_START, rel_tol: floa
     return runs.outcome(below)
 
 
-def simulated_probe(rng: np.random.Generator) -> SaturationProbe:
+def simulated_probe(rng: np.random.Generator, model: QueueModel = MODEL) -> SaturationProbe:
     """What `servetune capacity`'s saturation probe would measure on the simulated server."""
-    ends, sent = MODEL.closed_loop_ends(PROBE_USERS, PROBE_SECONDS, rng)
-    fastest = (MODEL.prefill_ms / 4 + (MODEL.output_len - 1) * MODEL.itl_ms) / 1000.0
+    ends, sent = model.closed_loop_ends(PROBE_USERS, PROBE_SECONDS, rng)
+    fastest = (model.prefill_ms / 4 + (model.output_len - 1) * model.itl_ms) / 1000.0
     return SaturationProbe(rate=completion_rate(list(ends)), min_latency_s=fastest, users=PROBE_USERS,
                            requests=sent, seconds=float(ends.max()))
 
@@ -174,6 +177,8 @@ def main() -> None:
     p.add_argument("--first-seed", type=int, default=0, help="searches use seeds first-seed, first-seed + 1, ...")
     p.add_argument("--false-pass", type=int, default=0, help="levels a false-pass cell simulates (0: none)")
     p.add_argument("--bursty", action="store_true", help="also servetune in bursty traffic with a p95 SLO")
+    p.add_argument("--known-server", action="store_true",
+                   help="also servetune's defaults on the queue model of capacity_known_server.py's server")
     args = p.parse_args()
     console = Console(width=200)
     truth = MODEL.true_crossing(Q, LIMIT_MS, args.requests, runs=300)
@@ -200,6 +205,8 @@ def main() -> None:
         false_pass(console, truth, args.requests, args.false_pass)
     if args.bursty:
         bursty(console, args.searches)
+    if args.known_server:
+        known_server(console, args.first_seed, args.searches)
 
 
 def bursty(console: Console, searches: int) -> None:
@@ -218,6 +225,30 @@ def bursty(console: Console, searches: int) -> None:
                   f"req/s; servetune over {searches} searches: |error| median {np.median(err):.1%}, "
                   f"within 10 % {np.mean(err <= 0.10):.0%}, interval covers truth "
                   f"{np.mean([e.low <= truth <= e.high for e in ests]):.0%}")
+
+
+def known_server(console: Console, first_seed: int, searches: int) -> None:
+    """`servetune capacity` with its defaults (the CLI's settings, the probe included) on the
+    queue model of benchmarks/capacity_known_server.py's server: the time its requests take
+    (simulated, no HTTP: over HTTP add 0.5 to 1 min), and what set the interval's ends."""
+    slos = [parse_slo(f"ttft:p{known.Q * 100:g}={known.SLO_MS:g}")]
+    truth = known.MODEL.true_crossing(known.Q, known.SLO_MS, known.RUN, runs=200)
+    minutes, ests = [], []
+    for seed in range(first_seed, first_seed + searches):
+        found = simulated_probe(np.random.default_rng(100_000 + seed), known.MODEL)
+        settings = settings_for("rate", start=found.start("rate"), max_level=None, alpha=0.05, rel_tol=0.05,
+                                max_levels=12, max_runs_per_level=3)
+        result = search(simulated_measure(known.MODEL, slos, known.RUN, settings.alpha, seed, looks=settings.looks),
+                        slos, settings)
+        minutes.append((found.seconds + result.seconds) / 60)
+        ests.append(estimate(result.levels))
+    err = np.array([abs(e.capacity / truth - 1) for e in ests])
+    console.print(f"known server's queue model, p99 TTFT <= {known.SLO_MS:g} ms, {known.RUN} requests a run: truth "
+                  f"{truth:.2f} req/s; servetune over {searches} searches: minutes measuring median "
+                  f"{np.median(minutes):.2f}, p90 {np.quantile(minutes, 0.9):.2f}; |error| median {np.median(err):.1%}, "
+                  f"p95 {np.quantile(err, 0.95):.1%}; interval covers truth "
+                  f"{np.mean([e.low <= truth <= e.high for e in ests]):.0%}; set by fit (low / high) "
+                  f"{np.mean([e.low_by == FIT for e in ests]):.0%} / {np.mean([e.high_by == FIT for e in ests]):.0%}")
 
 
 if __name__ == "__main__":
