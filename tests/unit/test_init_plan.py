@@ -401,9 +401,11 @@ def test_a_directory_whose_spec_an_older_servetune_stored_before_a_refused_flag_
     study.write_text(refused.replace('"max-num-seq"', '"max-num-seqs"'))
     started = servetune("tune", study, "--out", out, "--no-report")
     assert started.code == 0 and "different study" not in started.stderr, started
-    said = " ".join((started.stdout + started.stderr).split())  # rich may wrap the line
-    assert (f"{out / StudyStore.FILENAME}: the stored study spec had no trial; replaced by this study file's "
-            "(changed: engine)") in said, said
+    # rich wraps the line at the terminal's width, inside a long path too: compared without whitespace
+    said = "".join((started.stdout + started.stderr).split())
+    expected = (f"{out / StudyStore.FILENAME}: the stored study spec had no trial; replaced by this study file's "
+                "(changed: engine)")
+    assert "".join(expected.split()) in said, said
     store = StudyStore.open_existing(out, read_only=True)
     assert store.spec_doc() is not None and store.spec_doc()["engine"]["args"] == {"max-num-seqs": 4}
     assert [(t.role, t.outcome, t.config.flags) for t in store.trials()] == [("baseline", "ok", {"max-num-seqs": 4})]
