@@ -24,21 +24,11 @@ from ..load.options import RunOptions
 from ..load.records import RunResult, RunSummary
 from ..load.scenario import PRESETS, Scenario, preset
 from ..vocabulary import Outcome
+from . import server_options as opt
 from . import validate
 from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt, print_error, validation_text
 from .paths import result_file
 from .server_check import check_reachable
-from .server_options import (
-    SERVE_ARG_HELP,
-    ApiKeyEnv,
-    ConnectTimeout,
-    FirstByteTimeout,
-    Force,
-    ServeDir,
-    ServedModel,
-    Tokenizer,
-    Url,
-)
 from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
 from .waiting import Silence, SilenceColumn
 
@@ -218,11 +208,11 @@ def bench(
     trace: Path | None = typer.Option(None, "--trace", help=TRACE_HELP),
     trace_set: list[str] = typer.Option([], "--trace-set", help=TRACE_SET_HELP),
     speedup: float = typer.Option(1.0, "--speedup", help="--trace: replay this many times as fast"),
-    url: Url = None,
-    serve: ServeDir = None,
-    serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
-    model: ServedModel = None,
-    tokenizer: Tokenizer = None,
+    url: opt.Url = None,
+    serve: opt.ServeDir = None,
+    serve_arg: list[str] = typer.Option([], "--serve-arg", help=opt.SERVE_ARG_HELP),
+    model: opt.ServedModel = None,
+    tokenizer: opt.Tokenizer = None,
     input_len: int | None = typer.Option(None, "--input-len", min=1),
     output_len: int | None = typer.Option(None, "--output-len", min=1),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1),
@@ -240,10 +230,10 @@ def bench(
         None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
     run_timeout: float | None = typer.Option(
         None, "--run-timeout", help="seconds the whole run may take (default: from the scenario)"),
-    connect_timeout: ConnectTimeout = None,
-    first_byte_timeout: FirstByteTimeout = None,
-    api_key_env: ApiKeyEnv = None,
-    force: Force = False,
+    connect_timeout: opt.ConnectTimeout = None,
+    first_byte_timeout: opt.FirstByteTimeout = None,
+    api_key_env: opt.ApiKeyEnv = None,
+    force: opt.Force = False,
 ) -> None:
     """Measure one scenario; prints a summary and writes vllm-bench-compatible JSON."""
     url = check_server_choice(url, serve, serve_arg)

@@ -25,6 +25,7 @@ from ..errors import ServetuneError
 from ..load.dataset import trace_specs
 from ..load.scenario import PRESETS, Scenario
 from ..tune.session import sigterm_as_interrupt
+from . import server_options as opt
 from . import validate
 from .bench_cmd import (
     api_key_from_env,
@@ -36,17 +37,6 @@ from .boundary import EXIT_INTERRUPTED, EXIT_NO_RESULT, print_error
 from .capacity_view import SearchView, unit
 from .paths import companion_dir, result_file, runs_dir_of
 from .server_check import check_reachable
-from .server_options import (
-    SERVE_ARG_HELP,
-    ApiKeyEnv,
-    ConnectTimeout,
-    FirstByteTimeout,
-    Force,
-    ServeDir,
-    ServedModel,
-    Tokenizer,
-    Url,
-)
 from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
 
 console = Console()
@@ -71,11 +61,11 @@ def capacity(
         ..., "--slo", help="METRIC:STAT=MS, e.g. ttft:p99=1000 (ttft, tpot, itl, e2el; mean, pNN); repeatable"),
     out: Path = typer.Option(..., "--out", help="result JSON, named exactly so, rewritten as each level ends "
                               "(each level's runs beside it: res.json -> res.runs/)"),
-    url: Url = None,
-    serve: ServeDir = None,
-    serve_arg: list[str] = typer.Option([], "--serve-arg", help=SERVE_ARG_HELP),
-    model: ServedModel = None,
-    tokenizer: Tokenizer = None,
+    url: opt.Url = None,
+    serve: opt.ServeDir = None,
+    serve_arg: list[str] = typer.Option([], "--serve-arg", help=opt.SERVE_ARG_HELP),
+    model: opt.ServedModel = None,
+    tokenizer: opt.Tokenizer = None,
     load: str | None = typer.Option(
         None, "--load", help="rate (open loop, req/s; the default), concurrency (closed loop), or speedup "
                              "(of --trace, its default)"),
@@ -101,10 +91,10 @@ def capacity(
     resume: bool = typer.Option(False, "--resume", help="continue the search written to OUT (same SLOs and load)"),
     stall_timeout: float | None = typer.Option(
         None, "--stall-timeout", help="seconds a stream may send nothing (default: from the scenario)"),
-    connect_timeout: ConnectTimeout = None,
-    first_byte_timeout: FirstByteTimeout = None,
-    api_key_env: ApiKeyEnv = None,
-    force: Force = False,
+    connect_timeout: opt.ConnectTimeout = None,
+    first_byte_timeout: opt.FirstByteTimeout = None,
+    api_key_env: opt.ApiKeyEnv = None,
+    force: opt.Force = False,
 ) -> None:
     """Search the load level: a live table of the levels as they are judged, then the capacity
     with its interval. OUT holds every finished level as it ends; an interrupted search

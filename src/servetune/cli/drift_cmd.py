@@ -20,12 +20,12 @@ from ..drift.analysis import DriftAnalysis, analyze
 from ..drift.measure import DriftRun, run_protocol
 from ..drift.protocol import DriftProtocol, Phase
 from ..errors import ServetuneError
+from . import server_options as opt
 from . import validate
 from .bench_cmd import api_key_from_env, check_server_choice, served
 from .boundary import EXIT_NO_RESULT, on_interrupt, print_error, validation_text
 from .paths import companion_dir, result_file, runs_dir_of
 from .server_check import check_reachable
-from .server_options import ApiKeyEnv, ConnectTimeout, FirstByteTimeout, Force, ServeDir, ServedModel, Tokenizer, Url
 from .waiting import Silence
 
 console = Console()
@@ -80,12 +80,12 @@ def drift_document(protocol: DriftProtocol, run: DriftRun, analysis: DriftAnalys
 def drift(
     out: Path = typer.Option(..., "--out", help="result JSON, named exactly so "
                               "(each phase's run beside it: res.json -> res.runs/)"),
-    url: Url = None,
-    serve: ServeDir = None,
+    url: opt.Url = None,
+    serve: opt.ServeDir = None,
     serve_arg: list[str] = typer.Option(
         [], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-model-len 32768'"),
-    model: ServedModel = None,
-    tokenizer: Tokenizer = None,
+    model: opt.ServedModel = None,
+    tokenizer: opt.Tokenizer = None,
     short_per_phase: int = typer.Option(3, "--short-per-phase", help="short requests in each phase"),
     long_requests: int = typer.Option(
         2, "--long-requests", help="long requests, one between each two short phases"),
@@ -102,10 +102,10 @@ def drift(
         10.0, "--min-effect-pct", help="a significant change smaller than this is no slowdown"),
     stall_timeout: float | None = typer.Option(
         None, "--stall-timeout", help="seconds a stream may send nothing (default: from the phase's lengths)"),
-    connect_timeout: ConnectTimeout = None,
-    first_byte_timeout: FirstByteTimeout = None,
-    api_key_env: ApiKeyEnv = None,
-    force: Force = False,
+    connect_timeout: opt.ConnectTimeout = None,
+    first_byte_timeout: opt.FirstByteTimeout = None,
+    api_key_env: opt.ApiKeyEnv = None,
+    force: opt.Force = False,
 ) -> None:
     """Short requests, a long one, short ones again ...: prints each phase's TTFT and TPOT and
     whether the long requests left a slowdown behind."""

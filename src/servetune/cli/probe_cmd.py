@@ -20,12 +20,12 @@ from ..probe.context import ContextAnswer, ProbeBoot, check_start, engine_boot, 
 from ..probe.measure import measure
 from ..probe.memory import MemoryVerdict, judge, scenario_need
 from ..study.loader import load_study
+from . import server_options as opt
 from . import validate
 from .bench_cmd import build_scenario
 from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt
 from .paths import result_file, writable_dir
 from .serve_cmd import flags_from_argv
-from .server_options import Force
 
 console = Console()
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -96,7 +96,7 @@ def context(
     startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
     log_dir: Path = typer.Option(Path("runs/probe"), "--log-dir", help="where the server logs go"),
     out: Path | None = typer.Option(None, "--out", help="write the answer and every boot as JSON here"),
-    force: Force = False,
+    force: opt.Force = False,
 ) -> None:
     """The largest --max-model-len that fits the memory flags after `--`: vLLM's own answers first
     (automatic length, its estimate, the max-concurrency line), confirmed by a boot at the answer."""

@@ -1,5 +1,6 @@
 """The options every command that measures a server takes (bench, capacity, drift), declared once:
-`url: Url = None` in a command's signature gives it `--url` with the same help as the others."""
+`url: opt.Url = None` in a command's signature (`from . import server_options as opt`) gives it
+`--url` with the same help as the others."""
 
 from __future__ import annotations
 
