@@ -14,6 +14,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from ..engine import engine_for
+from ..engine.defaults import EngineDefaults
 from ..errors import ServetuneError
 from ..load.records import RunResult
 from ..load.scenario import Scenario
@@ -113,13 +114,19 @@ class AbRunner:
         defaults, as `tune` checks a study's (plan.check_start, plan.check_flags), at every start,
         a resume too: located lines and exit 2 before anything boots, instead of a failed boot per
         side. Checked before the A/B is stored, so the corrected file then starts this directory's
-        A/B. The defaults are read at each start (a subprocess a side), not kept: the A/B uses them
-        for nothing else."""
+        A/B. The defaults are read at each start, not kept (the A/B uses them for nothing else),
+        and once for sides of one engine kind and command (a subprocess of ~10 s each for vLLM): the usual
+        A/B compares flags of one engine."""
         lines: list[str] = []
+        defaults: dict[tuple[str, ...], EngineDefaults] = {}
         for side in SIDES:
             try:
                 plan.check_start(self.spec.side(side))
-                plan.check_flags(self.spec.side(side), self.engines[side].read_defaults())
+                engine = self.spec.side(side).engine
+                key = (engine.kind, *engine.command)
+                if key not in defaults:
+                    defaults[key] = self.engines[side].read_defaults()
+                plan.check_flags(self.spec.side(side), defaults[key])
             except SpecError as exc:
                 lines += self.spec.located(side, exc.problems)
         if lines:  # one file's shared engine key fails on both sides: said once
