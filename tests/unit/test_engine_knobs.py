@@ -234,3 +234,35 @@ def test_evidence_errors_name_file_line_and_key(tmp_path: Path, evidence: str, e
     assert expected in message, message
     line = next(i for i, row in enumerate(text.splitlines(), 1) if line_text in row)
     assert f"study.yaml:{line}: " in message, message
+
+
+# --- the report: a knob that did not apply reads "not applied", never an effect ------------------
+
+def test_the_report_says_not_applied_where_it_would_say_an_effect(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from report_study import BASE as REPORT_BASE
+    from report_study import SAME, build_study
+
+    from servetune.report import write_report
+
+    store, analysis = build_study(tmp_path)
+    ghost = REPORT_BASE.merged(Config.of(env={"VLLM_ATTENTION_BACKEND": "TORCH_SDPA"}))
+    trial = store.begin_trial(TrialRole.candidate, ghost, {})
+    facts = parse_boot_facts(CPU_KNOBS_LOG)
+    store.record_boot(trial.id, healthy_at=trial.started_at + 80.0, boot_facts=facts, mismatches=[], log_path=None,
+                      knobs=check_knobs(ghost, CPU_KNOBS_LOG, facts))
+    store.finish_trial(trial.id, Outcome.ok)
+    # measured like SAME (its effect: no difference), as a not-applied knob is
+    same = next(c for c in analysis.configs if c.key == SAME.key())
+    measured = replace(same, key=ghost.key(), config=ghost, label=ghost.label(REPORT_BASE), trial_ids=[trial.id])
+    analysis = replace(analysis, configs=[*analysis.configs, measured])
+    paths = write_report(analysis, store, tmp_path / "report")
+    md, html = paths["markdown"].read_text(), paths["html"].read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| env.VLLM_ATTENTION_BACKEND=TORCH_SDPA |"))
+    assert "| not applied: env.VLLM_ATTENTION_BACKEND |" in row and "no difference" not in row  # its verdict
+    effect = next(line for line in md.splitlines() if line.startswith("| `env.VLLM_ATTENTION_BACKEND` |"))
+    assert effect.endswith("| not applied |") and "no difference" not in effect
+    assert "env.VLLM_ATTENTION_BACKEND=TORCH_SDPA not applied" in md  # the trials table
+    assert "Unknown vLLM environment variable detected: VLLM_ATTENTION_BACKEND" in md  # the evidence line
+    assert "not applied: env.VLLM_ATTENTION_BACKEND" in html and "env.VLLM_ATTENTION_BACKEND=TORCH_SDPA not applied" in html
