@@ -266,3 +266,19 @@ def test_the_report_says_not_applied_where_it_would_say_an_effect(tmp_path: Path
     assert "env.VLLM_ATTENTION_BACKEND=TORCH_SDPA not applied" in md  # the trials table
     assert "Unknown vLLM environment variable detected: VLLM_ATTENTION_BACKEND" in md  # the evidence line
     assert "not applied: env.VLLM_ATTENTION_BACKEND" in html and "env.VLLM_ATTENTION_BACKEND=TORCH_SDPA not applied" in html
+
+
+def test_a_booted_knob_that_did_not_apply_is_not_measured(tmp_path: Path) -> None:
+    """The MoE default-config warning: the boot runs as the baseline, so its runs would measure it again."""
+    store = StudyStore.in_dir(tmp_path)
+    base = store.begin_trial(TrialRole.baseline, BASE, {})
+    store.finish_trial(base.id, Outcome.ok)
+    folder = BASE.merged(Config.of(env={"VLLM_TUNED_CONFIG_FOLDER": "/opt/tuned"}))
+    trial = store.begin_trial(TrialRole.candidate, folder, {})
+    line = "WARNING 11-30 07:41:37 [fused_moe.py:1164] Using default MoE config. Performance might be sub-optimal!"
+    facts = parse_boot_facts(line)
+    store.record_boot(trial.id, healthy_at=1.0, boot_facts=facts, mismatches=[], log_path=None,
+                      knobs=check_knobs(folder, line, facts))
+    detail = known.after_boot(store, trial, facts, BASE, EngineDefaults()) or ""
+    assert detail.startswith("env.VLLM_TUNED_CONFIG_FOLDER=/opt/tuned did not apply (the engine logged its default")
+    assert "same as the baseline (#1)" in detail

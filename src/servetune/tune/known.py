@@ -99,8 +99,17 @@ def did_not_apply(store: StudyStore, config: Config, baseline: Config, *,
 
 def after_boot(store: StudyStore, trial: Trial, facts: BootFacts, baseline: Config,
                defaults: EngineDefaults) -> str | None:
-    """Why the booted `trial` runs as a measured config (its boot log against theirs), or None."""
-    detail = duplicate_detail(trial.config, facts, measured(store, baseline, excluding=trial.id), defaults)
+    """Why the booted `trial` runs as a measured config (its boot log against theirs, a knob its
+    boot showed not applied taken as unset), or None."""
+    others = measured(store, baseline, excluding=trial.id)
+    detail = duplicate_detail(trial.config, facts, others, defaults)
+    gone = {k.knob.removeprefix(ENV_KNOB): k for k in unapplied(list(store.trial(trial.id).knobs))}
+    if detail is None and gone:
+        without = Config(flags=trial.config.flags, env={k: v for k, v in trial.config.env.items() if k not in gone})
+        twin = duplicate_detail(without, facts, others, defaults)
+        if twin is not None:
+            why = "; ".join(f"{k.knob}={k.requested} did not apply ({k.reason})" for k in gone.values())
+            detail = f"{why}; without it, {twin}"
     return None if detail is None else f"{detail} (effective engine config from the boot logs; not measured)"
 
 
