@@ -107,6 +107,7 @@ def test_the_server_gets_the_plugin_only_for_vllm_variables_and_never_in_a_conta
     assert env["PYTHONPATH"].split(":")[0] == str(PLUGIN_DIR)
     assert env[KNOB_REPORT_ENV] == "VLLM_ATTENTION_BACKEND,VLLM_CPU_KVCACHE_SPACE,VLLM_CPU_KVCACHE_SPCE,VLLM_SERVER_DEV_MODE"
     assert KNOB_REPORT_ENV not in engine.environment(Config.of(env={"OMP_NUM_THREADS": "1"}))
+    assert KNOB_REPORT_ENV not in engine.environment(Config.of(env={"VLLM_API_KEY": "k"}))  # never printed
     docker = VllmEngine(["docker", "run", "img"], model="m", log_dir=tmp_path)
     assert KNOB_REPORT_ENV not in docker.environment(CPU_KNOBS)
     assert (PLUGIN_DIR / "servetune_knob_report-1.0.dist-info" / "entry_points.txt").read_text().count(

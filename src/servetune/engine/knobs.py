@@ -27,6 +27,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..secrets import is_secret_name
 from .applied import as_number, same_value
 from .bootfacts import BootFacts, log_message
 from .config import Config
@@ -107,8 +108,9 @@ RULES: dict[str, _Rule] = {
 
 
 def report_variables(config: Config) -> list[str]:
-    """The variables whose resolved values the plug-in is asked to print (vLLM's own, VLLM_*)."""
-    return sorted(name for name in config.env if name.startswith("VLLM_"))
+    """The variables whose resolved values the plug-in is asked to print: vLLM's own (VLLM_*),
+    never one whose name says it holds a credential (its value would be printed in the log)."""
+    return sorted(name for name in config.env if name.startswith("VLLM_") and not is_secret_name(name))
 
 
 def evidence_source(var: str, declared: DeclaredEvidence | None, in_container: bool) -> str | None:

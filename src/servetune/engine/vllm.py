@@ -19,7 +19,7 @@ from .classify import Failure, classify_failure, tail
 from .config import Config, normalize_flag_name, render_flags
 from .cpu_layout import pin_engine_core
 from .defaults import EngineDefaults, in_container, read_engine_defaults
-from .knobs import DeclaredEvidence, KnobEvidence, check_knobs, metric_families, report_variables
+from .knobs import ENV_KNOB, DeclaredEvidence, KnobEvidence, check_knobs, metric_families, report_variables
 from .launch import HealthWait, Server, StopReport, launch, terminate, wait_healthy
 from .placement import Placement
 from .ports import LOOPBACK, free_port, port_is_free
@@ -228,13 +228,13 @@ class VllmEngine:
     def _check_knobs(self, config: Config, text: str, facts: BootFacts, server: Server) -> list[KnobEvidence]:
         """The Config's knobs as the boot shows them; /metrics is read only for a family the study
         names as a knob's evidence."""
-        families: set[str] | None = None
-        wanted = [e for name, e in self.evidence.items() if e.metric and name.removeprefix("env.") in config.env]
+        families: set[str] | None = None  # not read: such a knob stays unproven rather than not applied
+        wanted = [e for name, e in self.evidence.items() if e.metric and name.removeprefix(ENV_KNOB) in config.env]
         if wanted:
             try:
                 families = metric_families(server_http.get_text(f"{server.url}/metrics", self.client_api_key(config)))
             except server_http.ServerAnswerError:
-                families = None  # the knob stays unproven rather than not applied
+                pass
         return check_knobs(config, text, facts, self.evidence, families)
 
     def stop(self, server: Server) -> StopReport:
