@@ -283,3 +283,17 @@ def test_a_booted_knob_that_did_not_apply_is_not_measured(tmp_path: Path) -> Non
     detail = known.after_boot(store, trial, facts, BASE, EngineDefaults()) or ""
     assert detail.startswith("env.VLLM_TUNED_CONFIG_FOLDER=/opt/tuned did not apply (the engine logged its default")
     assert "same as the baseline (#1)" in detail
+
+
+def test_serve_prints_each_knob_with_its_status() -> None:
+    from servetune.cli import serve_cmd
+    from servetune.engine.base import StartResult
+
+    facts = parse_boot_facts(CPU_KNOBS_LOG)
+    result = StartResult(outcome=Outcome.ok, boot_facts=facts, knobs=check_knobs(CPU_KNOBS, CPU_KNOBS_LOG, facts))
+    out = io.StringIO()
+    Console(file=out, width=400).print(serve_cmd._knobs_table(result))
+    rows = {line.split("│")[1].strip(): line for line in out.getvalue().splitlines() if "env.VLLM" in line}
+    assert "not applied" in rows["env.VLLM_CPU_KVCACHE_SPCE"] and "Unknown vLLM environment" in rows[
+        "env.VLLM_CPU_KVCACHE_SPCE"]
+    assert "│ applied" in rows["env.VLLM_CPU_KVCACHE_SPACE"]
