@@ -56,6 +56,11 @@ def get_json(url: str, api_key: str | None, timeout_s: float = 30.0) -> Any:
     return _json(url, status, body)
 
 
+def get_text(url: str, api_key: str | None, timeout_s: float = 30.0) -> str:
+    _, body = _open(urllib.request.Request(url, headers=auth_headers(api_key)), timeout_s)
+    return body.decode(errors="replace")
+
+
 def post(url: str, api_key: str | None, timeout_s: float = 30.0) -> int:
     """POST an empty body; the answer's status."""
     status, _ = _open(urllib.request.Request(url, data=b"", method="POST", headers=auth_headers(api_key)),

@@ -1,7 +1,8 @@
 """The engine layer against a real vLLM (CPU build, tiny dummy-weight model).
 
 Each boot costs about a minute on two cores, so one server covers launch, BootFacts, a streamed
-completion, the applied check of flags the CPU build overrides, and teardown.
+completion, the applied check of flags the CPU build overrides and of environment knobs (one
+misspelled, one this vLLM no longer reads, two it honours), and teardown.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from servetune.engine.config import Config
+from servetune.engine.knobs import KnobStatus
 from servetune.engine.launch import group_members
 from servetune.engine.ports import port_is_free
 from servetune.vocabulary import Outcome
 from tests.conftest import VllmTestServer, tiny_config, tiny_engine
 
 pytestmark = pytest.mark.vllm
+KNOBS = {"VLLM_CPU_KVCACHE_SPCE": "3", "VLLM_ATTENTION_BACKEND": "TORCH_SDPA", "VLLM_CPU_KVCACHE_SPACE": "2"}
 
 
 def stream_completion(url: str, model: str, max_tokens: int = 8) -> list[dict]:
@@ -47,6 +51,9 @@ def test_launch_facts_completion_overrides_and_teardown(tmp_path: Path) -> None:
     # enforce-eager left out (None): it would set the compilation mode itself.
     config = tiny_config(async_scheduling=True, compilation_config={"mode": 3}, max_num_batched_tokens=1024,
                          enforce_eager=None)
+    # Knobs beyond flags: a misspelled variable, one vLLM 0.32 no longer reads (the attention
+    # backend, a flag since), and one it honours (2 GiB of KV cache, against the flag's 1 GiB).
+    config = config.merged(Config.of(env=KNOBS))
     result = engine.start(config, tmp_path / "server.log")
     assert result.outcome is Outcome.ok, f"{result.detail}\n{result.log_tail}"
     server = result.server
@@ -69,6 +76,17 @@ def test_launch_facts_completion_overrides_and_teardown(tmp_path: Path) -> None:
         assert "CPU KV cache size" in (overridden["async-scheduling"].evidence_line or "")
         assert "DYNAMO_TRACE_ONCE" in str(overridden["compilation-config.mode"].applied)
         assert set(overridden) == {"async-scheduling", "compilation-config.mode"}
+
+        knobs = {k.knob: k for k in result.knobs}
+        assert {k: v.status for k, v in knobs.items()} == {
+            "env.VLLM_CPU_KVCACHE_SPCE": KnobStatus.not_applied,
+            "env.VLLM_ATTENTION_BACKEND": KnobStatus.not_applied,
+            "env.VLLM_CPU_KVCACHE_SPACE": KnobStatus.applied,
+            "env.VLLM_SERVER_DEV_MODE": KnobStatus.applied,  # the value the server resolved (the plug-in)
+        }, [k.describe() for k in result.knobs]
+        assert "Unknown vLLM environment variable detected" in (knobs["env.VLLM_ATTENTION_BACKEND"].evidence_line or "")
+        assert "Explicitly set (2.0/" in (knobs["env.VLLM_CPU_KVCACHE_SPACE"].evidence_line or "")
+        assert facts.resolved_env["VLLM_CPU_KVCACHE_SPCE"] is None and facts.resolved_env["VLLM_SERVER_DEV_MODE"]
 
         tree = [psutil.Process(server.pid), *psutil.Process(server.pid).children(recursive=True)]
         assert len(tree) >= 2  # API server + engine core (+ workers)

@@ -68,6 +68,7 @@ def _print(plan: StudyPlan, study_file: Path) -> None:
     if plan.defaults.flags:
         console.print(f"  flags:    {len(spec.engine.args)} baseline, {len(spec.space)} searched: "
                       f"{'all known to the engine' if not _flag_lines(plan) else 'see the problems below'}")
+    _print_knobs(plan)
     table = Table(title="candidates in the strategy's order", title_justify="left")
     table.add_column("#")
     table.add_column("config (against the baseline)")
@@ -98,6 +99,18 @@ def _print(plan: StudyPlan, study_file: Path) -> None:
     if not plan.problems:
         console.print("[green]ready[/]: nothing was started; run it with servetune tune "
                       f"{escape(str(study_file))} --out DIR")
+
+
+def _print_knobs(plan: StudyPlan) -> None:
+    """Each env knob and what will show it applied: one without evidence reads unproven in the report."""
+    if not plan.knob_evidence:
+        return
+    none = [k for k, source in plan.knob_evidence.items() if source is None]
+    console.print(f"  knobs:    {len(plan.knob_evidence)} env knob(s), {len(none)} without evidence")
+    for knob, source in plan.knob_evidence.items():
+        shown = (f"[yellow]no evidence[/]: no rule knows it, its trials read unproven; declare "
+                 f"engine.evidence.{escape(knob)} (log, unapplied_log or metric)") if source is None else escape(source)
+        console.print(f"            {escape(knob)}: {shown}")
 
 
 def _flag_lines(plan: StudyPlan) -> list[str]:

@@ -102,6 +102,17 @@ def _print_start(result: StartResult, config: Config) -> None:
     elif config.flags:
         console.print(f"[green]applied check:[/] all {len(config.flags)} requested flag(s) took effect as far "
                       "as the log shows")
+    if result.knobs:
+        console.print(_knobs_table(result))
+
+
+def _knobs_table(result: StartResult) -> Table:
+    table = Table(title="Environment knobs")
+    for col in ("knob", "requested", "status", "why", "log line"):
+        table.add_column(col, overflow="fold")
+    for k in result.knobs:
+        table.add_row(k.knob, k.requested, k.status.value, k.reason, log_message(k.evidence_line or "")[:160])
+    return table
 
 
 def _print_failure(result: StartResult) -> None:

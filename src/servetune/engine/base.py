@@ -19,6 +19,7 @@ from .bootfacts import BootFacts
 from .classify import Failure
 from .config import Config
 from .defaults import EngineDefaults
+from .knobs import KnobEvidence
 from .launch import Server, StopReport
 from .placement import Placement
 
@@ -32,6 +33,7 @@ class StartResult(BaseModel):
     server: Server | None = None  # set only when outcome is ok: the caller must stop it
     boot_facts: BootFacts = Field(default_factory=BootFacts)
     mismatches: list[AppliedMismatch] = Field(default_factory=list)
+    knobs: list[KnobEvidence] = Field(default_factory=list)  # each env knob: applied, not applied or unproven
     detail: str = ""
     log_tail: str = ""
     evidence: list[str] = Field(default_factory=list)  # log lines behind a failure verdict

@@ -11,6 +11,7 @@ Each fact is optional: a missing line leaves None, never an error.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from typing import Any
 
@@ -46,6 +47,12 @@ _ATTENTION = re.compile(r"Using (?P<b>[A-Z][A-Z0-9_]*) (?:attention )?backend\b"
 _ENGINE_CONFIG = re.compile(r"Initializing a V1 LLM engine \([^)]*\) with config: (?P<cfg>.*)$")
 _MAMBA_MODE = re.compile(r"Mamba cache mode is set to '(?P<mode>\w+)'")
 _DEFAULT_MOE = re.compile(r"Using default MoE config")
+# vLLM's platform check of the server's VLLM_* variables (platforms/interface.py validate_environ)
+_UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: (?P<name>\w+)")
+# The line servetune's vLLM plug-in prints (engine/vllm_plugin): variable -> value vLLM resolved,
+# null for a variable this vLLM does not know.
+KNOB_REPORT_PREFIX = "servetune-knobs: "
+_KNOB_REPORT = re.compile(re.escape(KNOB_REPORT_PREFIX) + r"(?P<json>\{.*\})\s*$")
 
 
 class BootFacts(BaseModel):
@@ -72,6 +79,10 @@ class BootFacts(BaseModel):
     max_model_len: int | None = None
     mamba_cache_mode: str | None = None  # set by the model/platform, not by the user
     default_moe_config: bool = False  # no tuned fused-MoE config for this device: slow kernels
+    unknown_env: list[str] = Field(default_factory=list)  # VLLM_* variables this vLLM warns it does not know
+    # VLLM_* variable -> the value the server resolved (vllm.envs), None: unknown to it; only
+    # variables the launcher asked the plug-in about (engine/vllm_plugin)
+    resolved_env: dict[str, str | None] = Field(default_factory=dict)
     notable: list[str] = Field(default_factory=list)  # lines worth a user's attention
     warnings: list[str] = Field(default_factory=list)  # every distinct WARNING message
     evidence: dict[str, str] = Field(default_factory=dict)  # fact name -> the log line it came from
@@ -164,10 +175,27 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
         f.mamba_cache_mode = m["mode"]
         found("mamba_cache_mode")
         f.notable.append(msg)
+    if (m := _UNKNOWN_ENV.search(msg)) and m["name"] not in f.unknown_env:
+        f.unknown_env.append(m["name"])
+        found(f"env.{m['name']}")
+    if m := _KNOB_REPORT.search(line):
+        f.resolved_env.update(_knob_report(m["json"]))
+        found("resolved_env")
     if _DEFAULT_MOE.search(msg) and not f.default_moe_config:
         f.default_moe_config = True
         found("default_moe_config")
         f.notable.append(msg)
+
+
+def _knob_report(text: str) -> dict[str, str | None]:
+    """The plug-in's JSON object; anything else (a line cut short) reads as nothing reported."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): None if v is None else str(v) for k, v in value.items()}
 
 
 def _literal_dict(text: str) -> dict[str, Any]:

@@ -74,12 +74,17 @@ class EngineDefaults(BaseModel):
         return self.values.get(flag)
 
 
+def in_container(command: list[str]) -> bool:
+    """`docker run ... IMAGE` (or podman): the engine sees none of this machine's paths."""
+    return bool(command) and Path(command[0]).name in ("docker", "podman")
+
+
 def engine_interpreter(command: list[str]) -> str | None:
     """The Python interpreter that runs the engine command, None when it is not a local Python."""
     if not command:
         return None
     first = command[0]
-    if Path(first).name in ("docker", "podman"):
+    if in_container(command):
         return None
     if first in ("python", "python3"):
         return sys.executable  # the launcher runs a bare python as servetune's own interpreter
@@ -110,7 +115,7 @@ def runs_vllm(command: list[str]) -> bool:
 
 def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_S) -> EngineDefaults:
     """Ask the engine command's interpreter for vLLM's argument defaults (one subprocess, ~10 s)."""
-    if command and Path(command[0]).name in ("docker", "podman"):
+    if in_container(command):
         return EngineDefaults(source="unknown: the engine runs in a container, its defaults are not read")
     if not runs_vllm(command):
         return EngineDefaults(source="unknown: the engine command does not run vLLM's own entry point")

@@ -19,6 +19,7 @@ from .applied import applied_value, as_number, same_value, took_effect
 from .bootfacts import BootFacts
 from .config import Config, FlagValue
 from .defaults import EngineDefaults
+from .knobs import unknown_variables
 
 # Flags that leave the KV cache's size alone: a config that differs from a failed one only in
 # these (and a max-model-len at least as large) fails the same way.
@@ -63,9 +64,14 @@ def _show(value: Any) -> str:
 def same_server(new: Config, new_facts: BootFacts | None, old: Booted, defaults: EngineDefaults,
                 new_name: str = "this config") -> list[str] | None:
     """Why `new` runs as `old` does, one reason per flag they differ in; None when it may not."""
-    if new.env != old.config.env:
-        return None  # environment variables are not in any log: only equal ones are the same
-    reasons: list[str] = []
+    # A variable the engine does not know (its boot log says so) runs as unset; of the rest, only
+    # equal ones are the same: their values are in no log.
+    new_unknown, old_unknown = unknown_variables(new, new_facts), unknown_variables(old.config, old.facts)
+    if _known_env(new, new_unknown) != _known_env(old.config, old_unknown):
+        return None
+    unknown = {**{v: old.name for v in old_unknown}, **{v: new_name for v in new_unknown}}
+    reasons = [f"env.{var} is unknown to this vLLM ({who}'s boot log), so it runs as unset"
+               for var, who in sorted(unknown.items()) if new.env.get(var) != old.config.env.get(var)]
     for flag in sorted(set(new.flags) | set(old.config.flags)):
         mine, theirs = new.flags.get(flag), old.config.flags.get(flag)
         if mine == theirs:
@@ -76,6 +82,10 @@ def same_server(new: Config, new_facts: BootFacts | None, old: Booted, defaults:
             return None
         reasons.append(_reason(flag, mine, theirs, a, b, old.name))
     return reasons
+
+
+def _known_env(config: Config, unknown: list[str]) -> dict[str, str]:
+    return {k: v for k, v in config.env.items() if k not in unknown}
 
 
 def _reason(flag: str, mine: FlagValue, theirs: FlagValue, a: _Known, b: _Known, old_name: str) -> str:

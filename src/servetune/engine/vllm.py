@@ -14,11 +14,12 @@ from ..secrets import SECRET_FLAGS, Redactor, Secrets, flag_value_secret
 from ..vocabulary import VLLM_METRIC_NAMES, Outcome
 from .applied import check_applied
 from .base import StartResult
-from .bootfacts import parse_boot_facts
+from .bootfacts import BootFacts, parse_boot_facts
 from .classify import Failure, classify_failure, tail
 from .config import Config, normalize_flag_name, render_flags
 from .cpu_layout import pin_engine_core
-from .defaults import EngineDefaults, read_engine_defaults
+from .defaults import EngineDefaults, in_container, read_engine_defaults
+from .knobs import ENV_KNOB, DeclaredEvidence, KnobEvidence, check_knobs, metric_families, report_variables
 from .launch import HealthWait, Server, StopReport, launch, terminate, wait_healthy
 from .placement import Placement
 from .ports import LOOPBACK, free_port, port_is_free
@@ -37,6 +38,11 @@ _LAUNCHER_FLAGS = {"host", "port"}
 # /reset_prefix_cache (emptied between runs) exists only in dev mode. A launch detail of the
 # tuner's servers, so it is in their environment, not in a Config (nor in servetune's own).
 DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+
+# servetune's vLLM plug-in (a module and the dist-info that declares its entry point): put on the
+# server's PYTHONPATH, it prints the values vLLM resolved for the variables named in KNOB_REPORT_ENV.
+PLUGIN_DIR = Path(__file__).with_name("vllm_plugin")
+KNOB_REPORT_ENV = "SERVETUNE_KNOB_REPORT"
 
 
 @register_engine("vllm")
@@ -64,6 +70,7 @@ class VllmEngine:
         pin_engine_core: bool = False,
         secrets: Secrets | None = None,
         dev_mode: bool = False,
+        evidence: dict[str, DeclaredEvidence] | None = None,
     ) -> None:
         self.command = list(command or DEFAULT_COMMAND)
         self.model = str(model)
@@ -74,6 +81,7 @@ class VllmEngine:
         self.pin_engine_core = pin_engine_core  # CPU build on few cores: see cpu_layout
         self.secrets = secrets or Secrets()
         self.dev_mode = dev_mode  # servers get VLLM_SERVER_DEV_MODE=1 (unless set) for the cache reset
+        self.evidence = dict(evidence or {})  # the study's evidence for knobs no rule knows (engine/knobs.py)
         # Masks secret values in what servetune writes; rebuilt from each launch's environment.
         self._redact = Redactor.for_environment({**os.environ, **self.secrets.literal}, self.secrets.names)
 
@@ -81,7 +89,8 @@ class VllmEngine:
     def from_spec(cls, spec: EngineSpec) -> VllmEngine:
         """The tuner's engine: its servers run in dev mode, so the prefix cache is emptied between runs."""
         return cls(command=list(spec.command), model=str(spec.model), startup_timeout_s=spec.startup_timeout_s,
-                   pin_engine_core=spec.pin_engine_core, secrets=spec.secrets, dev_mode=True)
+                   pin_engine_core=spec.pin_engine_core, secrets=spec.secrets, dev_mode=True,
+                   evidence=dict(spec.evidence))
 
     # -- command -------------------------------------------------------------------------
     def base_command(self) -> list[str]:
@@ -91,7 +100,7 @@ class VllmEngine:
         return base
 
     def is_docker(self) -> bool:
-        return bool(self.command) and Path(self.command[0]).name in ("docker", "podman")
+        return in_container(self.command)
 
     def build_command(self, config: Config, port: int) -> list[str]:
         base = self.base_command()
@@ -113,8 +122,18 @@ class VllmEngine:
         (VLLM_API_KEY). Raises ServetuneError naming a secret that is set nowhere."""
         dev = DEV_MODE_ENV if self.dev_mode else {}
         place = placement.env if placement is not None else {}
-        return {**dev, **os.environ, **place, **config.env, **self.secrets.resolve(os.environ),
-                **_secret_flag_env(config)}
+        env = {**dev, **os.environ, **place, **config.env, **self.secrets.resolve(os.environ),
+               **_secret_flag_env(config)}
+        return {**env, **self._knob_report_env(config, env)}
+
+    def _knob_report_env(self, config: Config, env: dict[str, str]) -> dict[str, str]:
+        """The plug-in on PYTHONPATH (first: ahead of anything of the same name) and asked about
+        the Config's VLLM_* variables; nothing for a container, which does not see this path."""
+        names = report_variables(config)
+        if not names or self.is_docker():
+            return {}
+        path = os.pathsep.join(p for p in (str(PLUGIN_DIR), env.get("PYTHONPATH", "")) if p)
+        return {"PYTHONPATH": path, KNOB_REPORT_ENV: ",".join(names)}
 
     def check_secrets(self) -> None:
         """Raise ServetuneError now, before any boot, when a secret of the study is not set."""
@@ -188,6 +207,7 @@ class VllmEngine:
         if state is HealthWait.healthy:
             layout = pin_engine_core(server.pgid, server.pid) if self.pin_engine_core else ""
             return StartResult(outcome=Outcome.ok, server=server, mismatches=check_applied(config, facts),
+                               knobs=self._check_knobs(config, text, facts, server),
                                detail=f"healthy after {server.startup_seconds:.1f} s", cpu_layout=layout,
                                boot_facts=facts, log_path=log_path, argv=argv)
         exit_code = server.exit_code()
@@ -204,6 +224,18 @@ class VllmEngine:
                            evidence=failure.evidence,
                            estimated_max_model_len=failure.estimated_max_model_len,
                            log_tail=tail(text), boot_facts=facts, log_path=log_path, argv=argv)
+
+    def _check_knobs(self, config: Config, text: str, facts: BootFacts, server: Server) -> list[KnobEvidence]:
+        """The Config's knobs as the boot shows them; /metrics is read only for a family the study
+        names as a knob's evidence."""
+        families: set[str] | None = None  # not read: such a knob stays unproven rather than not applied
+        wanted = [e for name, e in self.evidence.items() if e.metric and name.removeprefix(ENV_KNOB) in config.env]
+        if wanted:
+            try:
+                families = metric_families(server_http.get_text(f"{server.url}/metrics", self.client_api_key(config)))
+            except server_http.ServerAnswerError:
+                pass
+        return check_knobs(config, text, facts, self.evidence, families)
 
     def stop(self, server: Server) -> StopReport:
         return terminate(server, grace_s=self.grace_s)

@@ -19,13 +19,14 @@ import numpy as np
 
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
+from ..engine.knobs import KnobStatus
 from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..secrets import Redactor
 from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
 from ..study.metrics import higher_is_better
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
-from ..tune import bandwidth
+from ..tune import bandwidth, known
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
 from ..tune.revalidation import next_look
 from ..tune.verdict_rule import revalidation_cap
@@ -70,6 +71,7 @@ class ConfigLine:
     slo_violations: list[str]
     is_baseline: bool
     is_winner: bool
+    not_applied: str = ""  # "not applied: env.X": what its verdict column says instead of an effect
 
 
 @dataclass
@@ -85,6 +87,8 @@ class TrialView:
     startup_s: float | None
     vllm_version: str | None
     mismatches: list[str]
+    knobs: list[str]  # each env knob: "env.X=v applied", "... not applied", "... unproven"
+    knob_notes: list[str]  # why each knob that did not read applied reads so, with the log line
     runs_ok: int
     runs_total: int
     slot: str = ""  # which slot measured it ("slot 1 (cpus 1)"); shown when the study had several
@@ -96,6 +100,7 @@ class ParamEffectRow:
     value: str
     effect: Effect | None
     objective: Estimate | None
+    not_applied: bool = False  # the knob did not take effect: its row reads "not applied", never an effect
 
 
 @dataclass
@@ -278,15 +283,24 @@ def _config_heading(analysis: StudyAnalysis, emitted_for: str) -> str:
     return "Recommended config (the baseline: nothing beat it)"
 
 
-def _config_lines(analysis: StudyAnalysis) -> list[ConfigLine]:
+def _config_lines(analysis: StudyAnalysis, unapplied: dict[str, list[str]]) -> list[ConfigLine]:
     base_cfg = analysis.baseline.config if analysis.baseline else None
     win_key = analysis.winner.key if analysis.winner else None
     return [ConfigLine(label=c.config.label(base_cfg) if base_cfg and not c.is_baseline else c.label,
                        outcome=c.outcome, trials=len(c.trial_ids), objective=c.objective, effect=c.objective_effect,
                        feasible=c.feasible,
                        slo_violations=sorted({v for s in c.scenarios.values() for v in s.slo_violations}),
-                       is_baseline=c.is_baseline, is_winner=c.key == win_key)
+                       is_baseline=c.is_baseline, is_winner=c.key == win_key,
+                       not_applied=f"not applied: {', '.join(unapplied[c.key])}" if unapplied.get(c.key) else "")
             for c in analysis.configs]
+
+
+def _unapplied_knobs(analysis: StudyAnalysis, store: StudyStore) -> dict[str, list[str]]:
+    """Config key -> its knobs (`env.X`) that a boot of the study showed not applied at its value
+    (or unknown to the engine at any value): such a config is reported as not applied."""
+    base_cfg = analysis.baseline.config if analysis.baseline else Config()
+    return {c.key: [f"env.{var}" for var in gone] for c in analysis.configs
+            if (gone := known.did_not_apply(store, c.config, base_cfg))}
 
 
 def _redactor(store: StudyStore, spec: dict[str, Any]) -> Callable[[str], str]:
@@ -304,12 +318,15 @@ def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> 
     facts = t.boot_facts or BootFacts()
     startup = facts.startup_seconds if facts.startup_seconds is not None else t.boot_s
     mism = [describe_mismatch(m) for m in t.mismatches]
+    knob_notes = [redact(k.describe() + (f": {k.evidence_line}" if k.evidence_line else ""))
+                  for k in t.knobs if k.status is not KnobStatus.applied]
     return TrialView(
         seq=t.seq, role=t.role, label=t.config.label(base) if base is not None else t.config.label(),
         outcome=t.outcome or t.status, detail=redact(t.detail) if t.detail else t.detail,
         log_lines=explaining_lines(redact(t.log_tail or "")) if t.outcome not in (None, Outcome.ok) else [],
         kv_cache_tokens=facts.kv_cache_tokens, max_concurrency=facts.max_concurrency,
         startup_s=startup, vllm_version=facts.vllm_version, mismatches=mism,
+        knobs=[f"{k.knob}={k.requested} {k.status.value}" for k in t.knobs], knob_notes=knob_notes,
         runs_ok=len(t.ok_runs()), runs_total=len(t.runs), slot=_slot_label(t))
 
 
@@ -317,8 +334,9 @@ def _slot_label(t: Trial) -> str:
     return replace(t.placement, slot=t.slot).label() if t.placement else Placement(t.slot).label()
 
 
-def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
-    """Configs that differ from the baseline in one flag/env entry: that entry's effect (OFAT)."""
+def _param_effects(analysis: StudyAnalysis, unapplied: dict[str, list[str]]) -> list[ParamEffectRow]:
+    """Configs that differ from the baseline in one flag/env entry: that entry's effect (OFAT), or
+    "not applied" for a knob that did not take effect (its measurement is the baseline's again)."""
     base = analysis.baseline
     if base is None:
         return []
@@ -330,7 +348,7 @@ def _param_effects(analysis: StudyAnalysis) -> list[ParamEffectRow]:
         if len(diff) == 1:
             (name, (_, value)), = diff.items()
             rows.append(ParamEffectRow(name, fmt_value(value), c.objective_effect if c.ok else None,
-                                       c.objective))
+                                       c.objective, not_applied=name in unapplied.get(c.key, [])))
     return sorted(rows, key=lambda r: (r.parameter, r.value))
 
 
@@ -490,6 +508,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
                                      for m in objective.slo_for(s)))
     trials = store.trials()
     runs = [r for t in trials for r in t.runs]
+    unapplied = _unapplied_knobs(analysis, store)
     trial_by_id = {t.id: t for t in trials}
     base = analysis.baseline
     base_cfg = base.config if base else None
@@ -535,11 +554,11 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         winner_reason=_winner_reason(analysis, store),
         emitted_for=emitted_for, config_heading=_config_heading(analysis, emitted_for),
         metric_rows=_metric_rows(analysis, analysis.winner, objective),
-        configs=_config_lines(analysis), diff=diff, deployment=dep,
+        configs=_config_lines(analysis, unapplied), diff=diff, deployment=dep,
         snippets=snippets(dep) if dep is not None else None,
         trials=[_trial_view(t, base_cfg, redact) for t in trials],
         slotted=len({t.slot for t in trials}) > 1 or any(t.placement is not None and t.placement.node for t in trials),
-        param_effects=_param_effects(analysis), importances=importances,
+        param_effects=_param_effects(analysis, unapplied), importances=importances,
         plots=figures, evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),
         acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity,

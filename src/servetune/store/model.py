@@ -15,6 +15,7 @@ from typing import Any
 from ..engine.applied import AppliedMismatch
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
+from ..engine.knobs import KnobEvidence
 from ..engine.placement import Placement
 from ..load.records import RunSummary
 from ..vocabulary import Outcome
@@ -105,6 +106,7 @@ class Trial:
     placement: Placement | None = None  # that slot's GPUs/CPUs (None: a store from before slots)
     earlier_boots: int = 0           # healthy boots before the current one (reopened after a kill)
     earlier_boot_s: float = 0.0      # their launch-to-healthy seconds (a store from before: 0, unknown)
+    knobs: tuple[KnobEvidence, ...] = ()  # each env knob of the boot (a store from before: none checked)
 
     @property
     def status(self) -> str:

@@ -1,6 +1,6 @@
 """The SQLite schema of a study store. One file per study; every write is one transaction."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS trials (
     log_tail           TEXT,
     boot_facts_json    TEXT,
     mismatches_json    TEXT,
+    knobs_json         TEXT,                   -- each env knob: applied | not applied | unproven (engine.knobs)
     server_pid         INTEGER,
     server_pgid        INTEGER,
     server_create_time REAL,
@@ -81,6 +82,7 @@ ADDED_COLUMNS = (
     (3, "trials", "placement_json TEXT"),
     (4, "trials", "earlier_boots INTEGER"),
     (4, "trials", "earlier_boot_s REAL"),
+    (5, "trials", "knobs_json TEXT"),
 )
 
 

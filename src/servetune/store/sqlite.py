@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from urllib.parse import quote
 from ..engine.applied import AppliedMismatch
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
+from ..engine.knobs import KnobEvidence
 from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
@@ -241,12 +242,13 @@ class StudyStore:
 
     def record_boot(self, trial_id: int, *, healthy_at: float | None,
                     boot_facts: BootFacts | None,
-                    mismatches: list[AppliedMismatch], log_path: str | None) -> None:
+                    mismatches: list[AppliedMismatch], log_path: str | None,
+                    knobs: Sequence[KnobEvidence] = ()) -> None:
         facts_json = None if boot_facts is None else boot_facts.model_dump(mode="json")
-        self._write("UPDATE trials SET healthy_at = ?, boot_facts_json = ?, mismatches_json = ?,"
+        self._write("UPDATE trials SET healthy_at = ?, boot_facts_json = ?, mismatches_json = ?, knobs_json = ?,"
                     " log_path = COALESCE(?, log_path) WHERE id = ?",
                     (healthy_at, _dumps(facts_json), json.dumps([m.model_dump(mode="json") for m in mismatches]),
-                     log_path, trial_id))
+                     json.dumps([k.model_dump(mode="json") for k in knobs]), log_path, trial_id))
 
     def finish_trial(self, trial_id: int, outcome: Outcome, *, detail: str | None = None,
                      log_tail: str | None = None) -> None:
@@ -411,6 +413,7 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
         session_id=_optional(row, "session_id"), launch_token=_optional(row, "launch_token"),
         runs=runs, slot=_optional(row, "slot") or 0, placement=_loads_placement(_optional(row, "placement_json")),
         earlier_boots=_optional(row, "earlier_boots") or 0, earlier_boot_s=_optional(row, "earlier_boot_s") or 0.0,
+        knobs=tuple(KnobEvidence.model_validate(k) for k in _loads(_optional(row, "knobs_json"), [])),
     )
 
 

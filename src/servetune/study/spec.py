@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 from ..capacity.sequential import LOOKS_PER_RUN, Looks
 from ..capacity.slo import requests_to_meet, slo_from_key
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
+from ..engine.knobs import DeclaredEvidence
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS, Scenario
 from ..load.trace.window import load_replay
@@ -104,6 +105,9 @@ class EngineSpec(_Strict):
     # CPU build on a few cores: pin the busy-waiting EngineCore to the workers' cores so it does
     # not starve the API server (engine/cpu_layout.py says why); a no-op where nothing is reserved.
     pin_engine_core: bool = False
+    # Knob (`env.NAME`) -> the boot-log line or /metrics family that shows it took effect, for a
+    # knob no rule of servetune knows (engine/knobs.py).
+    evidence: dict[str, DeclaredEvidence] = Field(default_factory=dict)
     # Secret values the study file gave literally: used at launch, never dumped (so never stored).
     _secret_values: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -128,11 +132,13 @@ class EngineSpec(_Strict):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """No `secret_env` key when there are none: a stored spec from before the key existed stays
-        equal to its study's dump, so such studies still resume."""
+        """No `secret_env` (or `evidence`) key when there are none: a stored spec from before the key
+        existed stays equal to its study's dump, so such studies still resume."""
         out: dict[str, Any] = handler(self)  # a model's wrapped serializer gives its dict
         if not self.secret_env:
             out.pop("secret_env", None)
+        if not self.evidence:
+            out.pop("evidence", None)
         return out
 
     @property
@@ -405,7 +411,7 @@ class StudySpec(_Strict):
     @model_validator(mode="after")
     def _cross_check(self, info: ValidationInfo) -> StudySpec:
         problems = (self._scenario_problems() + self._objective_problems() + self._constraint_problems()
-                    + self._secret_problems() + self._json_field_problems())
+                    + self._secret_problems() + self._json_field_problems() + self._evidence_problems())
         if not (info.context or {}).get(STORED):
             problems += self._trace_problems() or self._capacity_sample_problems()
         if problems:
@@ -522,6 +528,18 @@ class StudySpec(_Strict):
         named = set(self.engine.secret_env)
         return [(("space", name), f"{name!r} is a secret (engine.secret_env) and cannot be tuned")
                 for name in self.space if (var := env_var(name)) is not None and var in named]
+
+    def _evidence_problems(self) -> list[tuple[Loc, str]]:
+        """Evidence is declared for a knob (`env.NAME`) the study sets (engine.env or the space)."""
+        knobs = [*(f"{ENV_PREFIX}{k}" for k in self.engine.env), *(n for n in self.space if env_var(n) is not None)]
+        problems: list[tuple[Loc, str]] = []
+        for name in self.engine.evidence:
+            if not is_env_name(env_var(name)):
+                problems.append((("engine", "evidence", name), f"{name!r} is not a knob: name a variable as env.NAME"))
+            elif name not in knobs:
+                problems.append((("engine", "evidence", name), f"{name!r} is set neither in engine.env nor in the "
+                                 f"space{did_you_mean(name, knobs)}"))
+        return problems
 
     def _json_field_problems(self) -> list[tuple[Loc, str]]:
         """A swept field (`speculative-config.num_speculative_tokens`) lives in a mapping the

@@ -14,6 +14,7 @@ from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults, read_engine_defaults
 from ..engine.equivalence import Booted, duplicate_detail, fitting_length, known_to_fail
+from ..engine.knobs import ENV_KNOB, unapplied, unknown_variables
 from ..store import StudyStore, Trial
 from ..vocabulary import Outcome
 
@@ -63,16 +64,52 @@ def before_boot(store: StudyStore, config: Config, baseline: Config, defaults: E
     twin = duplicate_detail(config, None, measured(store, baseline, excluding=excluding), defaults)
     if twin is not None:
         return Outcome.duplicate, twin
+    gone = did_not_apply(store, config, baseline, excluding=excluding)
+    if gone:
+        # The knob would not apply again: the config runs as it does without it.
+        without = Config(flags=config.flags, env={k: v for k, v in config.env.items() if k not in gone})
+        twin = duplicate_detail(without, None, measured(store, baseline, excluding=excluding), defaults)
+        why = "; ".join(gone.values())
+        if twin is not None:
+            return Outcome.duplicate, f"{why}; without it, {twin}"
+        return Outcome.skipped, f"{why}: the study boots no value of a knob that did not apply"
     too_long = [Booted(_name(t, baseline), t.config, t.boot_facts) for t in store.trials()
                 if t.outcome is Outcome.context_too_long]
     doomed = known_to_fail(config, too_long)
     return (Outcome.skipped, doomed) if doomed else None
 
 
+def did_not_apply(store: StudyStore, config: Config, baseline: Config, *,
+                  excluding: int | None = None) -> dict[str, str]:
+    """Variable -> why, for each of `config`'s variables a booted trial showed not applied: at this
+    value, or at any value when the engine did not know the variable."""
+    out: dict[str, str] = {}
+    for trial in store.trials():
+        if trial.id == excluding:
+            continue
+        for var in unknown_variables(trial.config, trial.boot_facts):
+            if var in config.env and var not in out:
+                out[var] = f"env.{var} is unknown to this vLLM ({_name(trial, baseline)}'s boot log)"
+        for knob in unapplied(list(trial.knobs)):
+            var = knob.knob.removeprefix(ENV_KNOB)
+            if config.env.get(var) == knob.requested and var not in out:
+                out[var] = f"{knob.knob}={knob.requested} did not apply in {_name(trial, baseline)} ({knob.reason})"
+    return out
+
+
 def after_boot(store: StudyStore, trial: Trial, facts: BootFacts, baseline: Config,
                defaults: EngineDefaults) -> str | None:
-    """Why the booted `trial` runs as a measured config (its boot log against theirs), or None."""
-    detail = duplicate_detail(trial.config, facts, measured(store, baseline, excluding=trial.id), defaults)
+    """Why the booted `trial` runs as a measured config (its boot log against theirs, a knob its
+    boot showed not applied taken as unset), or None."""
+    others = measured(store, baseline, excluding=trial.id)
+    detail = duplicate_detail(trial.config, facts, others, defaults)
+    gone = {k.knob.removeprefix(ENV_KNOB): k for k in unapplied(list(store.trial(trial.id).knobs))}
+    if detail is None and gone:
+        without = Config(flags=trial.config.flags, env={k: v for k, v in trial.config.env.items() if k not in gone})
+        twin = duplicate_detail(without, facts, others, defaults)
+        if twin is not None:
+            why = "; ".join(f"{k.knob}={k.requested} did not apply ({k.reason})" for k in gone.values())
+            detail = f"{why}; without it, {twin}"
     return None if detail is None else f"{detail} (effective engine config from the boot logs; not measured)"
 
 

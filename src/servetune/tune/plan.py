@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine.defaults import EngineDefaults
+from ..engine.defaults import EngineDefaults, in_container
 from ..engine.equivalence import Booted, duplicate_detail
+from ..engine.knobs import ENV_KNOB, evidence_source
 from ..models.source import ModelSource, locate
 from ..search import make_strategy
 from ..search.base import TrialView
@@ -62,6 +63,8 @@ class StudyPlan:
     eta_s: float
     eta_basis: str
     problems: list[tuple[Loc, str]]  # what stops the study (key path, why): fix before it runs
+    # Each env knob (`env.NAME`) -> what can show it applied or not; None: nothing, it reads unproven
+    knob_evidence: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def booting(self) -> list[PlannedCandidate]:
@@ -93,7 +96,15 @@ def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engi
                      candidates=candidates, open_ended=spec.strategy in ("ofat", "optuna") and booting > 0,
                      boots=boots, runs=boots * per_scenario * len(spec.scenarios),
                      eta_s=boots * eta_seed.next_trial_s(spec, seed) / spec.parallel.slots,
-                     eta_basis=basis, problems=problems)
+                     eta_basis=basis, problems=problems, knob_evidence=knob_evidence(spec))
+
+
+def knob_evidence(spec: StudySpec) -> dict[str, str | None]:
+    """Every env knob of the study (baseline and space) with what can prove it applied (engine/knobs.py)."""
+    container = in_container(list(spec.engine.command))
+    names = dict.fromkeys([*spec.engine.env, *(var for n in spec.space if (var := env_var(n)) is not None)])
+    return {f"{ENV_KNOB}{var}": evidence_source(var, spec.engine.evidence.get(f"{ENV_KNOB}{var}"), container)
+            for var in names if var not in spec.engine.secret_env}
 
 
 def _must_read(spec: StudySpec) -> bool:

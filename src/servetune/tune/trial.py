@@ -134,6 +134,7 @@ class TrialExecutor:
             boot_facts=started.boot_facts,
             mismatches=started.mismatches,
             log_path=stored_log,
+            knobs=started.knobs,
         )
         if started.outcome != Outcome.ok or started.server is None:
             fits = fits_of(trial, started.estimated_max_model_len) \
