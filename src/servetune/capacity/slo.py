@@ -80,6 +80,18 @@ def parse_slo(text: str) -> Slo:
     return Slo(metric, stat, limit)
 
 
+_STORED = re.compile(r"^(ttft|tpot|itl|e2el):(mean|p\d+(?:\.\d+)?)<=([0-9.eE+-]+)ms$")
+
+
+def parse_stored(text: str) -> Slo:
+    """An SLO as `str(Slo)` writes it (`ttft:p99<=1000ms`, a capacity result's `slos`) back as an
+    Slo; a ServetuneError naming the text otherwise."""
+    m = _STORED.match(text.strip())
+    if m is None:
+        raise ServetuneError(f"SLO {text!r}: expected METRIC:STAT<=MSms, as a capacity result writes it")
+    return parse_slo(f"{m.group(1)}:{m.group(2)}={m.group(3)}")
+
+
 _KEY = re.compile(r"^(mean|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
 
 

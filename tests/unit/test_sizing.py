@@ -1,0 +1,154 @@
+"""`servetune size` on capacities of known truth: a capacity search of the simulated queue
+(tests/fakes/queue_model.py) written as `servetune capacity` writes it; the replicas for a
+multiple of that capacity, their interval against the truth, the balancers, a trace's busy minute."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from servetune.capacity.document import capacity_document
+from servetune.capacity.estimate import estimate
+from servetune.capacity.search import SearchSettings, search
+from servetune.capacity.slo import parse_slo
+from servetune.load.scenario import Scenario
+from servetune.load.trace.spec import TraceSpec
+from servetune.load.trace.window import Replay, ReplayRequest
+from servetune.sizing.balance import assign, shares
+from servetune.sizing.plan import replicas_for
+from servetune.sizing.target import trace_target
+from tests.fakes.queue_model import QueueModel, simulated_measure
+from tests.unit.cli_run import servetune
+
+MODEL = QueueModel(slots=16, prefill_ms=20.0, itl_ms=10.0, output_len=8)
+SLOS = [parse_slo("ttft:p90=60")]
+N = 400
+SETTINGS = SearchSettings(start=20.0, min_level=0.5, max_level=500.0)
+
+
+@pytest.fixture(scope="module")
+def truth() -> float:
+    """The rate at which p90 TTFT over runs of N requests crosses 60 ms (a long simulation)."""
+    return MODEL.true_crossing(0.9, 60.0, N, runs=100)
+
+
+@pytest.fixture(scope="module")
+def capacity_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, float, float, float]:
+    """A simulated search written as `servetune capacity --out` writes it; (file, point, low, high)."""
+    result = search(simulated_measure(MODEL, SLOS, N, SETTINGS.alpha, seed=7, looks=SETTINGS.looks), SLOS, SETTINGS)
+    est = estimate(result.levels, alpha=SETTINGS.alpha)
+    scenario = Scenario(name="chat", input_len=16, output_len=MODEL.output_len, rate=1.0, num_prompts=N)
+    doc = capacity_document(result, est, SLOS, SETTINGS, "rate",
+                            {"url": "http://127.0.0.1:9", "scenario": json.loads(scenario.model_dump_json()),
+                             "num_prompts": N})
+    path = tmp_path_factory.mktemp("cap") / "cap.json"
+    path.write_text(json.dumps(doc))
+    assert est.bounded
+    return path, est.capacity, est.low, est.high
+
+
+def _size(path: Path, tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "size.json"
+    res = servetune("size", path, *args, "--price-per-gpu-hour", "2.5", "--gpus-per-replica", "2", "--out", out)
+    assert res.code == 0, res.stderr
+    doc: dict = json.loads(out.read_text())
+    return doc
+
+
+def test_three_times_the_capacity_takes_three_replicas_and_the_interval_holds_the_truth(
+        capacity_file: tuple[Path, float, float, float], truth: float, tmp_path: Path) -> None:
+    path, point, low, high = capacity_file
+    target = 3 * point
+    (sized,) = _size(path, tmp_path, "--rate", repr(target))["configs"]
+    replicas = sized["replicas"]
+    assert replicas["value"] == 3
+    needed = math.ceil(target / truth)   # what the queue truly needs for this load
+    assert replicas["low"] <= needed <= replicas["high"], (replicas, needed, truth, (low, point, high))
+    assert replicas["low"] == math.ceil(target / high) and replicas["high"] == math.ceil(target / low)
+    assert sized["gpus"] == 6 and sized["usd_per_hour"] == pytest.approx(15.0)
+    assert sized["joules_per_output_token"] is None and "not measured" in sized["energy"]
+
+
+def test_three_and_a_half_times_the_capacity_takes_four(capacity_file: tuple[Path, float, float, float],
+                                                       tmp_path: Path) -> None:
+    path, point, _, _ = capacity_file
+    doc = _size(path, tmp_path, "--rate", repr(3.5 * point))
+    assert doc["configs"][0]["replicas"]["value"] == 4
+    # a growth factor multiplies the target
+    grown = _size(path, tmp_path / "g", "--rate", repr(point), "--growth", "3.5")
+    assert grown["configs"][0]["replicas"]["value"] == 4 and grown["target"]["growth"] == 3.5
+
+
+def test_replicas_round_up_but_not_past_a_whole_multiple() -> None:
+    capacity = 0.1 + 0.2   # 0.30000000000000004: 3 x it / it is not exactly 3 in floating point
+    assert replicas_for(3 * capacity, capacity) == 3
+    assert replicas_for(3.01 * capacity, capacity) == 4
+    assert replicas_for(0.2, capacity) == 1
+    assert replicas_for(1.0, 0.0) == math.inf and replicas_for(5.0, math.inf) == 1
+
+
+def _replay(hashes: list[int | None], follows: list[int | None] | None = None) -> Replay:
+    follows = follows or [None] * len(hashes)
+    return Replay(tuple(ReplayRequest(float(i), 10, 5, None if h is None else (h, 100 + i), f)
+                        for i, (h, f) in enumerate(zip(hashes, follows))), len(hashes), float(len(hashes)))
+
+
+def test_round_robin_deals_requests_in_turn_and_session_keeps_a_prefix_on_one_replica() -> None:
+    replay = _replay([1, 2, 1, 2, 1, 3])
+    assert assign(replay, 2, "round-robin") == [0, 1, 0, 1, 0, 1]
+    assert assign(replay, 2, "session") == [0, 1, 0, 1, 0, 0]   # prefix 1, 2, 3 dealt in arrival order
+    parts = shares(replay, 2, "session")
+    assert [len(p.requests) for p in parts] == [4, 2]
+    assert {r.hash_ids[0] for r in parts[1].requests if r.hash_ids} == {2}
+
+
+def test_a_conversation_stays_whole_under_session_and_is_cut_loose_under_round_robin() -> None:
+    replay = _replay([None, None, None, None], follows=[None, None, 0, 2])   # turns 0 -> 2 -> 3
+    by_session = shares(replay, 2, "session")
+    assert [len(p.requests) for p in by_session] == [3, 1]
+    assert [r.follows for r in by_session[0].requests] == [None, 0, 1]   # positions within the share
+    by_turn = shares(replay, 2, "round-robin")
+    assert [r.follows for r in by_turn[0].requests] == [None, 0]   # requests 0 and 2: 2 follows 0
+    assert [r.follows for r in by_turn[1].requests] == [None, None]   # 3 follows 2, on the other replica
+
+
+def test_a_trace_target_is_the_minute_at_the_percentile_of_per_minute_counts(tmp_path: Path) -> None:
+    counts = [30, 120, 60, 90, 10]   # requests in each minute; a last partial minute is left out
+    rows = []
+    for minute, n in enumerate(counts):
+        rows += [{"timestamp": (minute * 60 + 60 * i / n) * 1000, "input_length": 10, "output_length": 5}
+                 for i in range(n)]
+    rows.append({"timestamp": 5 * 60_000 + 30_000, "input_length": 10, "output_length": 5})
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = TraceSpec(path=path)
+    peak = trace_target(spec, 100, 1.0)
+    assert peak.rps == pytest.approx(2.0) and peak.window is not None and peak.window.start_s == 60
+    median = trace_target(spec, 50, 2.0)
+    assert median.rps == pytest.approx(2 * 60 / 60) and median.window is not None and median.window.start_s == 120
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--rate", "0"], "--rate 0: must be a finite number above 0"),
+    (["--rate", "5", "--trace", "x.jsonl"], "give --rate or --trace as the target, not both"),
+    (["--rate", "5", "--percentile", "0"], "--percentile 0: must be a finite number above 0"),
+    (["--rate", "5", "--balance", "random"], "--balance 'random': expected round-robin or session"),
+    (["--rate", "5", "--check"], "--check needs --url"),
+    (["--rate", "5", "--url", "http://127.0.0.1:9"], "--url is the server of --check"),
+    (["--rate", "5", "--scenario", "chat"], "--scenario names a study's scenario"),
+    ([], "give a target: --rate REQ_PER_S or --trace FILE"),
+])
+def test_bad_input_is_one_line_and_exit_2(capacity_file: tuple[Path, float, float, float], args: list[str],
+                                          says: str) -> None:
+    res = servetune("size", capacity_file[0], *args)
+    assert res.code == 2 and len(res.error_lines) == 1 and says in res.error_lines[0], res.stderr
+
+
+def test_a_file_that_is_no_capacity_result_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bench.json"
+    bad.write_text(json.dumps({"completed": 10}))
+    res = servetune("size", bad, "--rate", "5")
+    assert res.code == 2 and "not a capacity result" in res.stderr and str(bad) in res.stderr
