@@ -116,7 +116,7 @@ def _check_options(rate: float | None, trace: Path | None, percentile: float, gr
             raise ServetuneError("--check needs --out: the check's run is kept beside it")
     elif url is not None:
         raise ServetuneError("--url is the server of --check; give --check too")
-    return balance  # type: ignore[return-value]  # one of BALANCES, checked above
+    return balance
 
 
 def _capacities(source: Path, scenario: str | None, gpus: int) -> tuple[list[ConfigCapacity], float | None]:

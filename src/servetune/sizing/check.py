@@ -96,7 +96,7 @@ def check(server: Server, capacity: ConfigCapacity, target: Target, replicas: in
         if needed is not None and needed > requests:
             result.notes.append(f"{requests} requests cannot show {slo} met (a level needs {needed}): "
                                 "at best undecided; a longer window or a lower percentile can decide it")
-    run, sample = measure_level(server.url, scenario, capacity.slos, load=load, level=level, run=0,
+    _, sample = measure_level(server.url, scenario, capacity.slos, load=load, level=level, run=0,
                                 num_prompts=requests, looks=looks, out_dir=out_dir, run_id="check",
                                 model=server.model, tokenizer_dir=server.tokenizer_dir, api_key=server.api_key,
                                 progress=progress)

@@ -68,9 +68,11 @@ class Sizing:
         return {
             "config": cap.label, "gpus_per_replica": cap.gpus,
             "capacity": {"load": cap.load, "value": cap.value, "low": cap.low, "high": _num(cap.high),
-                         "req_per_s": cap.value_rps, "req_per_s_low": cap.low_rps, "req_per_s_high": _num(cap.high_rps),
+                         "req_per_s": cap.value_rps, "req_per_s_low": cap.low_rps,
+                         "req_per_s_high": _num(cap.high_rps),
                          "binding": cap.binding},
-            "replicas": {"value": _num(self.replicas), "low": _num(self.replicas_low), "high": _num(self.replicas_high)},
+            "replicas": {"value": _num(self.replicas), "low": _num(self.replicas_low),
+                         "high": _num(self.replicas_high)},
             "gpus": _num(self.gpus),
             "usd_per_hour": self.usd_per_hour,
             "output_tokens_per_s": self.output_tokens_per_s,
