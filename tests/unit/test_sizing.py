@@ -152,3 +152,62 @@ def test_a_file_that_is_no_capacity_result_is_named(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"completed": 10}))
     res = servetune("size", bad, "--rate", "5")
     assert res.code == 2 and "not a capacity result" in res.stderr and str(bad) in res.stderr
+
+
+def _study(tmp_path: Path) -> Path:
+    """A `maximize: capacity` study's store with two configs measured on one boot each: the
+    baseline (10 req/s [8, 12]) and tensor parallel 2 (30 req/s [27, 33], two GPUs a server)."""
+    import sys
+
+    from servetune.engine.config import Config
+    from servetune.load.records import RunResult
+    from servetune.store import StudyStore, TrialRole
+    from servetune.study.spec import StudySpec
+    from servetune.tune import capacity_trial
+    from servetune.vocabulary import Outcome
+
+    spec = StudySpec.model_validate({
+        "name": "sized", "engine": {"command": [sys.executable, "-c", "pass"], "model": str(tmp_path / "m")},
+        "space": {"tensor-parallel-size": [2]},
+        "scenarios": [{"name": "chat", "input_len": 8, "output_len": 4, "rate": 10, "concurrency": None}],
+        "objective": {"maximize": "capacity", "slo": {"p90_ttft_ms": 500}},
+        "strategy": "grid", "replicates": 1, "price_per_gpu_hour": 3.0,
+    })
+    store = StudyStore.in_dir(tmp_path / "study")
+    store.set_meta_json("spec", spec.model_dump(mode="json"))
+    for role, config, (cap, low, high) in (
+            (TrialRole.baseline, spec.baseline_config(), (10.0, 8.0, 12.0)),
+            (TrialRole.candidate, spec.baseline_config().merged(Config.of({"tensor-parallel-size": 2})), (30.0, 27.0, 33.0))):
+        trial = store.begin_trial(role, config, {})
+        store.record_boot(trial.id, healthy_at=trial.started_at + 1, boot_facts=None, mismatches=[], log_path=None)
+        store.record_run(trial.id, capacity_trial.CAPACITY_REPLICATE, RunResult(scenario="chat", summary={
+            "capacity": cap, "capacity_low": low, "capacity_high": high, "load": "rate",
+            "output_throughput_at_capacity": cap * 4, "judgement": capacity_trial.JUDGEMENT}),
+            started_at=0, ended_at=1)
+        store.finish_trial(trial.id, Outcome.ok)
+    store.close()
+    return tmp_path / "study"
+
+
+def test_a_capacity_study_sizes_every_config_with_its_gpus_and_the_studys_price(tmp_path: Path) -> None:
+    study = _study(tmp_path)
+    out = tmp_path / "size.json"
+    res = servetune("size", study, "--rate", "60", "--out", out)
+    assert res.code == 0, res.stderr
+    doc = json.loads(out.read_text())
+    assert doc["price_per_gpu_hour"] == 3.0
+    by_gpus = {c["gpus_per_replica"]: c for c in doc["configs"]}
+    base, tp2 = by_gpus[1], by_gpus[2]
+    assert base["replicas"] == {"value": 6, "low": 5, "high": 8}          # 60 / 10, 60 / 12, 60 / 8
+    assert tp2["replicas"] == {"value": 2, "low": 2, "high": 3} and tp2["gpus"] == 4
+    assert doc["configs"][0] is not None and doc["configs"][0]["gpus"] == 4   # the fewest GPUs first
+    # 4 output tokens a request: 240 tokens/s; 4 GPUs at 3 $ an hour
+    assert tp2["usd_per_hour"] == pytest.approx(12.0)
+    assert tp2["usd_per_million_output_tokens"] == pytest.approx(12.0 / (240 * 3600) * 1e6)
+    assert "tensor-parallel-size=2" in tp2["config"]
+
+
+def test_a_scenario_the_study_does_not_score_is_named(tmp_path: Path) -> None:
+    study = _study(tmp_path)
+    res = servetune("size", study, "--rate", "60", "--scenario", "nope")
+    assert res.code == 2 and "--scenario 'nope'" in res.stderr and "chat" in res.stderr
