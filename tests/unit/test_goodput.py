@@ -108,3 +108,41 @@ def test_goodput_is_an_objective_that_needs_a_per_request_slo() -> None:
     with pytest.raises(SpecError, match="request_goodput counts the requests that meet every per-request SLO"):
         _spec(maximize="request_goodput", slo={"output_throughput": 10})
     assert "request_goodput" in REPORTED_METRICS   # in every study's metrics, so in every report
+
+
+def test_a_study_maximising_goodput_measures_it_in_every_run_and_reports_it(tmp_path: Path) -> None:
+    """A whole study on the counting engine against the fake server: each run counts its goodput
+    against the scenario's per-request limit, the analysis estimates it, the report shows it."""
+    import io
+
+    from rich.console import Console
+
+    from servetune.engine.bootfacts import BootFacts
+    from servetune.report.context import build as build_report_data
+    from servetune.tune.display import StudyDisplay
+    from servetune.tune.runner import StudyRunner
+    from tests.fakes import MODEL_WITHOUT_WEIGHTS
+    from tests.fakes.counting_engine import CountingEngine
+    from tests.fakes.launch import fake_server
+
+    spec = StudySpec.model_validate({
+        "name": "goodput", "engine": {"command": [sys.executable], "model": str(MODEL_WITHOUT_WEIGHTS)},
+        "space": {"max-num-seqs": [4]},
+        "scenarios": [{"name": "s", "input_len": 8, "output_len": 4, "num_prompts": 8, "warmups": 0}],
+        "objective": {"maximize": "request_goodput", "slo": {"p99_ttft_ms": 5000}},
+        "strategy": "grid", "replicates": 1, "finalists": 0,
+    })
+    with fake_server(ttft_ms=1, itl_ms=1) as url:
+        runner = StudyRunner(spec, tmp_path / "study", display=StudyDisplay(Console(file=io.StringIO()),
+                                                                             enabled=False))
+        runner.engine = runner.executor.engine = CountingEngine(url, facts_for=lambda config: BootFacts())
+        analysis = runner.run()
+    runs = [r for t in runner.store.trials() for r in t.runs]
+    assert len(runs) == 2
+    for r in runs:   # every request well under 5 s: goodput is the request throughput
+        assert r.summary["request_goodput"] == pytest.approx(r.summary["request_throughput"])
+        assert r.summary["request_goodput_low"] < r.summary["request_goodput"] <= r.summary["request_goodput_high"]
+    assert analysis.objective_metric == "request_goodput"
+    assert all("request_goodput" in c.scenarios["s"].metrics for c in analysis.configs)
+    rows = build_report_data(analysis, runner.store).metric_rows
+    assert any(row.metric == "request_goodput" and row.kind == "objective" for row in rows)
