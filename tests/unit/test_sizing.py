@@ -97,12 +97,23 @@ def _replay(hashes: list[int | None], follows: list[int | None] | None = None) -
 
 
 def test_round_robin_deals_requests_in_turn_and_session_keeps_a_prefix_on_one_replica() -> None:
-    replay = _replay([1, 2, 1, 2, 1, 3])
-    assert assign(replay, 2, "round-robin") == [0, 1, 0, 1, 0, 1]
-    assert assign(replay, 2, "session") == [0, 1, 0, 1, 0, 0]   # prefix 1, 2, 3 dealt in arrival order
-    parts = shares(replay, 2, "session")
-    assert [len(p.requests) for p in parts] == [4, 2]
+    replay = _replay([1, 2, 1, 2, 1, 3, 1])
+    assert assign(replay, 2, "round-robin") == [0, 1, 0, 1, 0, 1, 0]
+    # prefix 1 on replica 0, prefix 2 on replica 1; prefix 3 (new) to the one given fewer so far
+    assert assign(replay, 2, "session") == [0, 1, 0, 1, 0, 1, 0]
+    parts = shares(_replay([1, 1, 1, 2]), 2, "session")
+    assert [len(p.requests) for p in parts] == [3, 1]
     assert {r.hash_ids[0] for r in parts[1].requests if r.hash_ids} == {2}
+
+
+def test_the_session_balancer_follows_the_longest_shared_prefix_not_a_common_system_prompt() -> None:
+    """Every prompt opens with block 7 (a system prompt); two documents (blocks 10, 20) are each
+    asked about three times: each document's questions stay together, the load stays even."""
+    blocks = [(7, 10, 100), (7, 20, 200), (7, 10, 101), (7, 20, 201), (7, 10, 102), (7, 20, 202)]
+    replay = Replay(tuple(ReplayRequest(float(i), 10, 5, b) for i, b in enumerate(blocks)), 6, 6.0)
+    owner = assign(replay, 2, "session")
+    assert owner == [0, 1, 0, 1, 0, 1]
+    assert len({owner[i] for i in (0, 2, 4)}) == 1 and len({owner[i] for i in (1, 3, 5)}) == 1
 
 
 def test_a_conversation_stays_whole_under_session_and_is_cut_loose_under_round_robin() -> None:

@@ -51,7 +51,7 @@ def size_cmd(
     model: opt.ServedModel = None,
     tokenizer: opt.Tokenizer = None,
     balance: str = typer.Option("round-robin", "--balance", help="how a trace's requests are dealt to replicas: "
-                                "round-robin, or session (a conversation, a shared prefix, on one replica)"),
+                                "round-robin, or session (a conversation, a long shared prefix, on one replica)"),
     config: str | None = typer.Option(None, "--config", help="the config to check (default: the fewest GPUs)"),
     replicas: int | None = typer.Option(None, "--replicas", min=1,
                                         help="check this many replicas instead of the sized count"),
