@@ -1,7 +1,7 @@
 """A trace's requests dealt to N replicas as a load balancer deals them.
 
 `round-robin`: request i to replica i mod N. `session`: a prefix-aware balancer, by the rule of
-SGLang's cache-aware router. A later turn of a conversation goes where its first turn went; a
+the cache-aware routers of SGLang and vLLM (their `--cache-threshold`). A later turn of a conversation goes where its first turn went; a
 request whose longest prefix seen before covers at least MATCH_SHARE of its blocks (a
 conversation's history, a document asked about again) goes to a replica holding that prefix, so
 the reuse stays in one server's prefix cache; any other request (a shared system prompt alone is
@@ -18,7 +18,7 @@ from ..load.trace.window import Replay, ReplayRequest
 
 Balance = Literal["round-robin", "session"]
 BALANCES: tuple[Balance, ...] = ("round-robin", "session")
-MATCH_SHARE = 0.5   # SGLang router's default cache_threshold
+MATCH_SHARE = 0.5   # the share a cached prefix must cover (those routers' --cache-threshold)
 
 
 def assign(replay: Replay, replicas: int, balance: Balance) -> list[int]:
