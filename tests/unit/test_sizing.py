@@ -150,6 +150,7 @@ def test_a_trace_target_is_the_minute_at_the_percentile_of_per_minute_counts(tmp
     (["--rate", "5", "--check"], "--check needs --url"),
     (["--rate", "5", "--url", "http://127.0.0.1:9"], "--url is the server of --check"),
     (["--rate", "5", "--scenario", "chat"], "--scenario names a study's scenario"),
+    (["--rate", "5", "--replicas", "2"], "--replicas chooses what --check measures"),
     ([], "give a target: --rate REQ_PER_S or --trace FILE"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capacity_file: tuple[Path, float, float, float], args: list[str],

@@ -63,6 +63,9 @@ def size_cmd(
     """How many replicas (and GPUs) each config needs for the target, with the interval its
     capacity's interval gives, and the cost; with --check, one replica's share measured."""
     chosen_balance = _check_options(rate, trace, percentile, growth, price, balance, check, url, out)
+    if not check and (replicas is not None or config is not None):
+        raise ServetuneError(f"{'--replicas' if replicas is not None else '--config'} chooses what --check measures; "
+                             "give --check too")
     tokenizer = validate.tokenizer_dir(tokenizer)
     capacities, study_price = _capacities(source, scenario, gpus)
     price = price if price is not None else study_price
@@ -77,6 +80,7 @@ def size_cmd(
     console.print(_table(sizings))
     console.print(escape(f"energy per output token: {capacities[0].energy_note}"))
     doc: dict[str, Any] = {"source": str(source), "target": target.to_dict(),
+                           "balance": chosen_balance if check and target.window is not None else None,
                            "price_per_gpu_hour": price, "configs": [s.to_dict() for s in sizings]}
     failed = None
     if check:

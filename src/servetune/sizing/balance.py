@@ -1,11 +1,12 @@
 """A trace's requests dealt to N replicas as a load balancer deals them.
 
 `round-robin`: request i to replica i mod N. `session`: a prefix-aware balancer, by the rule of
-the cache-aware routers of SGLang and vLLM (their `--cache-threshold`). A later turn of a conversation goes where its first turn went; a
-request whose longest prefix seen before covers at least MATCH_SHARE of its blocks (a
-conversation's history, a document asked about again) goes to a replica holding that prefix, so
-the reuse stays in one server's prefix cache; any other request (a shared system prompt alone is
-too short a match) goes to the replica given the fewest requests so far, as do ties.
+the cache-aware routers of SGLang and vLLM (their `--cache-threshold`). A later turn of a
+conversation goes where its first turn went; a request whose longest prefix seen before covers
+at least MATCH_SHARE of its blocks (a conversation's history, a document asked about again) goes
+to a replica holding that prefix, so the reuse stays in one server's prefix cache; any other
+request (a shared system prompt alone is too short a match) goes to the replica given the fewest
+requests so far, as do ties.
 """
 
 from __future__ import annotations
