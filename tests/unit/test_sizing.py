@@ -223,3 +223,35 @@ def test_a_scenario_the_study_does_not_score_is_named(tmp_path: Path) -> None:
     study = _study(tmp_path)
     res = servetune("size", study, "--rate", "60", "--scenario", "nope")
     assert res.code == 2 and "--scenario 'nope'" in res.stderr and "chat" in res.stderr
+
+
+def test_a_trace_capacity_is_sized_for_its_own_traces_busy_minute_in_requests_per_second(tmp_path: Path) -> None:
+    """A speed-up measured on the trace's first minute (60 requests: 1 req/s recorded), 2x
+    [1.5, 2.5]: 2 req/s. The trace's busiest minute holds 120 (2 req/s); grown 3x, 6 req/s."""
+    counts = [60, 120, 60]
+    rows = [{"timestamp": (minute * 60 + 60 * i / n) * 1000, "input_length": 10, "output_length": 5}
+            for minute, n in enumerate(counts) for i in range(n)]
+    rows.append({"timestamp": 180_000, "input_length": 10, "output_length": 5})
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scenario = Scenario(name="t", trace=TraceSpec(path=trace, duration_s=60.0))
+    doc = {"status": "complete", "load": "speedup", "slos": ["ttft:p90<=500ms"], "alpha": 0.05, "looks_per_run": 5,
+           "capacity": {"value": 2.0, "low": 1.5, "high": 2.5, "binding": "ttft:p90<=500ms"},
+           "scenario": json.loads(scenario.model_dump_json()), "num_prompts": 60, "levels": []}
+    path = tmp_path / "cap.json"
+    path.write_text(json.dumps(doc))
+    out = _size(path, tmp_path, "--growth", "3")
+    (sized,) = out["configs"]
+    assert sized["capacity"]["req_per_s"] == pytest.approx(2.0) and sized["capacity"]["req_per_s_low"] == 1.5
+    assert out["target"]["req_per_s"] == pytest.approx(6.0) and out["target"]["window_start_s"] == 60
+    assert sized["replicas"] == {"value": 3, "low": 3, "high": 4}
+
+
+def test_a_closed_loops_capacity_has_no_rate_to_size_by(tmp_path: Path) -> None:
+    scenario = Scenario(name="users", input_len=8, output_len=4, concurrency=8)
+    path = tmp_path / "cap.json"
+    path.write_text(json.dumps({"status": "complete", "load": "concurrency", "slos": ["ttft:p90<=500ms"],
+                                "capacity": {"value": 16, "low": 12, "high": 20},
+                                "scenario": json.loads(scenario.model_dump_json())}))
+    res = servetune("size", path, "--rate", "5")
+    assert res.code == 2 and "--load concurrency (concurrent users) has no request rate" in res.stderr
