@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from servetune.capacity.document import capacity_document
 from servetune.capacity.estimate import estimate
@@ -255,3 +257,11 @@ def test_a_closed_loops_capacity_has_no_rate_to_size_by(tmp_path: Path) -> None:
                                 "scenario": json.loads(scenario.model_dump_json())}))
     res = servetune("size", path, "--rate", "5")
     assert res.code == 2 and "--load concurrency (concurrent users) has no request rate" in res.stderr
+
+
+@given(low=st.floats(0.01, 1e4), spread=st.floats(1.0, 10.0), where=st.floats(0.0, 1.0), target=st.floats(0.01, 1e6))
+def test_the_replica_interval_holds_the_true_count_whenever_the_capacity_interval_holds_the_capacity(
+        low: float, spread: float, where: float, target: float) -> None:
+    high = low * spread
+    truth = low + where * (high - low)
+    assert replicas_for(target, high) <= replicas_for(target, truth) <= replicas_for(target, low)
