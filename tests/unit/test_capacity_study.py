@@ -96,6 +96,9 @@ def test_a_capacity_study_names_the_config_that_serves_more_with_an_interval(tmp
         # Every level measured is a Run with its offered rate; the capacity Run counts them all.
         assert len(levels) == cap.summary["levels_measured"] >= 3
         assert all(r.summary["load"] == "rate" and r.summary["load_level"] > 0 for r in levels)
+        # each level's goodput against the SLO's limit, per request (mean TTFT <= 80 ms: each TTFT <= 80)
+        assert all(r.summary["request_goodput_low"] <= r.summary["request_goodput"] <= r.summary["request_goodput_high"]
+                   for r in levels)
         assert cap.summary["capacity_low"] <= cap.summary["capacity"] > 0
     # The capacity Runs are derived from the levels: the time spent measuring is the levels' alone.
     level_s = sum(r.wall_s for r in store.runs() if capacity_trial.is_level_run(r.summary))

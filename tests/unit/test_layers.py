@@ -19,6 +19,7 @@ FORBIDDEN = {
     "capacity": {"engine"},
     "drift": {"engine"},
     "tune": {"probe", "cli"},
+    "sizing": {"cli", "search", "probe", "drift", "ab"},
     "engine": {"tune", "probe", "search", "load", "capacity", "drift", "report", "cli", "ab"},
 }
 

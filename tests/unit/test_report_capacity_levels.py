@@ -71,6 +71,8 @@ def test_levels_and_curves_are_the_judged_values_without_the_first_wave(tmp_path
     assert [rows[u].judged for u in USERS] == [2 * u for u in USERS]
     assert rows[40].verdict == "meets" and rows[40].slos[0].startswith("300 [")
     assert rows[80].verdict == "violates" and rows[80].slos[0].startswith("1500 [")
+    # goodput: every judged request under 1000 ms at 40 users, none at 80 (requests a second apart)
+    assert rows[40].goodput.startswith("1.01 [") and rows[80].goodput.startswith("0 [0, ")
     (curve,) = plotted["curves"]["users"]
     (boot,) = curve.boots
     assert plotted["metrics"]["users"] == ["p95_ttft_ms", "p99_itl_ms"]

@@ -45,10 +45,10 @@ class AbTrialExecutor(TrialExecutor):
 
     def _run_once(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn,
-                  kv_cache_tokens: int | None) -> tuple[RunResult, float]:
+                  kv_cache_tokens: int | None, goodput_slo: dict[str, float] | None) -> tuple[RunResult, float]:
         if not isinstance(scenario, prefix_reuse.PrefixReuse):
             return super()._run_once(trial, url, api_key, model, scenario, replicate, attempt, progress,
-                                     kv_cache_tokens)
+                                     kv_cache_tokens, goodput_slo)
         progress(trial, scenario.name, replicate, 0, 1)
         started_at = time.time()
         return prefix_reuse.measure(url, model, scenario, tokenizer_dir=self.tokenizer_dir, api_key=api_key), started_at

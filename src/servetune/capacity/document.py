@@ -13,7 +13,7 @@ from typing import Any
 from ..errors import ServetuneError
 from .estimate import CapacityEstimate
 from .http import LoadKind, sample_from_records
-from .levels import LevelSample
+from .levels import LevelResult, LevelSample
 from .search import SearchResult, SearchSettings
 from .slo import Slo
 
@@ -44,6 +44,7 @@ def capacity_document(result: SearchResult, est: CapacityEstimate, slos: list[Sl
         "levels": [
             {"level": r.level, "runs": len(r.samples), "requests": r.requests, "completed": r.completed,
              "verdict": r.verdict.value, "stopped_early": r.stopped,
+             "goodput": _goodput(r, 1 - settings.alpha),
              "slos": [{"slo": str(j.slo), "key": j.slo.key, "values": j.n, "estimate_ms": _num(j.estimate),
                        "low_ms": _num(j.low), "high_ms": _num(j.high), "verdict": j.verdict.value}
                       for j in r.judgements],
@@ -53,6 +54,14 @@ def capacity_document(result: SearchResult, est: CapacityEstimate, slos: list[Sl
             for r in result.levels
         ],
     }
+
+
+def _goodput(level: LevelResult, confidence: float) -> dict[str, Any] | None:
+    """The level's goodput in req/s with its interval, and the requests it counts."""
+    ci = level.goodput(confidence)
+    if ci is None:
+        return None
+    return {"req_per_s": _num(ci.estimate), "low": _num(ci.low), "high": _num(ci.high), "requests": ci.n}
 
 
 def write_document(path: Path, doc: dict[str, Any]) -> None:
@@ -82,5 +91,5 @@ def stored_samples(path: Path, load: LoadKind, slos: list[Slo]) -> tuple[dict[st
             if records is None or not records.is_file():
                 raise ServetuneError(f"{where}: level {lv['level']:g}'s run records {records} are missing")
             samples.append(sample_from_records(float(lv["level"]), records, run.get("stopped"), load,
-                                               run.get("stopped_verdict")))
+                                               run.get("stopped_verdict"), slos))
     return doc, samples

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -21,7 +21,7 @@ from ..vocabulary import Outcome
 from .levels import LevelSample, Measure, pooled_values
 from .monitor import LevelMonitor
 from .sequential import Looks
-from .slo import Slo, Verdict
+from .slo import Slo, Verdict, per_request_limits
 
 LoadKind = Literal["rate", "concurrency", "speedup"]
 # Outcomes of a run whose requests still measured the server (a client-bound run is kept, marked).
@@ -90,9 +90,11 @@ def _finished_values(event: Finished, ramp: int) -> tuple[dict[str, float], np.n
 
 
 def sample_from_records(level: float, records_path: Path, stopped: str | None = None,
-                        load: LoadKind = "rate", stopped_verdict: str | None = None) -> LevelSample:
+                        load: LoadKind = "rate", stopped_verdict: str | None = None,
+                        slos: Sequence[Slo] = ()) -> LevelSample:
     """A level's LevelSample from its run's request records (JSONL), as measured or as stored;
-    a closed loop's first wave is not judged (ramp_of)."""
+    a closed loop's first wave is not judged (ramp_of). With `slos`, each request's goodput flag
+    (it met their per-request limits) too."""
     records = [RequestRecord.model_validate_json(line)
                for line in Path(records_path).read_text().splitlines() if line.strip()]
     ramp = ramp_of(load, level)
@@ -101,9 +103,11 @@ def sample_from_records(level: float, records_path: Path, stopped: str | None = 
     sent = [r.dispatch_ns for r in measured if r.dispatch_ns]
     ended = [r.end_ns for r in measured if r.end_ns]
     seconds = (max(ended) - min(sent)) / 1e9 if sent and ended else 0.0
+    limits = per_request_limits(slos)
     return LevelSample(level, values, len(measured), len(values["ttft"]), stopped,
                        stopped_verdict=Verdict(stopped_verdict) if stopped_verdict else None,
-                       records=str(Path(records_path).resolve()), seconds=seconds)
+                       records=str(Path(records_path).resolve()), seconds=seconds,
+                       good=metrics.meets_slo(measured, limits) if limits else None)
 
 
 def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKind, level: float, run: int,
@@ -135,11 +139,11 @@ def measure_level(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKi
     # Like a study's runs, a level's JSON leaves out the per-request arrays its JSONL holds.
     result = run_scenario(url, model, sc, RunOptions(tokenizer_dir=tokenizer_dir, out_dir=out_dir, run_id=run_id,
                           api_key=api_key, should_stop=should_stop, progress=progress, detailed=False,
-                          kv_cache_tokens=kv_cache_tokens))
+                          kv_cache_tokens=kv_cache_tokens, slo=per_request_limits(slos) or None))
     if result.outcome not in _MEASURED or result.records_path is None:
         return result, LevelSample(level, {}, 0, 0, error=f"{result.outcome.value}: {result.error}")
     return result, sample_from_records(level, Path(result.records_path), monitor.reason, load,
-                                       monitor.verdict.value if monitor.verdict else None)
+                                       monitor.verdict.value if monitor.verdict else None, slos)
 
 
 def http_measure(url: str, scenario: Scenario, slos: list[Slo], *, load: LoadKind, num_prompts: int,

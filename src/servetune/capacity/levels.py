@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..stats.intervals import goodput_ci
+from ..stats.types import Interval
 from .sequential import Looks
 from .slo import Judgement, Slo, Verdict, judge
 
@@ -27,6 +29,7 @@ class LevelSample:
     stopped_verdict: Verdict | None = None   # what the early end decided (None with `stopped`: violates)
     records: str | None = None   # the run's request records (JSONL), where it has them
     seconds: float = 0.0         # how long the run took
+    good: np.ndarray | None = None   # per request sent, in order: met every per-request SLO (goodput)
 
     @property
     def early_verdict(self) -> Verdict | None:
@@ -57,6 +60,14 @@ class LevelResult:
     @property
     def stopped(self) -> str | None:
         return next((s.stopped for s in self.samples if s.stopped), None)
+
+    def goodput(self, confidence: float) -> Interval | None:
+        """Requests per second that met every per-request SLO, the level's runs pooled, with its
+        interval (stats.intervals.goodput_ci); None where the runs hold no per-request flags."""
+        flags = [s.good for s in self.samples if s.good is not None]
+        if not flags or len(flags) < len(self.samples):
+            return None
+        return goodput_ci(np.concatenate(flags), sum(s.seconds for s in self.samples), confidence)
 
     @property
     def over_limit(self) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -25,15 +25,14 @@ import numpy as np
 from scipy import stats
 
 from ..errors import ServetuneError
+from ..stats.intervals import clustered_effective_size
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 _STAT = re.compile(r"^(mean|p\d+(?:\.\d+)?)$")
 _BOOTSTRAP_RESAMPLES = 400
 _STRETCH_POWER = 1.5      # a rank-less side's stretch: (n / effective size) to this power
-_MAX_BATCHES = 8         # consecutive batches of a run's values for the dependence correction
 _COMMON_FACTOR = 10       # clustering is also measured at 1 - 10 (1 - q): p90 for a p99
 _STOP_INFLATION = 10.0    # assumed variance inflation of a run's count over a limit (early stop)
-_MIN_BATCH = 50           # values a batch holds at least
 
 
 class Verdict(StrEnum):
@@ -80,6 +79,18 @@ def parse_slo(text: str) -> Slo:
     return Slo(metric, stat, limit)
 
 
+_STORED = re.compile(r"^(ttft|tpot|itl|e2el):(mean|p\d+(?:\.\d+)?)<=([0-9.eE+-]+)ms$")
+
+
+def parse_stored(text: str) -> Slo:
+    """An SLO as `str(Slo)` writes it (`ttft:p99<=1000ms`, a capacity result's `slos`) back as an
+    Slo; a ServetuneError naming the text otherwise."""
+    m = _STORED.match(text.strip())
+    if m is None:
+        raise ServetuneError(f"SLO {text!r}: expected METRIC:STAT<=MSms, as a capacity result writes it")
+    return parse_slo(f"{m.group(1)}:{m.group(2)}={m.group(3)}")
+
+
 _KEY = re.compile(r"^(mean|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
 
 
@@ -95,6 +106,21 @@ def slo_from_key(key: str, limit_ms: float) -> Slo | None:
 def slos_from_limits(limits: Mapping[str, float]) -> list[Slo]:
     """The entries of a scenario's limits a capacity search judges per request, in their order."""
     return [slo for k, v in limits.items() if (slo := slo_from_key(k, v)) is not None]
+
+
+# The latencies a single request has one value of (ITL is many gaps a request): goodput's limits.
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+
+
+def per_request_limits(slos: Iterable[Slo]) -> dict[str, float]:
+    """Goodput's limits: each request's own TTFT, TPOT and E2EL held to the limit of the SLOs on
+    that metric (the tightest where several bound it: p99 <= 1000 and mean <= 400 give 400), by
+    the names `load.metrics` counts goodput under."""
+    limits: dict[str, float] = {}
+    for slo in slos:
+        if slo.metric in GOODPUT_METRICS:
+            limits[slo.metric] = min(slo.limit_ms, limits.get(slo.metric, math.inf))
+    return limits
 
 
 def parse_slos(items: list[str]) -> list[Slo]:
@@ -168,18 +194,7 @@ def _rank_bounds(x: np.ndarray, q: float, alpha: float, m: int) -> tuple[float, 
 def effective_size(ordered: np.ndarray, threshold: float) -> float:
     """n shrunk by how much more the count of values over `threshold` varies across consecutive
     batches than it would for independent values (at least 1: never grows n)."""
-    n = len(ordered)
-    batches = min(_MAX_BATCHES, n // _MIN_BATCH)
-    if batches < 2:
-        return float(n)
-    over = np.asarray(ordered, dtype=np.float64) > threshold
-    parts = np.array_split(over, batches)
-    p = over.mean()
-    if p in (0.0, 1.0):
-        return float(n)
-    spread = sum((part.sum() - len(part) * p) ** 2 for part in parts) * batches / (batches - 1)
-    inflation: float = max(spread / (n * p * (1 - p)), 1.0)
-    return n / inflation
+    return clustered_effective_size(np.asarray(ordered, dtype=np.float64) > threshold)
 
 
 def tail_effective_size(ordered: np.ndarray, q: float, threshold: float) -> float:

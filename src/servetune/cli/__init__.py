@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "plan_cmd",
     "init_cmd",
     "trace_cmd",
+    "size_cmd",
 ]
 
 for _name in COMMAND_MODULES:

@@ -149,7 +149,7 @@ def totals_table(result: RunResult) -> Table:
         ("request throughput (req/s)", s.get("request_throughput")),
         ("output throughput (tok/s)", s.get("output_throughput")),
         ("total token throughput (tok/s)", s.get("total_token_throughput")),
-        ("request goodput (req/s)", s.get("request_goodput")),
+        ("request goodput (req/s) [95 % interval]", _goodput(s)),
         ("prompt tokens off target", f"{s.get('prompt_tokens_mismatched')} of {s.get('prompt_tokens_checked')}"),
         # The engine's own clock (from its arrival of a request): what the client adds is HTTP and itself.
         ("server: mean TTFT / E2EL (ms)", _pair(srv.get("server_ttft_mean_ms"), srv.get("server_e2el_mean_ms"))),
@@ -167,6 +167,14 @@ def totals_table(result: RunResult) -> Table:
             continue
         table.add_row(what, f"{value:.2f}" if isinstance(value, float) else str(value))
     return table
+
+
+def _goodput(s: RunSummary) -> str | None:
+    """`9.00 [8.51, 9.38]`: the run's goodput with its interval (stats.intervals.goodput_ci)."""
+    value, low, high = s.get("request_goodput"), s.get("request_goodput_low"), s.get("request_goodput_high")
+    if value is None:
+        return None
+    return f"{value:.2f}" if low is None or high is None else f"{value:.2f} [{low:.2f}, {high:.2f}]"
 
 
 def _rate(value: float | None) -> str | None:

@@ -64,7 +64,7 @@ def levels_table(levels: list[LevelResult], load: str, integer: bool, alpha: flo
     what = "binding SLO's statistic" if len(slos) > 1 else (slos[0] if slos else "statistic")
     table = Table(title=escape(f"capacity search ({unit(load)}); {what} [interval] in ms"))
     several = len({str(j.slo) for r in levels for j in r.judgements}) > 1
-    columns = [("#", True), (load, True), ("runs", True), ("judged", True)]
+    columns = [("#", True), (load, True), ("runs", True), ("judged", True), ("goodput (req/s)", True)]
     columns += [("binding SLO", False)] if several else []
     columns += [("statistic [interval]", True), ("verdict", False), ("bracket", True), ("capacity", True)]
     for name, right in columns:
@@ -76,7 +76,9 @@ def levels_table(levels: list[LevelResult], load: str, integer: bool, alpha: flo
         why = f" ({why_short(r.stopped)})" if r.stopped else ""
         est = estimate(levels[:i + 1], integer=integer, alpha=alpha)
         fitted = fitted or FIT in (est.low_by, est.high_by)
-        cells: list[str | Text] = [str(i + 1), f"{r.level:.4g}", str(len(r.samples)), f"{r.completed}/{r.requests}"]
+        good = r.goodput(1 - alpha)
+        cells: list[str | Text] = [str(i + 1), f"{r.level:.4g}", str(len(r.samples)), f"{r.completed}/{r.requests}",
+                                   "-" if good is None else f"{good.estimate:.3g}"]
         cells += [escape(str(j.slo))] if several else []
         cells += [f"{j.estimate:.1f} [{_bound(j.low)}, {_bound(j.high)}]",
                   Text(word, style=style) + Text(why, style="dim"), bracket_text(est), f"{est.capacity:.3g}"]

@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ServetuneError
-from .boundary import store_errors, validation_text
 from .paths import result_file, writable_dir
 
 console = Console()
@@ -22,25 +20,12 @@ def report(
 ) -> None:
     """Write report.md, report.html and the winning config (winner/) from a study's store."""
     from ..report import write_report
-    from ..store import StudyStore
-    from ..study.spec import StudySpec
     from ..tune.analysis import analyze
+    from .stored_study import stored_study
 
-    with store_errors(study_dir / StudyStore.FILENAME):
-        store = StudyStore.open_existing(study_dir, read_only=True)
-        try:
-            raw = store.spec_doc()
-            if raw is None:
-                raise ServetuneError(f"{study_dir}: the store holds no study spec (meta 'spec')")
-            try:
-                spec = StudySpec.from_store(raw)
-            except ValidationError as exc:
-                raise ServetuneError(f"{study_dir}: the stored study spec is unreadable: "
-                                     f"{validation_text(exc)}") from None
-            analysis = analyze(store, spec)
-            paths = write_report(analysis, store, writable_dir(out or study_dir, "--out"))
-        finally:
-            store.close()
+    with stored_study(study_dir) as (store, spec):
+        analysis = analyze(store, spec)
+        paths = write_report(analysis, store, writable_dir(out or study_dir, "--out"))
     console.print(escape(analysis.winner_reason) if analysis.winner is None else
                   f"[bold green]winner:[/] {escape(analysis.winner.label)}")
     for name in ("markdown", "html"):

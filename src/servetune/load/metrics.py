@@ -16,11 +16,12 @@ queueing), and the prompt-length check against the server's usage.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..stats.intervals import goodput_ci
 from .records import RequestRecord
 
 NS = 1e9
@@ -135,17 +136,9 @@ def summarize(
     lats = [latency_s(r) for r in ok]
     out_lens = [output_len(r) for r in ok]
     tpots = [tpot_s(r) for r in ok if output_len(r) > 1]
-    all_tpots = [tpot_s(r) for r in ok]
     itls = [x for r in ok for x in itls_s(r)]
     total_input = sum(prompt_len(r) for r in ok)
     total_output = sum(out_lens)
-
-    good = 0
-    if slo:
-        series = {"ttft": ttfts, "tpot": all_tpots, "e2el": lats}
-        limits = {k: v / 1000.0 for k, v in slo.items()}
-        for i in range(len(ok)):
-            good += all(series[k][i] <= lim for k, lim in limits.items())
 
     dur = duration_s if duration_s > 0 else float("nan")
     max_tok_s, max_conc = _peaks(ok)
@@ -156,12 +149,14 @@ def summarize(
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": len(ok) / dur,
-        "request_goodput": good / dur if slo else None,
+        "request_goodput": None,
         "output_throughput": total_output / dur,
         "total_token_throughput": (total_input + total_output) / dur,
         "max_output_tokens_per_s": max_tok_s,
         "max_concurrent_requests": max_conc,
     }
+    if slo:
+        summary.update(goodput_fields(records, slo, duration_s))
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", lats)):
         summary.update(stat_fields(name, values, percentiles))
 
@@ -178,6 +173,27 @@ def summarize(
         (abs((r.prompt_tokens or 0) - r.input_len) for r in mismatched), default=0)
     summary["errors"] = sorted({(r.error or "")[:200] for r in records if not succeeded(r)})[:10]
     return summary
+
+
+def meets_slo(records: Sequence[RequestRecord], slo: Mapping[str, float]) -> np.ndarray:
+    """Per request, in the order sent: whether it succeeded and met every per-request limit of
+    `slo` (ms by name, SLO_NAMES; TPOT 0 for a one-token output, as vLLM's goodput counts it)."""
+    limits = {k: v / 1000.0 for k, v in slo.items()}
+    values = {"ttft": ttft_s, "tpot": tpot_s, "e2el": latency_s}
+    return np.asarray([succeeded(r) and all(values[k](r) <= lim for k, lim in limits.items())
+                       for r in sorted(records, key=lambda r: r.index)], dtype=bool)
+
+
+def goodput_fields(records: Sequence[RequestRecord], slo: Mapping[str, float], duration_s: float,
+                   confidence: float = 0.95) -> dict[str, Any]:
+    """`request_goodput` (vLLM's: requests meeting every SLO per second of the run) with its
+    interval, `request_goodput_low` and `_high` (stats.intervals.goodput_ci), and the share."""
+    good = meets_slo(records, slo)
+    if duration_s <= 0 or not len(good):
+        return {"request_goodput": int(good.sum()) / duration_s if duration_s > 0 else None}
+    ci = goodput_ci(good, duration_s, confidence)
+    return {"request_goodput": int(good.sum()) / duration_s, "request_goodput_low": ci.low,
+            "request_goodput_high": ci.high, "goodput_share": float(good.mean())}
 
 
 def send_lateness(records: Sequence[RequestRecord]) -> dict[str, float]:

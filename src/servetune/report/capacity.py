@@ -47,6 +47,7 @@ class LevelRow:
     runs: int
     judged: int                          # requests whose latencies were judged (a closed loop's first wave is not)
     slos: list[str]                      # per SLO of the table: "estimate [low, high]" in ms
+    goodput: str                         # req/s meeting every per-request SLO: "estimate [low, high]"
     verdict: str
     stopped: str | None                  # why the monitor ended a run early
 
@@ -157,14 +158,23 @@ def _level_tables(analysis: StudyAnalysis, trials: Sequence[Trial],
             for scenario, boot in judged.get(trial_id, {}).items():
                 table = tables.setdefault(scenario, LevelTable(scenario, _UNIT.get(boot.load, "load"),
                                                                [str(s) for s in boot.slos]))
-                table.rows += [_level_row(_label(c, analysis), seq[trial_id], lv)
+                table.rows += [_level_row(_label(c, analysis), seq[trial_id], lv, analysis.confidence)
                                for lv in boot.levels]
     return [tables[s] for s in sorted(tables)]
 
 
-def _level_row(label: str, trial_seq: int, lv: LevelResult) -> LevelRow:
+def _level_row(label: str, trial_seq: int, lv: LevelResult, confidence: float) -> LevelRow:
     return LevelRow(label=label, trial_seq=trial_seq, level=lv.level, runs=len(lv.samples), judged=lv.completed,
-                    slos=[_judged_text(j) for j in lv.judgements], verdict=lv.verdict.value, stopped=lv.stopped)
+                    slos=[_judged_text(j) for j in lv.judgements], goodput=_goodput_text(lv, confidence),
+                    verdict=lv.verdict.value, stopped=lv.stopped)
+
+
+def _goodput_text(lv: LevelResult, confidence: float) -> str:
+    """`11.8 [10.9, 12.4]` req/s; `-` where the level's runs hold no per-request flags."""
+    ci = lv.goodput(confidence)
+    if ci is None or not math.isfinite(ci.estimate):
+        return "-"
+    return f"{ci.estimate:.3g} [{ci.low:.3g}, {ci.high:.3g}]"
 
 
 def _statistic(lv: LevelResult, key: str) -> float:

@@ -24,7 +24,7 @@ from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..secrets import Redactor
 from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
-from ..study.metrics import higher_is_better
+from ..study.metrics import GOODPUT, higher_is_better
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
 from ..tune import bandwidth, known
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
@@ -45,7 +45,7 @@ MIN_CONFIGS_FOR_IMPORTANCE = 12  # PED-ANOVA ranks by the top quantile: noise wi
 # Log lines that say why a server failed (OOM, bad argument, context too long, crash).
 _EXPLAINS = re.compile(r"error|exception|out of memory|oom|killed|invalid|maximum model length|"
                        r"not supported|unrecognized|traceback|failed|cannot|must be", re.IGNORECASE)
-_HEADLINE_METRICS = ("output_throughput", "request_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+_HEADLINE_METRICS = ("output_throughput", "request_throughput", GOODPUT, "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
                      "p99_itl_ms")
 
 

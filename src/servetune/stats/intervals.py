@@ -20,6 +20,8 @@ Statistic = str | float | StatFn
 # Elements per resampling batch: bounds memory (~3 arrays of this many 8-byte items) whatever n_boot is.
 _BATCH_ELEMENTS = 4_000_000
 _PCT = re.compile(r"^p(\d+(?:\.\d+)?)$")
+_MAX_BATCHES = 8         # consecutive batches of a run's values for the dependence correction
+_MIN_BATCH = 50          # values a batch holds at least
 
 
 def mean_ci(values: ArrayLike, confidence: float = 0.95) -> Interval:
@@ -208,3 +210,56 @@ def widen(estimate: float, low: float, high: float, factor: float) -> tuple[floa
     if estimate > 0 and low > 0:  # ratios of a positive quantity: stretch in log space, stays positive
         return estimate * (low / estimate) ** factor, estimate * (high / estimate) ** factor
     return estimate - factor * (estimate - low), estimate + factor * (high - estimate)
+
+
+def clustered_effective_size(flags: ArrayLike) -> float:
+    """The effective size of a 0/1 series taken in order (requests in the order sent): n shrunk
+    by how much more the count of ones varies across consecutive batches than it would for
+    independent draws (at least 1: never grows n). Near capacity the slow requests come together,
+    in the same queue excursion; a binomial interval on n would be too narrow."""
+    over = np.asarray(flags, dtype=bool)
+    n = len(over)
+    batches = min(_MAX_BATCHES, n // _MIN_BATCH)
+    if batches < 2:
+        return float(n)
+    p = over.mean()
+    if p in (0.0, 1.0):
+        return float(n)
+    parts = np.array_split(over, batches)
+    spread = sum((part.sum() - len(part) * p) ** 2 for part in parts) * batches / (batches - 1)
+    inflation: float = max(spread / (n * p * (1 - p)), 1.0)
+    return n / inflation
+
+
+def share_ci(flags: ArrayLike, confidence: float = 0.95) -> Interval:
+    """The share of ones in a 0/1 series taken in order, with the Clopper-Pearson interval at the
+    series' effective size (clustered_effective_size): the counts scaled to that size, so a series
+    whose ones come in runs gets the wider interval its dependence calls for. Empty: [0, 1]."""
+    confidence = check_confidence(confidence)
+    x = np.asarray(flags, dtype=bool)
+    n = len(x)
+    if n == 0:
+        return Interval(estimate=math.nan, low=0.0, high=1.0, n=0, method="clopper-pearson", confidence=confidence)
+    share = float(x.mean())
+    m = clustered_effective_size(x)
+    ones = share * m
+    alpha = 1.0 - confidence
+    low = 0.0 if ones <= 0 else float(sps.beta.ppf(alpha / 2, ones, m - ones + 1))
+    high = 1.0 if ones >= m else float(sps.beta.ppf(1 - alpha / 2, ones + 1, m - ones))
+    return Interval(estimate=share, low=low, high=high, n=n, method="clopper-pearson(effective n)",
+                    confidence=confidence)
+
+
+def goodput_ci(good: ArrayLike, seconds: float, confidence: float = 0.95) -> Interval:
+    """Goodput: requests that met every per-request SLO per second, `good` being one flag per
+    request sent, in the order sent, over `seconds` of the run. The rate is the share of good
+    requests times the requests sent per second; the interval is the share's (share_ci), since
+    the sending rate is the load's, set by the run, and the share is what the server decides."""
+    confidence = check_confidence(confidence)
+    share = share_ci(good, confidence)
+    if share.n == 0 or not seconds > 0 or not math.isfinite(seconds):
+        return Interval(estimate=math.nan, low=math.nan, high=math.nan, n=share.n, method="goodput",
+                        confidence=confidence)
+    sent = share.n / seconds
+    return Interval(estimate=share.estimate * sent, low=share.low * sent, high=share.high * sent, n=share.n,
+                    method=f"goodput: share {share.method} x sent rate", confidence=confidence)

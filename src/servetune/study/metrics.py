@@ -11,11 +11,14 @@ from ._hints import did_you_mean
 _LATENCY = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
 # The objective `maximize: capacity`: the highest load level at which every SLO holds (capacity/).
 CAPACITY = "capacity"
+# Requests per second that met every per-request SLO (their own TTFT, TPOT, E2EL), vLLM's field name;
+# its limits are the scenario's SLOs on those metrics (capacity.slo.per_request_limits).
+GOODPUT = "request_goodput"
 _HIGHER_IS_BETTER = frozenset(
     {
         CAPACITY,
         "request_throughput",
-        "request_goodput",
+        GOODPUT,
         "output_throughput",
         "total_token_throughput",
         "max_output_tokens_per_s",

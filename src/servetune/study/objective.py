@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from statistics import fmean
 from typing import Any, TypeGuard
 
-from ..capacity.slo import Slo, slos_from_limits
+from ..capacity.slo import Slo, per_request_limits, slos_from_limits
 from ..errors import ServetuneError
 from ..load.records import SummaryLike
 from .metrics import CAPACITY, higher_is_better
@@ -45,6 +45,16 @@ class Objective:
     def capacity_slos(self, scenario: str) -> list[Slo]:
         """The SLOs a capacity search of `scenario` judges each load level by."""
         return slos_from_limits(self.slo.get(scenario, {}))
+
+    def goodput_limits(self) -> dict[str, dict[str, float]]:
+        """Per scenario with a latency SLO on TTFT, TPOT or E2EL, the limits each request's own
+        values are held to for goodput (capacity.slo.per_request_limits)."""
+        out = {}
+        for scenario, limits in self.slo.items():
+            per_request = per_request_limits(slos_from_limits(limits))
+            if per_request:
+                out[scenario] = per_request
+        return out
 
     @property
     def scored_scenarios(self) -> list[str]:

@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ..capacity.sequential import LOOKS_PER_RUN, Looks
-from ..capacity.slo import requests_to_meet, slo_from_key
+from ..capacity.slo import per_request_limits, requests_to_meet, slo_from_key, slos_from_limits
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..engine.knobs import DeclaredEvidence
 from ..errors import ServetuneError
@@ -33,7 +33,7 @@ from ..load.trace.window import load_replay
 from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
 from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
-from .metrics import CAPACITY, check_metric, higher_is_better, metric_problem
+from .metrics import CAPACITY, GOODPUT, check_metric, higher_is_better, metric_problem
 from .space import ENV_PREFIX, Parameter, env_var, is_number, json_field, normalize_param_name
 
 # Validation context key: the spec is read back from a store (StudySpec.from_store).
@@ -433,7 +433,7 @@ class StudySpec(_Strict):
     def _objective_problems(self) -> list[tuple[Loc, str]]:
         names = self.scenario_names
         problems: list[tuple[Loc, str]] = []
-        problems += self._capacity_problems()
+        problems += self._capacity_problems() + self._goodput_problems()
         for key in self.objective.weights:
             if key not in names:
                 problems.append((("objective", "weights", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
@@ -470,6 +470,17 @@ class StudySpec(_Strict):
         problems += [(("objective", "slo", k), f"{k} cannot bound a capacity: give a latency as "
                       "mean_ or pNN_, then ttft, tpot, itl or e2el, then _ms") for k in sorted(bad)]
         return problems
+
+    def _goodput_problems(self) -> list[tuple[Loc, str]]:
+        """Goodput counts the requests that meet a scenario's per-request SLOs: a scored scenario
+        without an SLO on TTFT, TPOT or E2EL would have none to count by."""
+        if self.objective.metric != GOODPUT:
+            return []
+        return [(("objective", "slo"), f"{self.objective.metric} counts the requests that meet every per-request "
+                 f"SLO: give scenario {scenario.name!r} a limit on ttft, tpot or e2el (e.g. p99_ttft_ms: 1000)")
+                for scenario in self.scenarios
+                if self.objective.weights.get(scenario.name, 1.0) > 0
+                and not per_request_limits(slos_from_limits(self.objective.slo_for(scenario.name)))]
 
     def _trace_problems(self) -> list[tuple[Loc, str]]:
         """A trace that cannot be read, found now rather than by every trial's runs."""

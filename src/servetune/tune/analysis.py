@@ -41,7 +41,7 @@ from ..engine.placement import server_gpus
 from ..load.records import RunSummary
 from ..search.base import SearchBase, TrialView
 from ..store import BASELINE_ROLES, StudyStore, Trial, TrialRole, TrialState
-from ..study.metrics import CAPACITY, higher_is_better
+from ..study.metrics import CAPACITY, GOODPUT, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
@@ -58,7 +58,7 @@ from .eta import for_study, next_trial_s, stored_seed
 from .verdict_rule import Judged, StudyDesign, judge, revalidation_cap
 
 REPORTED_METRICS = (
-    "output_throughput", "request_throughput", "total_token_throughput",
+    "output_throughput", "request_throughput", GOODPUT, "total_token_throughput",
     "mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms",
     "mean_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "p99_e2el_ms",
     CAPACITY,

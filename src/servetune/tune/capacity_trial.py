@@ -132,7 +132,7 @@ def judged_levels(level_runs: list[Run], slos: list[Slo], looks: Looks, study_di
     """One boot's stored level runs of one scenario pooled per level, as the search pooled them,
     judged by today's rules; in the order the levels were first measured."""
     by_level: dict[float, list[LevelSample]] = {}
-    for sample in _stored_samples(level_runs, study_dir):
+    for sample in _stored_samples(level_runs, study_dir, slos):
         by_level.setdefault(sample.level, []).append(sample)
     return [judge_level(level, pooled, slos, looks) for level, pooled in by_level.items()]
 
@@ -203,7 +203,8 @@ def measure_capacity(store: StudyStore, trial: Trial, scenarios: list[Scenario],
             continue  # searched on an earlier boot of this trial
         levels = _LevelRuns(trial, scenario, slos, plan, server, runs, runs_dir=runs_dir,
                             tokenizer_dir=tokenizer_dir, record=record, progress=progress)
-        searched = search(Replay(_stored_samples(runs, study_dir), levels.measure), slos, plan.settings[scenario.name])
+        searched = search(Replay(_stored_samples(runs, study_dir, slos), levels.measure), slos,
+                          plan.settings[scenario.name])
         if searched.error is not None or not searched.levels:
             return levels.failure or (str(Outcome.crashed), f"{scenario.name}: {searched.error}")
         est = estimate(searched.levels, integer=levels.kind == "concurrency", alpha=plan.settings[scenario.name].alpha)
@@ -289,7 +290,7 @@ def _output_throughput_at(capacity: float, kind: LoadKind, level_runs: list[Run]
     return fmean(at) if at else None
 
 
-def _stored_samples(runs: list[Run], study_dir: Path) -> list[LevelSample]:
+def _stored_samples(runs: list[Run], study_dir: Path, slos: list[Slo]) -> list[LevelSample]:
     """The measured levels of earlier boots of this trial, in the order they were measured."""
     out = []
     for run in sorted(runs, key=lambda r: r.replicate):
@@ -301,5 +302,5 @@ def _stored_samples(runs: list[Run], study_dir: Path) -> list[LevelSample]:
         path = path if path.is_absolute() else study_dir / path
         if path.is_file():
             out.append(sample_from_records(float(run.summary[LEVEL_KEY]), path, run.summary.get("stopped_early"),
-                                           run.summary.get("load", "rate"), run.summary.get("stopped_verdict")))
+                                           run.summary.get("load", "rate"), run.summary.get("stopped_verdict"), slos))
     return out

@@ -24,6 +24,7 @@ from ..engine.defaults import EngineDefaults
 from ..engine.placement import Placement, plan_placements
 from ..errors import ServetuneError
 from ..store import EtaEntry, StudyStore, Trial, TrialRole, Verdict
+from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
 from . import analysis, bandwidth, capacity_trial, known, phases, plan, verdict_rule
@@ -239,7 +240,8 @@ class StudyRunner:
         eta_now = time.time() + analysis.remaining_s(self.store, self.spec)
         self._log_eta(trial, eta_now)
         plan = TrialPlan(scenarios=list(self.spec.scenarios), min_replicates=self.spec.replicates.min,
-                         max_replicates=self.spec.replicates.max, capacity=capacity_trial.plan_for(self.spec))
+                         max_replicates=self.spec.replicates.max, capacity=capacity_trial.plan_for(self.spec),
+                         goodput_slo=Objective(self.spec).goodput_limits())
         # Run by the driver (this thread) when the trial's slot asks: what needs the store.
         calls = SlotCalls(
             enough=lambda t, reps: analysis.enough_replicates(self.store, self.spec, t, reps),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,8 @@ class TrialPlan:
     max_replicates: int
     # `maximize: capacity`: a capacity search per scenario instead of replicates (capacity_trial.py)
     capacity: capacity_trial.CapacityPlan | None = None
+    # Per scenario, the per-request limits (ms of ttft, tpot, e2el) a request meets to count for goodput
+    goodput_slo: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 class TrialExecutor:
@@ -187,7 +189,8 @@ class TrialExecutor:
                     if not server.is_alive():
                         return Outcome.crashed, f"server exited before {scenario.name} replicate {replicate}"
                     result, started_at = self._run_once(trial, server.url, api_key, model, scenario, replicate,
-                                                        attempt, progress, kv_cache_tokens)
+                                                        attempt, progress, kv_cache_tokens,
+                                                        plan.goodput_slo.get(scenario.name))
                     if not server.is_alive():
                         # Requests that died with the server are not a measurement of this config.
                         return Outcome.crashed, f"server died during {scenario.name} replicate {replicate}"
@@ -218,7 +221,7 @@ class TrialExecutor:
 
     def _run_once(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn,
-                  kv_cache_tokens: int | None) -> tuple[RunResult, float]:
+                  kv_cache_tokens: int | None, goodput_slo: dict[str, float] | None) -> tuple[RunResult, float]:
         self.engine.before_run(url, api_key)  # the engine's own reset between runs (vLLM: its prefix cache)
         started_at = time.time()
         suffix = f"-a{attempt}" if attempt > 1 else ""
@@ -231,6 +234,7 @@ class TrialExecutor:
             metric_names=self.engine.metric_names,
             detailed=False,   # a study keeps every request in the run's JSONL; the JSON stays small
             kv_cache_tokens=kv_cache_tokens,
+            slo=goodput_slo or None,
         ))
         return result, started_at
 
