@@ -2,7 +2,10 @@
 
 Evidence comes from the scraped /metrics of each run (`RunResult.server_stats`: counter deltas
 and gauge peaks; vLLM's kv_cache_usage_perc is a fraction 0..1), averaged per scenario by the
-analysis; advice is given only where the evidence supports it.
+analysis; advice is given only where the evidence supports it, and every line names the
+measurement it rests on (`Advice.basis`). Claims the field reports contradict are not made:
+lowering --max-model-len caps one request, not the KV pool (it frees nothing), and a hybrid
+model's prefix-cache mode ('align') was measured as a gain in two reports and a cost in one.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class Advice:
     subject: str      # config label or "study"
     topic: str        # short key, e.g. "gpu-memory-utilization"
     text: str
+    basis: str        # the measurement the advice rests on, e.g. "/metrics of chat: preemptions 3"
 
 
 _MEMORY_FLAGS = ("gpu-memory-utilization", "kv-cache-memory-bytes", "num-gpu-blocks-override")
@@ -95,48 +99,76 @@ def advise_config(label: str, config: Config, baseline: Config | None,
     if tight:
         worst = max((ev[s] for s in tight), key=lambda e: (e.preemptions or 0, e.kv_usage_peak or 0))
         out.append(Advice(label, "gpu-memory-utilization",
-                          f"The KV cache pool is tight in {', '.join(tight)} (preemptions "
-                          f"{_fmt(worst.preemptions)}, peak KV usage {_pct(worst.kv_usage_peak)}): raising "
-                          "--gpu-memory-utilization (or lowering --max-num-seqs / --max-model-len) should help."))
+                          f"The KV cache pool is tight in {', '.join(tight)}: raising --gpu-memory-utilization "
+                          "(or lowering --max-num-seqs) should help; lowering --max-model-len does not, it caps "
+                          "one request, not the pool.",
+                          _kv_basis(tight, worst)))
     raised = [f for f in _MEMORY_FLAGS if f in diff]
     if raised and ev and not tight:
+        scraped = sorted(s for s, e in ev.items() if e.preemptions is not None or e.kv_usage_peak is not None)
         out.append(Advice(label, "gpu-memory-utilization",
                           f"This config changes {', '.join('--' + f for f in raised)}, but no scenario preempted "
                           "or filled the KV pool: more KV memory only helps when preemptions > 0 or KV usage is "
-                          "high; it takes memory from everything else for no gain."))
+                          "high; it takes memory from everything else for no gain.",
+                          _kv_basis(scraped or sorted(ev), _fullest(ev[s] for s in (scraped or sorted(ev))))))
     elif roomy and not tight and "gpu-memory-utilization" in config.flags:
         out.append(Advice(label, "gpu-memory-utilization",
                           f"No preemptions and peak KV usage below {KV_LOW:.0%} in {', '.join(roomy)}: the KV "
-                          "pool is larger than this workload needs; do not raise --gpu-memory-utilization."))
+                          "pool is larger than this workload needs; do not raise --gpu-memory-utilization.",
+                          _kv_basis(roomy, _fullest(ev[s] for s in roomy))))
 
     prefix_on = config.flags.get("enable-prefix-caching")
     rates = {s: e.prefix_hit_rate for s, e in ev.items() if e.prefix_hit_rate is not None}
     if rates and prefix_on is not False and all(r < 0.01 for r in rates.values()):
+        # No cost is claimed for a hybrid model's 'align' mode: two field reports measured it as a
+        # gain (prefill up to 3.6x, +5 tok/s decode), one suspected a 5-10 % cost it never isolated.
         out.append(Advice(label, "prefix-caching",
                           "The prefix cache hit rate is ~0 in every scenario: prefix caching buys nothing on "
-                          "this traffic (on hybrid models it also forces mamba 'align' mode, which costs 5-10 %)."))
+                          "this traffic. On a hybrid (Mamba / linear-attention) model it also sets the mamba "
+                          "cache mode, whose effect goes either way: measure --no-enable-prefix-caching "
+                          "before turning it off.",
+                          "/metrics prefix-cache hit rate " + ", ".join(
+                              f"{s} {_pct(r)}" for s, r in sorted(rates.items()))))
     # Waiting > 0 alone is normal (a request waits a scheduler step); it points at max-num-seqs
     # only when the running batch sat at that limit while the KV pool had room.
     limit = _number(config.flags.get("max-num-seqs"))
     waiting = sorted(s for s, e in ev.items() if (e.waiting_peak or 0) > 0 and not e.pool_tight
                      and limit is not None and (e.running_peak or 0) >= limit)
-    if waiting:
+    if waiting and limit is not None:
         out.append(Advice(label, "max-num-seqs",
                           f"Requests queued (waiting > 0) in {', '.join(waiting)} with the running batch at "
-                          f"--max-num-seqs {limit:g} while the KV pool had room: raising it should help."))
+                          f"--max-num-seqs {limit:g} while the KV pool had room: raising it should help.",
+                          "/metrics " + "; ".join(
+                              f"{s}: peak waiting {_fmt(ev[s].waiting_peak)}, peak running "
+                              f"{_fmt(ev[s].running_peak)}, peak KV usage {_pct(ev[s].kv_usage_peak)}"
+                              for s in waiting)))
 
     if boot_facts is not None and boot_facts.default_moe_config:
         out.append(Advice(label, "moe-config",
                           "vLLM used its default fused-MoE kernel config (no tuned config for this device). "
-                          "Tuning it is a kernel micro-benchmark: check the serving numbers before keeping it."))
+                          "Tuning it is a kernel micro-benchmark: check the serving numbers before keeping it.",
+                          "boot log: \"Using default MoE config\""))
     if _truthy(config.flags.get("enforce-eager")):
         out.append(Advice(label, "cuda-graphs",
-                          "--enforce-eager disables CUDA graphs, which cost decode throughput (a third in one "
-                          "field report); to save graph memory, narrow the capture sizes instead."))
+                          "--enforce-eager disables CUDA graphs, which cost decode throughput (33-55 % in two "
+                          "field reports); to save graph memory, narrow the capture sizes instead.",
+                          "this config's --enforce-eager flag; the cost is the field reports', not this "
+                          "study's, unless a config without it was measured beside it"))
     for m in mismatches:
         out.append(Advice(label, "applied-check",
-                          f"{describe_mismatch(m)}: the measured effect is not that of the requested value."))
+                          f"{describe_mismatch(m)}: the measured effect is not that of the requested value.",
+                          f"boot log: {m.evidence_line!r}" if m.evidence_line
+                          else "boot log and engine config: no line shows the requested value"))
     return out
+
+
+def _fullest(evidence: Iterable[Evidence]) -> Evidence:
+    return max(evidence, key=lambda e: (e.preemptions or 0, e.kv_usage_peak or 0))
+
+
+def _kv_basis(scenarios: list[str], worst: Evidence) -> str:
+    return (f"/metrics of {', '.join(scenarios)}: preemptions {_fmt(worst.preemptions)}, "
+            f"peak KV usage {_pct(worst.kv_usage_peak)}")
 
 
 def describe_mismatch(m: AppliedMismatch) -> str:
