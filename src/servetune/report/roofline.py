@@ -16,12 +16,11 @@ hundreds of prompt tokens), and no prefill sweep.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..load.scenario import Scenario
+from ..models.source import locate
 from ..store import Trial
 from ..tune.analysis_types import Estimate, StudyAnalysis
 from ..tune.eta import DTYPE_BYTES, active_fraction, mean_len
@@ -87,11 +86,10 @@ def kv_bytes_per_step(scenario: Scenario, per_token: float) -> float:
 
 
 def _model_config(spec: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        loaded = json.loads((Path(spec["engine"]["model"]) / "config.json").read_text())
-    except (KeyError, TypeError, OSError, ValueError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
+    """The model's config.json wherever it is: a directory, or a Hub id's Hugging Face cache (as
+    plan reads it; the report never asks the network)."""
+    model = (spec.get("engine") or {}).get("model")
+    return locate(model, ask_hub=False).config if isinstance(model, str) and model else None
 
 
 def _weights_gib(trial_ids: list[int], trial_by_id: dict[int, Trial]) -> float | None:
@@ -117,7 +115,8 @@ def build_roofline(analysis: StudyAnalysis, trial_by_id: dict[int, Trial], spec:
                f"{' + KV reads of the batch at its mean context' if per_token else ''}")
     view = RooflineView(read_gbps, str(bandwidth.get("device", "")), counted)
     if model is None:
-        view.notes.append("the model's config.json was not readable: all weights counted, no KV reads")
+        view.notes.append("the model's config.json was not readable (neither a directory nor the Hugging Face cache "
+                          "holds it): all weights counted, no KV reads")
     scenarios = {s.name: s for s in (Scenario.model_validate(raw) for raw in spec.get("scenarios", []))}
     bound = [name for name, s in scenarios.items() if decode_bound(s)]
     if not bound:

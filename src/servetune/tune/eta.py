@@ -23,12 +23,15 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..load.scenario import Scenario
 from ..store import Run, StudyStore, Trial
 from ..study.objective import Objective
 from ..study.spec import StudySpec
+
+if TYPE_CHECKING:
+    from ..models.source import ModelSource
 
 # Before anything is measured and without a seed: a guess only.
 DEFAULT_BOOT_S = 90.0
@@ -204,6 +207,12 @@ def seed(model_dir: Path, scenarios: list[Scenario]) -> tuple[Eta, str]:
     """An Eta from the model's size and the scenarios' token counts, and what it rests on."""
     gib, source = model_gib(model_dir)
     return seed_from(gib, source, model_config(model_dir), scenarios)
+
+
+def seed_for(model: ModelSource, scenarios: list[Scenario]) -> tuple[Eta, str]:
+    """`seed` for a model wherever it is (`models.source.locate`): a Hub id's config.json from the
+    Hugging Face cache counts its active experts, as a local directory's does."""
+    return seed_from(model.weights_gib, model.weights_source, model.config, scenarios)
 
 
 def seed_from(gib: float | None, source: str, config: dict[str, Any] | None,

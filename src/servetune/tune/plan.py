@@ -87,7 +87,7 @@ def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engi
     candidates = planned_candidates(spec, defaults)
     booting = len([c for c in candidates if c.duplicate is None])
     boots = trial_count(spec, booting)
-    seed, basis = eta_seed.seed_from(model.weights_gib, model.weights_source, model.config, list(spec.scenarios))
+    seed, basis = eta_seed.seed_for(model, list(spec.scenarios))
     per_scenario = eta_seed.runs_per_scenario(spec)
     return StudyPlan(spec=spec, engine=engine, engine_found=found, defaults=defaults, model=model,
                      candidates=candidates, open_ended=spec.strategy in ("ofat", "optuna") and booting > 0,
