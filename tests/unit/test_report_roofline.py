@@ -67,7 +67,8 @@ def test_decode_bound_means_answers_of_at_least_half_the_prompt_and_no_prefill_s
     assert not decode_bound(Scenario(input_len=128, output_len=16, sweep_input_lens=[128, 256]))
 
 
-def _h200_study(tmp_path: Path, model_name: str | None = None) -> tuple[StudyStore, StudyAnalysis, dict]:
+def _h200_study(tmp_path: Path, model_name: str | None = None,
+                candidate: Config | None = None) -> tuple[StudyStore, StudyAnalysis, dict]:
     """Qwen3-8B on the H200: a baseline at the hand-measured TPOT and a candidate 10 % faster
     (`model_name`: the study names that model instead of the directory written here)."""
     model = tmp_path / "qwen3-8b"
@@ -78,7 +79,7 @@ def _h200_study(tmp_path: Path, model_name: str | None = None) -> tuple[StudySto
         "scenarios": [{"preset": "single-decode"}, {"preset": "prefill-heavy"}]}).model_dump(mode="json")
     store = StudyStore.in_dir(tmp_path / "study")
     base_cfg = Config.of({})
-    fast_cfg = Config.of({"max-num-seqs": 64})
+    fast_cfg = candidate or Config.of({"max-num-seqs": 64})
     ids = []
     for role, cfg in (("baseline", base_cfg), ("candidate", fast_cfg)):
         trial = store.begin_trial(TrialRole(role), cfg, {})
@@ -149,6 +150,23 @@ def test_a_hub_id_s_config_json_comes_from_the_hugging_face_cache(tmp_path: Path
     base = view.rows[0]
     assert base.weight_gib == pytest.approx(Q8B_GIB * share)
     assert base.kv_gib == pytest.approx(768 * kv_bytes_per_token(PRESETS["qwen3-30b-a3b"]) / GIB) and base.kv_gib > 0
+
+
+def test_a_hybrid_reads_the_kv_of_its_attention_layers_only_and_fp8_halves_it(tmp_path: Path) -> None:
+    """Qwen3.5-35B-A3B (the GB10 report's): 10 of its 40 layers hold KV; a config with
+    --kv-cache-dtype fp8_e4m3 reads one byte an element where the baseline reads two."""
+    store, analysis, spec = _h200_study(tmp_path, candidate=Config.of({"kv-cache-dtype": "fp8_e4m3"}))
+    config = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "model-configs" /
+                         "qwen3.5-35b-a3b-fp8.json").read_text())
+    (Path(spec["engine"]["model"]) / "config.json").write_text(json.dumps(config))
+    view = build_roofline(analysis, {t.id: t for t in store.trials()}, spec,
+                          {"read_gbps": H200_GBPS, "device": "NVIDIA H200"})
+    assert view is not None
+    assert "(10 of 40 layers hold KV" in view.counted
+    base, fp8 = view.rows
+    assert fp8.label == "kv-cache-dtype=fp8_e4m3"
+    assert base.kv_gib == pytest.approx(768 * 2 * 10 * 2 * 256 * 2 / GIB)   # 512 + 256 tokens' mean context
+    assert fp8.kv_gib == pytest.approx(base.kv_gib / 2)
 
 
 def test_a_failed_measurement_is_said_and_no_measurement_hides_the_section(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ parsed back with the study loader before it is written, so it always loads. The 
 the flags the field's tuning reports move first, cut to what this hardware runs: on a GPU the
 chunked-prefill budget, max-num-seqs, async scheduling, the CUDA graph mode, the memory share and
 prefix caching, an fp8 KV cache from compute capability 8.9, tensor parallel across several GPUs;
-on the CPU build the batch sizes and prefix caching. A value equal to the engine's default is a
+on the CPU build the batch sizes and prefix caching; for a hybrid model (Mamba / linear-attention
+layers in its config.json) the mamba cache mode. A value equal to the engine's default is a
 duplicate the study does not boot, so booleans list both values and the default's costs nothing.
 """
 
@@ -22,6 +23,7 @@ from ..capacity.slo import Slo, requests_to_meet
 from ..engine.hardware import Hardware
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
+from ..models.architecture import describe_layers
 from ..models.source import ModelSource
 from .serve_line import ServeLine
 from .workload import Workload
@@ -189,6 +191,12 @@ def _space(inp: DraftInput, baseline: dict[str, Any], tp: list[int]) -> list[tup
     if len(tp) > 1:
         space.append(("tensor-parallel-size", tp, "a second GPU per server: worth it only if it more than "
                       "doubles what one serves (per_gpu)"))
+    layers = describe_layers(inp.model.config) if inp.model.config else None
+    if layers and "mamba-cache-mode" not in baseline:
+        # Field reports measured 'align' both ways (+5 tok/s; up to 3.6x prefill with prefix
+        # caching; a suspected 5-10 % cost): a candidate to measure, not a default to trust.
+        space.append(("mamba-cache-mode", ["align", "none"], f"a hybrid model, {layers}: how that state is "
+                      "cached for prefix caching; vLLM may override it (the applied check says)"))
     if not hw.is_gpu:
         space += [
             ("max-num-seqs", [8, 32], "sequences batched at once: more is more throughput until the cores saturate"),
