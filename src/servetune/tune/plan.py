@@ -33,6 +33,7 @@ from ..study.space import env_var, json_field
 from ..study.spec import Loc, SpecError, StudySpec
 from ..vocabulary import Outcome
 from . import eta as eta_seed
+from . import pool_evidence
 from .analysis import trial_count
 
 # Optuna without a trial budget: how many of its proposals the plan lists.
@@ -46,6 +47,7 @@ class PlannedCandidate:
     params: dict[str, Any]
     label: str
     duplicate: str | None  # why it will not boot; None: it boots
+    only_if: str | None = None  # a condition the runs decide (pool_evidence): it boots only if it holds
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,8 @@ def planned_candidates(spec: StudySpec, defaults: EngineDefaults) -> list[Planne
             break
         config = spec.config_for(proposal.params)
         twin = duplicate_detail(config, None, booted, defaults)
-        out.append(PlannedCandidate(dict(proposal.params), config.label(baseline), twin))
+        out.append(PlannedCandidate(dict(proposal.params), config.label(baseline), twin,
+                                    None if twin else pool_evidence.conditional(config, baseline)))
         if twin is None:
             booted.append(Booted(f"candidate {config.label(baseline)}", config, None))
             history.append(TrialView(params=proposal.params, samples=_NEUTRAL))
