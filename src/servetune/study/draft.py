@@ -102,6 +102,8 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
     command = serve.command if serve else ["python", "-m", "vllm.entrypoints.openai.api_server"]
     out.add(f"  command: {flow(command)}", "from your serve line" if serve else
             "`python`: the interpreter servetune runs in, with vLLM installed beside it")
+    if serve and serve.dropped:
+        out.comment(f"left out of your line: {', '.join(serve.dropped)}", "  ")
     out.add(f"  model: {flow(model.name)}", model.where)
     out.add(f"  args: {flow(baseline)}", why_base)
     if not model.has_weights:
