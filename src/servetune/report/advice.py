@@ -143,6 +143,8 @@ def advise_config(label: str, config: Config, baseline: Config | None,
                               f"{_fmt(ev[s].running_peak)}, peak KV usage {_pct(ev[s].kv_usage_peak)}"
                               for s in waiting)))
 
+    if boot_facts is not None and boot_facts.gpu_memory_utilization_to_keep_kv is not None:
+        out.append(_graph_accounting(label, boot_facts, tight, ev))
     if boot_facts is not None and boot_facts.default_moe_config:
         out.append(Advice(label, "moe-config",
                           "vLLM used its default fused-MoE kernel config (no tuned config for this device). "
@@ -160,6 +162,28 @@ def advise_config(label: str, config: Config, baseline: Config | None,
                           f"boot log: {m.evidence_line!r}" if m.evidence_line
                           else "boot log and engine config: no line shows the requested value"))
     return out
+
+
+def _graph_accounting(label: str, facts: BootFacts, tight: list[str], ev: Mapping[str, Evidence]) -> Advice:
+    """vLLM's profiler-estimate line: accounting, not more memory (the GB10 report's lesson 4)."""
+    now, keep = facts.gpu_memory_utilization_logged, facts.gpu_memory_utilization_to_keep_kv
+    if facts.graph_memory_profiled:
+        said = (f"vLLM counts CUDA graph memory against the KV pool: --gpu-memory-utilization {now:g} gives the "
+                f"KV cache what {facts.gpu_memory_utilization_without_graphs:g} gave without that accounting")
+    else:
+        said = (f"CUDA graph memory is not counted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): "
+                f"--gpu-memory-utilization {now:g} may run out of memory once graphs are captured")
+    if tight:
+        todo = f"the pool is tight in {', '.join(tight)}, so raise it to {keep:g} or more"
+    elif ev:
+        todo = f"the pool was not tight in any scenario, so {keep:g} (the value vLLM names) would buy nothing"
+    else:
+        todo = f"raise it to {keep:g} only if preemptions or a high KV usage say the pool is tight"
+    basis = f"boot log: {facts.evidence.get('graph_memory_accounting', 'the CUDA graph memory line')!r}"
+    if ev:
+        fullest = _fullest(ev.values())
+        basis += f"; {_kv_basis(sorted(ev), fullest)}"
+    return Advice(label, "cuda-graph-memory", f"{said}; {todo}.", basis)
 
 
 def _fullest(evidence: Iterable[Evidence]) -> Evidence:

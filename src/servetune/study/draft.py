@@ -152,6 +152,12 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
     if inp.goal == "capacity":
         out.add(f"capacity: {flow({'num_prompts': _capacity_prompts(inp)})}",
                 "requests a load level: enough to show each percentile SLO met")
+    shared = _memory_shared(hw)
+    if shared:
+        out.comment(f"gpu-memory-utilization is not raised: {shared}; `servetune probe utilization` finds the "
+                    "highest value that boots beside it")
+        out.add("prefer_less_memory: true", "of winners the study cannot tell apart, the one that reserves the "
+                "least memory")
     out.add("strategy: ofat", "one factor at a time: a boot per value, and a value that wins is kept")
     replicates = 2 if hw.is_gpu else 3
     out.add(f"replicates: {replicates}", "a GPU's runs on one boot vary by ~2 %; a CPU's by 15-25 %, so more"
@@ -222,9 +228,10 @@ def _space(inp: DraftInput, baseline: dict[str, Any], tp: list[int]) -> list[tup
     else:
         space.append(("compilation-config", [{"cudagraph_mode": "PIECEWISE"}],
                       "CUDA graphs around attention only (the default captures full graphs too)"))
+    if not _memory_shared(hw):
+        space.append(("gpu-memory-utilization", [0.95], "a larger KV cache than the default 0.9 leaves (nothing "
+                      "else uses the GPU now)"))
     space += [
-        ("gpu-memory-utilization", [0.95], "a larger KV cache than the default 0.9 leaves (nothing else may "
-         "use the GPU)"),
         ("enable-prefix-caching", [True, False], "on by default in vLLM's V1 engine (a duplicate, not booted); "
          "off skips hashing when prompts share nothing"),
     ]
@@ -232,6 +239,18 @@ def _space(inp: DraftInput, baseline: dict[str, Any], tp: list[int]) -> list[tup
         space.append(("kv-cache-dtype", ["fp8"], "compute capability >= 8.9 runs an fp8 KV cache natively: "
                       "twice the tokens fit (check the answers with your evals)"))
     return space
+
+
+def _memory_shared(hw: Hardware) -> str:
+    """Why the GPU's memory is not the server's alone ('' when it is): unified with the host's, or
+    in use by other processes now."""
+    if hw.unified_memory:
+        names = sorted({g.name for g in hw.gpus if g.unified_memory})
+        return f"{', '.join(names)} shares its memory with the host (unified memory), and the OS needs its part"
+    if hw.shared:
+        used = max(g.used_gib or 0.0 for g in hw.gpus)
+        return f"{used:.1f} GiB of a GPU are in use by other processes"
+    return ""
 
 
 def _scenarios(inp: DraftInput) -> tuple[list[tuple[str, str, list[str]]], list[str]]:

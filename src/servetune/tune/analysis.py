@@ -45,6 +45,7 @@ from ..study.metrics import CAPACITY, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
+from . import pool_evidence
 from .analysis_types import (
     ConfigResult,
     DriftPoint,
@@ -564,11 +565,30 @@ def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult 
         return None, (f"no config beat the baseline significantly after re-validation ({len(finalists)} finalist(s), "
                       f"selection-calibrated alpha {spec.alpha}, minimum effect {spec.min_effect_pct:g} %)")
     best, eff = max(good, key=lambda g: g[0].objective.estimate if g[0].objective else -math.inf)
+    preferred = ""
+    if spec.prefer_less_memory:
+        best, eff, preferred = _least_memory_of_the_tied(best, eff, good)
     shown = (f"at least {eff.effect_pct:+.1f}% (lower bound {eff.ci_low_pct:+.1f}: a censored capacity)"
              if eff.censored == "right" else f"{eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}]")
     return best, (f"objective {shown} vs baseline, "
                   f"selection-calibrated p = {eff.p_adjusted:.3g} (at least {spec.min_effect_pct:g} % needed), "
-                  "every SLO met")
+                  f"every SLO met{preferred}")
+
+
+def _least_memory_of_the_tied(best: ConfigResult, eff: Effect,
+                              good: list[tuple[ConfigResult, Effect]]) -> tuple[ConfigResult, Effect, str]:
+    """`prefer_less_memory`: the winners whose objective lies within the best one's interval are not
+    told apart by the study; of those, the one that reserves the least memory."""
+    if best.objective is None:
+        return best, eff, ""
+    low = best.objective.low if math.isfinite(best.objective.low) else best.objective.estimate
+    tied = [(c, e) for c, e in good if c.objective is not None and c.objective.estimate >= low]
+    chosen, chosen_eff = min(tied, key=lambda g: (pool_evidence.reserved_memory(g[0].config),
+                                                  -(g[0].objective.estimate if g[0].objective else 0.0)))
+    if chosen is best:
+        return best, eff, ""
+    return chosen, chosen_eff, (f"; preferred (prefer_less_memory) over {best.label}, whose objective it cannot be "
+                                "told apart from (within its interval), as it reserves less memory")
 
 
 def _unmeasured_baseline_reason(store: StudyStore, configs: list[ConfigResult], baseline_key: str) -> str:

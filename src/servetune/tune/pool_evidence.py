@@ -26,6 +26,14 @@ def _value(config: Config, flag: str) -> float | None:
     return as_number(config.flags.get(flag, _UNSET.get(flag)))
 
 
+def reserved_memory(config: Config) -> tuple[float, float]:
+    """What a config reserves, to compare two: its --gpu-memory-utilization (vLLM's 0.9 when unset),
+    then its --kv-cache-memory-bytes (unset: unbounded)."""
+    share = _value(config, "gpu-memory-utilization")
+    size = _value(config, "kv-cache-memory-bytes")
+    return (share if share is not None else 1.0, size if size is not None else float("inf"))
+
+
 def raised_pool(config: Config, over: Config) -> list[str] | None:
     """The pool flags `config` raises over `over` ("--gpu-memory-utilization 0.9 -> 0.95"), when
     that is all they differ in; None otherwise (another flag, the env, a pool flag lowered or
