@@ -26,7 +26,10 @@ from .serve_line import ServeLine, keep_secrets_by_name, parse_server_args, spli
 # `docker run` options that take no value; every other option takes one (unless `--opt=value`).
 _SWITCHES = {"--detach", "--rm", "--interactive", "--tty", "--privileged", "--init", "--publish-all",
              "--read-only", "--no-healthcheck", "--sig-proxy", "--disable-content-trust", "--oom-kill-disable"}
-_SHORT_SWITCHES = set("ditP")  # -d -i -t -P, also combined (-it, -dit)
+# -d -i -t -P, also combined (-it, -dit)
+_SHORT_SWITCHES_LONG = {"d": "--detach", "i": "--interactive", "t": "--tty", "P": "--publish-all"}
+_SHORT_SWITCHES = set(_SHORT_SWITCHES_LONG)
+_LONG_TO_SHORT = {long: f"-{c}" for c, long in _SHORT_SWITCHES_LONG.items()}
 # Options left out of the study's command, by their long name.
 _LEFT_OUT = {"--detach": "-d (servetune supervises the server)", "--name": "--name (slots would clash)",
              "--publish": "-p (the server listens on the host network)", "--interactive": "-i", "--tty": "-t",
@@ -90,10 +93,6 @@ def parse_docker_run(words: list[str], where: str) -> ServeLine:
     line = parse_server_args(ServeLine(command=command, model="", env=env, secret_env=secrets), rest[served:], where)
     line.dropped += dropped
     return keep_secrets_by_name(line)
-
-
-_SHORT_SWITCHES_LONG = {"d": "--detach", "i": "--interactive", "t": "--tty", "P": "--publish-all"}
-_LONG_TO_SHORT = {long: f"-{c}" for c, long in _SHORT_SWITCHES_LONG.items()}
 
 
 def _short_switches(name: str) -> list[str] | None:
