@@ -81,3 +81,13 @@ def test_init_offers_the_mamba_cache_mode_for_a_hybrid_model_only(tmp_path: Path
     (dense / "config.json").write_text(json.dumps(PRESETS["qwen3-8b"]))
     assert servetune("init", study, "--model", dense, "--gpus", "1", "--force").code == 0
     assert "mamba-cache-mode" not in load_study(study).space
+
+
+def test_experts_named_num_local_experts_are_experts_too() -> None:
+    """Mixtral-8x7B (num_local_experts 8, 2 a token, whole MLPs as experts): 12.9 B of 46.7 B
+    parameters active, by its model card; counted whole before."""
+    mixtral = {"architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+               "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "torch_dtype": "bfloat16"}
+    assert eta.parameter_count(mixtral) == pytest.approx(46.7e9, rel=0.02)
+    assert eta.active_fraction(mixtral) == pytest.approx(12.9 / 46.7, rel=0.05)
