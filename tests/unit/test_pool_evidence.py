@@ -59,8 +59,12 @@ def test_only_a_candidate_that_grows_the_pool_and_nothing_else_is_skipped(tmp_pa
     assert known.before_boot(store, less, BASE, defaults) is None
     assert known.before_boot(store, also_seqs, BASE, defaults) is None
     assert known.before_boot(store, by_bytes, BASE, defaults) is None  # unset bytes: not comparable
-    assert pool_evidence.raised_pool(Config.of({"gpu-memory-utilization": 0.95}), Config.of({})) == \
-        ["--gpu-memory-utilization 0.9 -> 0.95"]  # vLLM's default when unset
+    # an unset share is the installed engine's default (vLLM 0.32: 0.92); unknown, nothing is compared
+    vllm032 = EngineDefaults(known=True, values={"gpu-memory-utilization": 0.92})
+    assert pool_evidence.raised_pool(Config.of({"gpu-memory-utilization": 0.95}), Config.of({}), vllm032) == \
+        ["--gpu-memory-utilization 0.92 -> 0.95"]
+    assert pool_evidence.raised_pool(Config.of({"gpu-memory-utilization": 0.91}), Config.of({}), vllm032) is None
+    assert pool_evidence.raised_pool(Config.of({"gpu-memory-utilization": 0.95}), Config.of({}), defaults) is None
 
 
 def test_the_plan_names_the_condition_under_which_it_boots() -> None:

@@ -71,7 +71,7 @@ def before_boot(store: StudyStore, config: Config, baseline: Config, defaults: E
     too_long = [Booted(_name(t, baseline), t.config, t.boot_facts) for t in store.trials()
                 if t.outcome is Outcome.context_too_long]
     doomed = known_to_fail(config, too_long) or pool_evidence.unneeded_pool(
-        store, config, {b.config.key(): b.name for b in booted})
+        store, config, {b.config.key(): b.name for b in booted}, defaults)
     return (Outcome.skipped, doomed) if doomed else None
 
 

@@ -176,7 +176,7 @@ def planned_candidates(spec: StudySpec, defaults: EngineDefaults) -> list[Planne
         config = spec.config_for(proposal.params)
         twin = duplicate_detail(config, None, booted, defaults)
         out.append(PlannedCandidate(dict(proposal.params), config.label(baseline), twin,
-                                    None if twin else pool_evidence.conditional(config, baseline)))
+                                    None if twin else pool_evidence.conditional(config, baseline, defaults)))
         if twin is None:
             booted.append(Booted(f"candidate {config.label(baseline)}", config, None))
             history.append(TrialView(params=proposal.params, samples=_NEUTRAL))

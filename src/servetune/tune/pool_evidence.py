@@ -10,34 +10,37 @@ A run whose /metrics said nothing about either leaves the rule silent: no eviden
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..engine.applied import as_number
 from ..engine.config import Config
+from ..engine.defaults import EngineDefaults
 from ..report.advice import KV_LOW, Evidence
 from ..store import StudyStore, Trial
 
 POOL_FLAGS = ("gpu-memory-utilization", "kv-cache-memory-bytes", "num-gpu-blocks-override")
-# vLLM's --gpu-memory-utilization when unset; the other two have no number when unset.
-_UNSET = {"gpu-memory-utilization": 0.9}
+# vLLM's --gpu-memory-utilization where the installed engine's default is not known (0.32: 0.92).
+FALLBACK_SHARE = 0.9
 
 
-def _value(config: Config, flag: str) -> float | None:
-    return as_number(config.flags.get(flag, _UNSET.get(flag)))
+def _value(config: Config, flag: str, defaults: EngineDefaults) -> float | None:
+    """A pool flag's number: the config's, else the engine's default (unset bytes / blocks: none)."""
+    if flag in config.flags:
+        return as_number(config.flags[flag])
+    return as_number(defaults.default(flag))
 
 
-def reserved_memory(config: Config) -> tuple[float, float]:
-    """What a config reserves, to compare two: its --gpu-memory-utilization (vLLM's 0.9 when unset),
-    then its --kv-cache-memory-bytes (unset: unbounded)."""
-    share = _value(config, "gpu-memory-utilization")
-    size = _value(config, "kv-cache-memory-bytes")
-    return (share if share is not None else 1.0, size if size is not None else float("inf"))
+def reserved_memory(config: Config, defaults: EngineDefaults | None = None) -> tuple[float, float]:
+    """What a config reserves, to compare two: its --gpu-memory-utilization (unset: the engine's
+    default, else FALLBACK_SHARE), then its --kv-cache-memory-bytes (unset: unbounded)."""
+    known = defaults or EngineDefaults()
+    share = _value(config, "gpu-memory-utilization", known)
+    size = _value(config, "kv-cache-memory-bytes", known)
+    return (share if share is not None else FALLBACK_SHARE, size if size is not None else float("inf"))
 
 
-def raised_pool(config: Config, over: Config) -> list[str] | None:
-    """The pool flags `config` raises over `over` ("--gpu-memory-utilization 0.9 -> 0.95"), when
-    that is all they differ in; None otherwise (another flag, the env, a pool flag lowered or
-    not comparable)."""
+def raised_pool(config: Config, over: Config, defaults: EngineDefaults) -> list[str] | None:
+    """The pool flags `config` raises over `over` ("--gpu-memory-utilization 0.92 -> 0.95"), when
+    that is all they differ in; None otherwise (another flag, the env, a pool flag lowered, or a
+    value not known: an unset flag whose default the engine did not say)."""
     if config.env != over.env:
         return None
     changed = {f for f in set(config.flags) | set(over.flags) if config.flags.get(f) != over.flags.get(f)}
@@ -45,16 +48,16 @@ def raised_pool(config: Config, over: Config) -> list[str] | None:
         return None
     raised: list[str] = []
     for flag in sorted(changed):
-        mine, theirs = _value(config, flag), _value(over, flag)
+        mine, theirs = _value(config, flag, defaults), _value(over, flag, defaults)
         if mine is None or theirs is None or mine < theirs:
             return None
         if mine > theirs:
-            raised.append(f"--{flag} {_show(over.flags.get(flag, _UNSET.get(flag)))} -> {_show(config.flags[flag])}")
+            raised.append(f"--{flag} {_show(theirs)} -> {_show(mine)}")
     return raised or None
 
 
-def _show(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+def _show(value: float) -> str:
+    return f"{value:g}"
 
 
 def roomy_runs(store: StudyStore, trials: list[Trial]) -> str | None:
@@ -73,7 +76,8 @@ def roomy_runs(store: StudyStore, trials: list[Trial]) -> str | None:
     return f"{len(runs)} run(s) of {scenarios}: no preemption, peak KV usage at most {peak:.0%}"
 
 
-def unneeded_pool(store: StudyStore, config: Config, name_of: dict[str, str]) -> str | None:
+def unneeded_pool(store: StudyStore, config: Config, name_of: dict[str, str],
+                  defaults: EngineDefaults) -> str | None:
     """Why booting `config` would only grow a pool that the runs of a measured config never filled;
     None when no measured config says so. `name_of`: a measured config's key -> its name in a detail."""
     by_key: dict[str, list[Trial]] = {}
@@ -81,7 +85,7 @@ def unneeded_pool(store: StudyStore, config: Config, name_of: dict[str, str]) ->
         if trial.ok:
             by_key.setdefault(trial.config.key(), []).append(trial)
     for key, trials in by_key.items():
-        raised = raised_pool(config, trials[0].config)
+        raised = raised_pool(config, trials[0].config, defaults)
         if raised is None:
             continue
         roomy = roomy_runs(store, trials)
@@ -91,9 +95,9 @@ def unneeded_pool(store: StudyStore, config: Config, name_of: dict[str, str]) ->
     return None
 
 
-def conditional(config: Config, baseline: Config) -> str | None:
+def conditional(config: Config, baseline: Config, defaults: EngineDefaults) -> str | None:
     """The plan's word on a candidate the rule may skip: before any run, only the condition."""
-    raised = raised_pool(config, baseline)
+    raised = raised_pool(config, baseline, defaults)
     if raised is None:
         return None
     return (f"only if the baseline's runs show a tight KV pool (a preemption or peak KV usage >= {KV_LOW:.0%}); "
