@@ -11,10 +11,11 @@ from typer.testing import CliRunner
 from servetune.cli import app
 from servetune.engine.bootfacts import BootFacts
 from servetune.load.scenario import Scenario
-from servetune.models.presets import make_model
+from servetune.models.presets import PRESETS, make_model
 from servetune.store import StudyStore
 from servetune.tune import analysis, eta
 from tests.fakes.counting_engine import CountingEngine, spec, tune
+from tests.fakes.hf_cache import cache_config
 
 # The H200 study's scenarios (docs/results/h200.md) and the median wall time of their runs there.
 H200_RUNS = [
@@ -81,6 +82,18 @@ def test_the_first_estimate_and_its_error_are_in_status_and_the_store(tmp_path: 
     shown = CliRunner().invoke(app, ["status", str(tmp_path / "study")])
     assert shown.exit_code == 0, shown.output
     assert "first estimate " in shown.output and " took " in shown.output
+
+
+def test_a_hub_id_is_seeded_from_its_config_json_in_the_hugging_face_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study naming a Hub id is seeded as plan seeds it: size and active experts from the cached
+    config.json, not an unknown size with every expert read."""
+    monkeypatch.chdir(tmp_path)
+    cache_config(monkeypatch, tmp_path / "hub", "Qwen/Qwen3-30B-A3B", PRESETS["qwen3-30b-a3b"])
+    _engine, store = tune(tmp_path, spec(tmp_path, {}, {"max-num-seqs": [4]}, model=Path("Qwen/Qwen3-30B-A3B")),
+                         lambda url: CountingEngine(url, lambda c: BootFacts()))
+    assert store.get_meta_json(eta.FIRST_ETA_META)["basis"] == "model 56.87 GiB (config.json), 10.9% active per token"
+    store.close()
 
 
 def test_summary_says_how_far_off_the_first_estimate_was(tmp_path: Path) -> None:

@@ -78,7 +78,8 @@ def test_serve_line_with_python_module_and_model_flag() -> None:
 
 @pytest.mark.parametrize(("text", "needle"), [
     ("vllm serve", "no model"),
-    ("docker run img", "expected `vllm serve MODEL"),
+    ("docker run img", "no model in the command line"),   # a docker run line is read, and has no model
+    ("sglang serve m", "expected `vllm serve MODEL"),
     ("vllm serve m 'unclosed", "cannot split"),
     ("vllm serve m extra", "unexpected argument"),
 ])

@@ -18,7 +18,8 @@ FORBIDDEN = {
     "load": {"engine"},
     "capacity": {"engine"},
     "drift": {"engine"},
-    "tune": {"probe", "cli"},
+    "tune": {"probe", "cli", "report"},
+    "probe": {"report"},
     "sizing": {"cli", "search", "probe", "drift", "ab"},
     "engine": {"tune", "probe", "search", "load", "capacity", "drift", "report", "cli", "ab"},
 }

@@ -5,7 +5,8 @@ from __future__ import annotations
 from servetune.engine.applied import AppliedMismatch
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
-from servetune.report.advice import Evidence, advise_config
+from servetune.report.advice import advise_config
+from servetune.server_evidence import Evidence
 
 BASE = Config.of({"gpu-memory-utilization": 0.45})
 MORE_MEMORY = Config.of({"gpu-memory-utilization": 0.55})
@@ -61,3 +62,43 @@ def test_queueing_points_at_max_num_seqs_only_when_the_batch_sat_at_the_limit() 
     assert "max-num-seqs" not in _topics(advise_config("mns=64", Config.of({"max-num-seqs": 64}), None,
                                                        queued_at_limit, None))
     assert "max-num-seqs" not in _topics(advise_config("default", Config(), None, queued_at_limit, None))
+
+
+def test_tight_pool_advice_never_offers_a_shorter_max_model_len_as_a_fix() -> None:
+    # Field report 001: --max-model-len caps one request; the KV pool stays the same size.
+    ev = {"contention": Evidence.of({"preemptions": 5.0, "peak_kv_cache_usage": 0.99})}
+    text = advise_config("baseline", BASE, None, ev, None)[0].text
+    assert "lowering --max-num-seqs" in text
+    assert "lowering --max-model-len does not" in text and "/ --max-model-len" not in text
+
+
+def test_prefix_cache_advice_claims_no_cost_for_the_hybrid_cache_mode() -> None:
+    # Two field reports measured mamba 'align' (set with prefix caching) as a gain; one guessed a cost.
+    ev = {"a": Evidence.of({"prefix_cache_queries": 100.0, "prefix_cache_hits": 0.0})}
+    advice = advise_config("x", Config.of({"enable-prefix-caching": True}), None, ev, None)
+    assert len(advice) == 1
+    assert "cost" not in advice[0].text and "5-10" not in advice[0].text
+    assert "measure --no-enable-prefix-caching" in advice[0].text
+
+
+def test_every_advice_line_names_the_measurement_it_rests_on() -> None:
+    ev = {"chat": Evidence.of({"preemptions": 3.0, "peak_kv_cache_usage": 0.97, "prefix_cache_queries": 50.0,
+                               "prefix_cache_hits": 0.0, "peak_waiting": 2.0, "peak_running": 8.0})}
+    mism = [AppliedMismatch(flag="mamba-cache-mode", requested="none", applied="align",
+                            evidence_line="non-default args: {'mamba_cache_mode': 'align'}", reason="set by the model")]
+    advice = advise_config("x", Config.of({"enable-prefix-caching": True, "enforce-eager": True}), None, ev,
+                           BootFacts(default_moe_config=True), mism)
+    basis = {a.topic: a.basis for a in advice}
+    assert set(basis) == {"gpu-memory-utilization", "prefix-caching", "moe-config", "cuda-graphs", "applied-check"}
+    assert basis["gpu-memory-utilization"] == "/metrics of chat: preemptions 3, peak KV usage 97%"
+    assert basis["prefix-caching"] == "/metrics prefix-cache hit rate chat 0%"
+    assert "Using default MoE config" in basis["moe-config"]
+    assert "mamba_cache_mode" in basis["applied-check"]
+    assert "not this study's" in basis["cuda-graphs"]
+    roomy = {"chat": Evidence.of({"preemptions": 0.0, "peak_kv_cache_usage": 0.2})}
+    [useless] = advise_config("gmu=0.55", MORE_MEMORY, BASE, roomy, None)
+    assert useless.basis == "/metrics of chat: preemptions 0, peak KV usage 20%"
+    queued = {"c": Evidence.of({"preemptions": 0.0, "peak_kv_cache_usage": 0.1, "peak_waiting": 6.0,
+                                "peak_running": 16.0})}
+    [seqs] = advise_config("mns=16", Config.of({"max-num-seqs": 16}), None, queued, None)
+    assert seqs.basis == "/metrics c: peak waiting 6, peak running 16, peak KV usage 10%"

@@ -32,6 +32,7 @@ from servetune.tune import bandwidth
 from servetune.tune.analysis_types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
 from servetune.tune.eta import active_fraction
 from servetune.vocabulary import Outcome
+from tests.fakes.hf_cache import cache_config
 
 # docs/results/h200.md: HBM read 4,314 GB/s; 15.27 GiB of Qwen3-8B weights; single-decode TPOT 5.11 ms.
 H200_GBPS, Q8B_GIB, Q8B_TPOT_MS = 4314.0, 15.27, 5.11
@@ -66,17 +67,19 @@ def test_decode_bound_means_answers_of_at_least_half_the_prompt_and_no_prefill_s
     assert not decode_bound(Scenario(input_len=128, output_len=16, sweep_input_lens=[128, 256]))
 
 
-def _h200_study(tmp_path: Path) -> tuple[StudyStore, StudyAnalysis, dict]:
-    """Qwen3-8B on the H200: a baseline at the hand-measured TPOT and a candidate 10 % faster."""
+def _h200_study(tmp_path: Path, model_name: str | None = None,
+                candidate: Config | None = None) -> tuple[StudyStore, StudyAnalysis, dict]:
+    """Qwen3-8B on the H200: a baseline at the hand-measured TPOT and a candidate 10 % faster
+    (`model_name`: the study names that model instead of the directory written here)."""
     model = tmp_path / "qwen3-8b"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(PRESETS["qwen3-8b"]))
     spec = StudySpec.model_validate({
-        "name": "h200", "engine": {"model": str(model)}, "space": {"max-num-seqs": [8, 64]},
+        "name": "h200", "engine": {"model": model_name or str(model)}, "space": {"max-num-seqs": [8, 64]},
         "scenarios": [{"preset": "single-decode"}, {"preset": "prefill-heavy"}]}).model_dump(mode="json")
     store = StudyStore.in_dir(tmp_path / "study")
     base_cfg = Config.of({})
-    fast_cfg = Config.of({"max-num-seqs": 64})
+    fast_cfg = candidate or Config.of({"max-num-seqs": 64})
     ids = []
     for role, cfg in (("baseline", base_cfg), ("candidate", fast_cfg)):
         trial = store.begin_trial(TrialRole(role), cfg, {})
@@ -127,9 +130,43 @@ def test_a_share_above_the_roofline_is_called_impossible(tmp_path: Path) -> None
     view = build_roofline(analysis, trials, spec, {"read_gbps": H200_GBPS / 2, "device": "NVIDIA H200"})
     weights_only = floor_tpot_ms(Q8B_GIB * GIB, H200_GBPS / 2) / Q8B_TPOT_MS    # ~1.49: all weights, no KV
     assert [r.fraction for r in view.rows] == pytest.approx([weights_only, weights_only * 1.1])
-    assert view.notes[0] == "the model's config.json was not readable: all weights counted, no KV reads"
+    assert view.notes[0] == ("the model's config.json was not readable (neither a directory nor the Hugging Face "
+                             "cache holds it): all weights counted, no KV reads")
     assert view.notes[1].startswith("2 row(s) above 100 % of the roofline (baseline, max-num-seqs=64)")
     assert "without config.json a mixture of experts is counted with all its experts" in view.notes[1]
+
+
+def test_a_hub_id_s_config_json_comes_from_the_hugging_face_cache(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study naming `Qwen/Qwen3-30B-A3B` (no directory): its config.json in the Hugging Face
+    cache counts the active experts and the KV reads, as for a local directory."""
+    cache_config(monkeypatch, tmp_path / "hub", "Qwen/Qwen3-30B-A3B", PRESETS["qwen3-30b-a3b"])
+    store, analysis, spec = _h200_study(tmp_path, model_name="Qwen/Qwen3-30B-A3B")
+    view = build_roofline(analysis, {t.id: t for t in store.trials()}, spec,
+                          {"read_gbps": H200_GBPS, "device": "NVIDIA H200"})
+    assert view is not None and not view.notes
+    share = active_fraction(PRESETS["qwen3-30b-a3b"])
+    assert view.counted == f"weights as loaded x {share:.3f} (active experts) + KV reads of the batch at its mean context"
+    base = view.rows[0]
+    assert base.weight_gib == pytest.approx(Q8B_GIB * share)
+    assert base.kv_gib == pytest.approx(768 * kv_bytes_per_token(PRESETS["qwen3-30b-a3b"]) / GIB) and base.kv_gib > 0
+
+
+def test_a_hybrid_reads_the_kv_of_its_attention_layers_only_and_fp8_halves_it(tmp_path: Path) -> None:
+    """Qwen3.5-35B-A3B (the GB10 report's): 10 of its 40 layers hold KV; a config with
+    --kv-cache-dtype fp8_e4m3 reads one byte an element where the baseline reads two."""
+    store, analysis, spec = _h200_study(tmp_path, candidate=Config.of({"kv-cache-dtype": "fp8_e4m3"}))
+    config = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "model-configs" /
+                         "qwen3.5-35b-a3b-fp8.json").read_text())
+    (Path(spec["engine"]["model"]) / "config.json").write_text(json.dumps(config))
+    view = build_roofline(analysis, {t.id: t for t in store.trials()}, spec,
+                          {"read_gbps": H200_GBPS, "device": "NVIDIA H200"})
+    assert view is not None
+    assert "(10 of 40 layers hold KV" in view.counted
+    base, fp8 = view.rows
+    assert fp8.label == "kv-cache-dtype=fp8_e4m3"
+    assert base.kv_gib == pytest.approx(768 * 2 * 10 * 2 * 256 * 2 / GIB)   # 512 + 256 tokens' mean context
+    assert fp8.kv_gib == pytest.approx(base.kv_gib / 2)
 
 
 def test_a_failed_measurement_is_said_and_no_measurement_hides_the_section(tmp_path: Path) -> None:

@@ -31,7 +31,9 @@ def init(
     model: str | None = typer.Option(None, "--model", "-m",
                                      help="a local model directory or a Hugging Face id (or give --serve-cmd)"),
     serve_cmd: str | None = typer.Option(None, "--serve-cmd", metavar="'vllm serve MODEL ...'",
-                                         help="the command line you serve with today: it becomes the baseline"),
+                                         help="the command line you serve with today (`vllm serve ...`, `docker run "
+                                              "... IMAGE ...`) or a compose file (FILE.yaml[:SERVICE]): it becomes "
+                                              "the baseline"),
     workload: list[str] = typer.Option(["chat"], "--workload", "-w",
                                        help=f"a scenario preset ({', '.join(PRESETS)}) or a JSONL file of your "
                                             "requests ({prompt} or {input_len, output_len} a line); repeatable"),

@@ -74,8 +74,9 @@ def _print(plan: StudyPlan, study_file: Path) -> None:
     table.add_column("config (against the baseline)")
     table.add_column("boots?")
     for i, candidate in enumerate(plan.candidates, 1):
-        table.add_row(str(i), escape(candidate.label),
-                      "yes" if candidate.duplicate is None else f"no: {escape(candidate.duplicate)}")
+        boots = ("yes" if candidate.only_if is None else f"{escape(candidate.only_if)}") \
+            if candidate.duplicate is None else f"no: {escape(candidate.duplicate)}"
+        table.add_row(str(i), escape(candidate.label), boots)
     if plan.candidates:
         console.print(table)
     else:

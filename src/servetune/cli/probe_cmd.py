@@ -19,6 +19,14 @@ from ..load.scenario import PRESETS, Scenario
 from ..probe.context import ContextAnswer, ProbeBoot, check_start, engine_boot, find_max_model_len, model_max_len
 from ..probe.measure import measure
 from ..probe.memory import MemoryVerdict, judge, scenario_need
+from ..probe.utilization import (
+    FLAG,
+    UtilizationAnswer,
+    UtilizationBoot,
+    check_range,
+    engine_utilization_boot,
+    find_max_utilization,
+)
 from ..study.loader import load_study
 from . import server_options as opt
 from . import validate
@@ -127,6 +135,67 @@ def context(
         raise typer.Exit(EXIT_NO_RESULT)
 
 
+def _utilization_line(b: UtilizationBoot) -> str:
+    if b.ok:
+        said = f"ok: KV cache {b.kv_cache_tokens or '?'} tokens" + (
+            f", {b.kv_cache_memory_gib:g} GiB" if b.kv_cache_memory_gib is not None else "")
+    else:
+        said = f"{b.outcome}" + (f": {b.free_share:.4f} of the memory was free" if b.free_share is not None
+                                 else f": {b.detail[:160]}")
+    return f"--{FLAG} {b.requested:g} ({b.why}): {said}"
+
+
+def utilization_verdict(answer: UtilizationAnswer) -> str:
+    if answer.gpu_memory_utilization is None:
+        return f"no {FLAG} found: {answer.reason}"
+    how = {"start": "the value asked first", "free memory": "the free memory vLLM reported",
+           "bisection": "bisection"}.get(answer.source, answer.source)
+    line = f"{FLAG} {answer.gpu_memory_utilization:g} boots (found by {how}; a boot at exactly that value)"
+    if answer.kv_cache_tokens is not None:
+        line += f"; KV cache {answer.kv_cache_tokens:,} tokens"
+    return line + "; what else uses the device counts: measure with it as it will be when serving"
+
+
+def utilization(
+    ctx: typer.Context,
+    model: str = typer.Option(..., "--model", help="model directory or name"),
+    start: float = typer.Option(0.95, "--start", help=f"the highest --{FLAG} to try (booted first)"),
+    low: float = typer.Option(0.5, "--low", help="the lowest value the bisection goes down to"),
+    step: float = typer.Option(0.001, "--step", help="the answer's resolution"),
+    max_boots: int = typer.Option(8, "--max-boots", min=1, help="boots at most"),
+    command: str | None = typer.Option(
+        None, "--command", help=f"base command (default: {' '.join(DEFAULT_COMMAND)})"),
+    startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
+    log_dir: Path = typer.Option(Path("runs/probe"), "--log-dir", help="where the server logs go"),
+    out: Path | None = typer.Option(None, "--out", help="write the answer and every boot as JSON here"),
+    force: opt.Force = False,
+) -> None:
+    """The highest --gpu-memory-utilization that boots with the flags after `--`, on this device as it
+    is now: vLLM's free-memory numbers first, bisection where a boot fails without them."""
+    check_range(start, low, step)
+    validate.count(max_boots, "--max-boots", high=1000)
+    base = validate.command(command) or DEFAULT_COMMAND
+    validate.seconds(startup_timeout, "--startup-timeout")
+    config = _engine_flags(ctx)
+    if FLAG in config.flags:
+        raise ServetuneError(f"probe utilization sets --{FLAG} itself; leave it out of the engine flags")
+    if out is not None:
+        result_file(out, "--out", force)
+    writable_dir(log_dir, "--log-dir")
+    on_interrupt(f"nothing written{f' to {out}' if out else ''}; the server logs are under {log_dir}")
+    engine = VllmEngine(base, model=model, startup_timeout_s=startup_timeout, log_dir=log_dir)
+    console.print(f"probing the highest --{FLAG} for {model} (server logs in {log_dir}) ...")
+    answer = find_max_utilization(engine_utilization_boot(engine, config, log_dir), start=start, low=low, step=step,
+                                  max_boots=max_boots, on_boot=lambda b: console.print(
+                                      "  " + _utilization_line(b), markup=False, highlight=False))
+    if out is not None:
+        out.write_text(json.dumps(answer.model_dump(mode="json"), indent=2))
+    console.print(utilization_verdict(answer), style="bold" if answer.gpu_memory_utilization else "bold red",
+                  markup=False, highlight=False)
+    if answer.gpu_memory_utilization is None:
+        raise typer.Exit(EXIT_NO_RESULT)
+
+
 def memory(
     ctx: typer.Context,
     study: Path | None = typer.Argument(None, help="study file: its engine, baseline flags and scenarios"),
@@ -186,8 +255,9 @@ def memory(
 
 
 def register(app: typer.Typer) -> None:
-    probe_app = typer.Typer(help="One-question probes: the longest context that fits, the KV memory a load needs.",
-                            no_args_is_help=True)
+    probe_app = typer.Typer(help="One-question probes: the longest context that fits, the highest memory share "
+                            "that boots, the KV memory a load needs.", no_args_is_help=True)
     probe_app.command("context", context_settings=_EXTRA)(context)
+    probe_app.command("utilization", context_settings=_EXTRA)(utilization)
     probe_app.command("memory", context_settings=_EXTRA)(memory)
     app.add_typer(probe_app, name="probe")

@@ -38,6 +38,7 @@ class StartResult(BaseModel):
     log_tail: str = ""
     evidence: list[str] = Field(default_factory=list)  # log lines behind a failure verdict
     estimated_max_model_len: int | None = None  # context_too_long: what vLLM says would fit
+    free_memory_share: float | None = None  # oom at start-up: free / total device memory vLLM found
     log_path: Path | None = None
     argv: list[str] = Field(default_factory=list)
     cpu_layout: str = ""  # what pinning did, when the engine was asked to pin (cpu_layout.py)

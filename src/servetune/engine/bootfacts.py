@@ -53,6 +53,16 @@ _UNKNOWN_ENV = re.compile(r"Unknown vLLM environment variable detected: (?P<name
 # null for a variable this vLLM does not know.
 KNOB_REPORT_PREFIX = "servetune-knobs: "
 _KNOB_REPORT = re.compile(re.escape(KNOB_REPORT_PREFIX) + r"(?P<json>\{.*\})\s*$")
+# vLLM >= 0.21 counts CUDA graph memory against the pool (v1/worker/gpu_worker.py): "The current
+# --gpu-memory-utilization=0.4500 is equivalent to --gpu-memory-utilization=0.4434 without CUDA
+# graph memory profiling. To maintain the same effective KV cache size as before, increase
+# --gpu-memory-utilization to 0.4566."; with the profiling off: "... increasing
+# --gpu-memory-utilization from 0.4500 to 0.4566."
+_GRAPH_ACCOUNTING = re.compile(
+    r"current --gpu-memory-utilization=(?P<cur>\d+(?:\.\d+)?) is equivalent to "
+    r"--gpu-memory-utilization=(?P<eq>\d+(?:\.\d+)?) without CUDA graph memory profiling.*?"
+    r"increase --gpu-memory-utilization to (?P<keep>\d+(?:\.\d+)?)"
+    r"|increasing --gpu-memory-utilization from (?P<off_cur>\d+(?:\.\d+)?) to (?P<off_keep>\d+(?:\.\d+)?)")
 
 
 class BootFacts(BaseModel):
@@ -83,6 +93,13 @@ class BootFacts(BaseModel):
     # VLLM_* variable -> the value the server resolved (vllm.envs), None: unknown to it; only
     # variables the launcher asked the plug-in about (engine/vllm_plugin)
     resolved_env: dict[str, str | None] = Field(default_factory=dict)
+    # vLLM's profiler estimate of CUDA graph memory, as --gpu-memory-utilization values: the one the
+    # server ran with, what it equals without counting graph memory (profiling on), and the one that
+    # keeps the KV cache of the other accounting (profiling on: as before it; off: with graphs counted)
+    graph_memory_profiled: bool | None = None
+    gpu_memory_utilization_logged: float | None = None
+    gpu_memory_utilization_without_graphs: float | None = None
+    gpu_memory_utilization_to_keep_kv: float | None = None
     notable: list[str] = Field(default_factory=list)  # lines worth a user's attention
     warnings: list[str] = Field(default_factory=list)  # every distinct WARNING message
     evidence: dict[str, str] = Field(default_factory=dict)  # fact name -> the log line it came from
@@ -181,6 +198,13 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
     if m := _KNOB_REPORT.search(line):
         f.resolved_env.update(_knob_report(m["json"]))
         found("resolved_env")
+    if m := _GRAPH_ACCOUNTING.search(msg):
+        f.graph_memory_profiled = m["cur"] is not None
+        f.gpu_memory_utilization_logged = float(m["cur"] or m["off_cur"])
+        f.gpu_memory_utilization_without_graphs = float(m["eq"]) if m["eq"] else None
+        f.gpu_memory_utilization_to_keep_kv = float(m["keep"] or m["off_keep"])
+        found("graph_memory_accounting")
+        f.notable.append(msg)
     if _DEFAULT_MOE.search(msg) and not f.default_moe_config:
         f.default_moe_config = True
         found("default_moe_config")

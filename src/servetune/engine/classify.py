@@ -19,6 +19,8 @@ class Failure(BaseModel):
     detail: str
     evidence: list[str]  # the log lines behind the verdict
     estimated_max_model_len: int | None = None  # context_too_long: vLLM's estimate of what fits
+    free_memory_share: float | None = None  # oom at start-up: the device's free / total memory, the
+    # highest --gpu-memory-utilization that could pass vLLM's check ("Free memory on device ...")
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,9 @@ class _Rule:
 
 
 _CONTEXT = re.compile(r"estimated maximum model length is (?P<n>\d+)")
+# vLLM's start-up check (v1/worker/utils.py): "Free memory on device cuda:0 (22.76/24.0 GiB) on
+# startup is less than desired GPU memory utilization (0.95, 22.8 GiB)".
+_FREE_SHARE = re.compile(r"Free memory on device \S* ?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup")
 _RULES = [
     _Rule(Outcome.port_in_use, re.compile(r"Address already in use|\[Errno 98\]"), "port already in use"),
     _Rule(Outcome.context_too_long, re.compile(
@@ -38,7 +43,7 @@ _RULES = [
     _Rule(Outcome.oom, re.compile(
         r"CUDA out of memory|OutOfMemoryError|No available memory for the cache blocks"
         r"|Insufficient memory|allocation is less than requested memory|Cannot allocate memory|\bMemoryError\b"
-        r"|insufficient KV cache", re.IGNORECASE),
+        r"|insufficient KV cache|is less than desired [GC]PU memory utilization", re.IGNORECASE),
         "out of memory"),
     _Rule(Outcome.invalid_arg, re.compile(
         r": error: (?:unrecognized arguments|argument |the following arguments are required)"
@@ -64,7 +69,13 @@ def classify_failure(log_tail: str, exit_code: int | None) -> Failure:
                 detail = f"{rule.detail}; vLLM estimates the maximum model length that fits is {n}"
         if rule.outcome is Outcome.invalid_arg:
             evidence = _with_following(lines, evidence)
-        return Failure(outcome=rule.outcome, detail=detail, evidence=evidence, estimated_max_model_len=n)
+        share = None
+        if rule.outcome is Outcome.oom:
+            free = next((m for ln in reversed(hits) if (m := _FREE_SHARE.search(ln))), None)
+            if free is not None and float(free["total"]) > 0:
+                share = float(free["free"]) / float(free["total"])
+        return Failure(outcome=rule.outcome, detail=detail, evidence=evidence, estimated_max_model_len=n,
+                       free_memory_share=share)
     errors = [ln for ln in lines if re.search(r"(?:Error|Exception)\b", ln)]
     detail = f"server exited with code {exit_code}" if exit_code is not None else "server died"
     return Failure(outcome=Outcome.crashed, detail=detail, evidence=_dedupe(errors)[-5:])

@@ -223,6 +223,7 @@ class VllmEngine:
         return StartResult(outcome=failure.outcome, detail="; ".join(x for x in (failure.detail, left) if x),
                            evidence=failure.evidence,
                            estimated_max_model_len=failure.estimated_max_model_len,
+                           free_memory_share=failure.free_memory_share,
                            log_tail=tail(text), boot_facts=facts, log_path=log_path, argv=argv)
 
     def _check_knobs(self, config: Config, text: str, facts: BootFacts, server: Server) -> list[KnobEvidence]:

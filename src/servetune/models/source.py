@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..tune.eta import active_fraction, model_config, model_gib, parameter_count, DTYPE_BYTES
+from ..tune.eta import active_fraction, model_config, model_gib, parameter_count
+from .architecture import DTYPE_BYTES, language_config
 
 _HUB_TIMEOUT_S = 10.0
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
@@ -136,4 +137,4 @@ def _hub_config(model_id: str) -> tuple[dict[str, Any] | None, str]:
         return None, f"HTTP {exc.code} for {model_id}'s config.json{hint}"
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return None, f"unreachable ({getattr(exc, 'reason', exc)})"
-    return (config, "") if isinstance(config, dict) else (None, "config.json is not a JSON object")
+    return (language_config(config), "") if isinstance(config, dict) else (None, "config.json is not a JSON object")

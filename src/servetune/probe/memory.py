@@ -20,7 +20,7 @@ from ..engine.applied import as_number
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config, render_value
 from ..load.records import SummaryLike
-from ..report.advice import KV_LOW, KV_TIGHT, Evidence
+from ..server_evidence import KV_LOW, KV_TIGHT, Evidence
 
 HEADROOM = 0.10  # the smallest setting holds the measured need and this much more
 _MIB = 2**20

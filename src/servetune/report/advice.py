@@ -2,12 +2,14 @@
 
 Evidence comes from the scraped /metrics of each run (`RunResult.server_stats`: counter deltas
 and gauge peaks; vLLM's kv_cache_usage_perc is a fraction 0..1), averaged per scenario by the
-analysis; advice is given only where the evidence supports it.
+analysis; advice is given only where the evidence supports it, and every line names the
+measurement it rests on (`Advice.basis`). Claims the field reports contradict are not made:
+lowering --max-model-len caps one request, not the KV pool (it frees nothing), and a hybrid
+model's prefix-cache mode ('align') was measured as a gain in two reports and a cost in one.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,52 +17,7 @@ from typing import Any
 from ..engine.applied import AppliedMismatch
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
-
-# Keys of RunResult.server_stats, as servetune.load.scrape names them (deltas; peaks prefixed "peak_").
-# The engine-neutral keys every engine's scrape stores (servetune/vocabulary.py).
-_PREEMPTIONS = "preemptions"
-_PREFIX_HITS = "prefix_cache_hits"
-_PREFIX_QUERIES = "prefix_cache_queries"
-_KV_PEAK = "peak_kv_cache_usage"
-_WAITING_PEAK = "peak_waiting"
-_RUNNING_PEAK = "peak_running"
-
-KV_TIGHT = 0.90   # peak KV usage at which the pool counts as tight
-KV_LOW = 0.60     # below this, more KV memory buys nothing
-
-
-def _get(stats: Mapping[str, Any], name: str) -> float | None:
-    value = stats.get(name)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the server said during one config's runs of one scenario (None: not scraped)."""
-
-    preemptions: float | None = None
-    kv_usage_peak: float | None = None     # fraction of the KV pool, 0..1
-    prefix_hit_rate: float | None = None   # fraction of prefix-cache queries that hit, 0..1
-    waiting_peak: float | None = None
-    running_peak: float | None = None
-
-    @classmethod
-    def of(cls, stats: Mapping[str, Any]) -> Evidence:
-        hits, queries = _get(stats, _PREFIX_HITS), _get(stats, _PREFIX_QUERIES)
-        return cls(preemptions=_get(stats, _PREEMPTIONS), kv_usage_peak=_get(stats, _KV_PEAK),
-                   prefix_hit_rate=hits / queries if hits is not None and queries else None,
-                   waiting_peak=_get(stats, _WAITING_PEAK), running_peak=_get(stats, _RUNNING_PEAK))
-
-    @property
-    def empty(self) -> bool:
-        return all(v is None for v in (self.preemptions, self.kv_usage_peak, self.prefix_hit_rate,
-                                       self.waiting_peak, self.running_peak))
-
-    @property
-    def pool_tight(self) -> bool:
-        return (self.preemptions or 0) > 0 or (self.kv_usage_peak or 0.0) >= KV_TIGHT
+from ..server_evidence import KV_LOW, Evidence
 
 
 @dataclass(frozen=True)
@@ -68,6 +25,7 @@ class Advice:
     subject: str      # config label or "study"
     topic: str        # short key, e.g. "gpu-memory-utilization"
     text: str
+    basis: str        # the measurement the advice rests on, e.g. "/metrics of chat: preemptions 3"
 
 
 _MEMORY_FLAGS = ("gpu-memory-utilization", "kv-cache-memory-bytes", "num-gpu-blocks-override")
@@ -95,48 +53,100 @@ def advise_config(label: str, config: Config, baseline: Config | None,
     if tight:
         worst = max((ev[s] for s in tight), key=lambda e: (e.preemptions or 0, e.kv_usage_peak or 0))
         out.append(Advice(label, "gpu-memory-utilization",
-                          f"The KV cache pool is tight in {', '.join(tight)} (preemptions "
-                          f"{_fmt(worst.preemptions)}, peak KV usage {_pct(worst.kv_usage_peak)}): raising "
-                          "--gpu-memory-utilization (or lowering --max-num-seqs / --max-model-len) should help."))
+                          f"The KV cache pool is tight in {', '.join(tight)}: raising --gpu-memory-utilization "
+                          "(or lowering --max-num-seqs) should help; lowering --max-model-len does not, it caps "
+                          "one request, not the pool.",
+                          _kv_basis(tight, worst)))
     raised = [f for f in _MEMORY_FLAGS if f in diff]
     if raised and ev and not tight:
+        scraped = sorted(s for s, e in ev.items() if e.preemptions is not None or e.kv_usage_peak is not None)
         out.append(Advice(label, "gpu-memory-utilization",
                           f"This config changes {', '.join('--' + f for f in raised)}, but no scenario preempted "
                           "or filled the KV pool: more KV memory only helps when preemptions > 0 or KV usage is "
-                          "high; it takes memory from everything else for no gain."))
+                          "high; it takes memory from everything else for no gain.",
+                          _kv_basis(scraped or sorted(ev), _fullest(ev[s] for s in (scraped or sorted(ev))))))
     elif roomy and not tight and "gpu-memory-utilization" in config.flags:
         out.append(Advice(label, "gpu-memory-utilization",
                           f"No preemptions and peak KV usage below {KV_LOW:.0%} in {', '.join(roomy)}: the KV "
-                          "pool is larger than this workload needs; do not raise --gpu-memory-utilization."))
+                          "pool is larger than this workload needs; do not raise --gpu-memory-utilization.",
+                          _kv_basis(roomy, _fullest(ev[s] for s in roomy))))
 
     prefix_on = config.flags.get("enable-prefix-caching")
     rates = {s: e.prefix_hit_rate for s, e in ev.items() if e.prefix_hit_rate is not None}
     if rates and prefix_on is not False and all(r < 0.01 for r in rates.values()):
+        # No cost is claimed for a hybrid model's 'align' mode: two field reports measured it as a
+        # gain (prefill up to 3.6x, +5 tok/s decode), one suspected a 5-10 % cost it never isolated.
         out.append(Advice(label, "prefix-caching",
                           "The prefix cache hit rate is ~0 in every scenario: prefix caching buys nothing on "
-                          "this traffic (on hybrid models it also forces mamba 'align' mode, which costs 5-10 %)."))
+                          "this traffic. On a hybrid (Mamba / linear-attention) model it also sets the mamba "
+                          "cache mode, whose effect goes either way: measure --no-enable-prefix-caching "
+                          "before turning it off.",
+                          "/metrics prefix-cache hit rate " + ", ".join(
+                              f"{s} {_pct(r)}" for s, r in sorted(rates.items()))))
     # Waiting > 0 alone is normal (a request waits a scheduler step); it points at max-num-seqs
     # only when the running batch sat at that limit while the KV pool had room.
     limit = _number(config.flags.get("max-num-seqs"))
     waiting = sorted(s for s, e in ev.items() if (e.waiting_peak or 0) > 0 and not e.pool_tight
                      and limit is not None and (e.running_peak or 0) >= limit)
-    if waiting:
+    if waiting and limit is not None:
         out.append(Advice(label, "max-num-seqs",
                           f"Requests queued (waiting > 0) in {', '.join(waiting)} with the running batch at "
-                          f"--max-num-seqs {limit:g} while the KV pool had room: raising it should help."))
+                          f"--max-num-seqs {limit:g} while the KV pool had room: raising it should help.",
+                          "/metrics " + "; ".join(
+                              f"{s}: peak waiting {_fmt(ev[s].waiting_peak)}, peak running "
+                              f"{_fmt(ev[s].running_peak)}, peak KV usage {_pct(ev[s].kv_usage_peak)}"
+                              for s in waiting)))
 
+    if boot_facts is not None and boot_facts.gpu_memory_utilization_to_keep_kv is not None:
+        out.append(_graph_accounting(label, boot_facts, tight, ev))
     if boot_facts is not None and boot_facts.default_moe_config:
         out.append(Advice(label, "moe-config",
                           "vLLM used its default fused-MoE kernel config (no tuned config for this device). "
-                          "Tuning it is a kernel micro-benchmark: check the serving numbers before keeping it."))
+                          "Tuning it is a kernel micro-benchmark: check the serving numbers before keeping it.",
+                          "boot log: \"Using default MoE config\""))
     if _truthy(config.flags.get("enforce-eager")):
         out.append(Advice(label, "cuda-graphs",
-                          "--enforce-eager disables CUDA graphs, which cost decode throughput (a third in one "
-                          "field report); to save graph memory, narrow the capture sizes instead."))
+                          "--enforce-eager disables CUDA graphs, which cost decode throughput (33-55 % in two "
+                          "field reports); to save graph memory, narrow the capture sizes instead.",
+                          "this config's --enforce-eager flag; the cost is the field reports', not this "
+                          "study's, unless a config without it was measured beside it"))
     for m in mismatches:
         out.append(Advice(label, "applied-check",
-                          f"{describe_mismatch(m)}: the measured effect is not that of the requested value."))
+                          f"{describe_mismatch(m)}: the measured effect is not that of the requested value.",
+                          f"boot log: {m.evidence_line!r}" if m.evidence_line
+                          else "boot log and engine config: no line shows the requested value"))
     return out
+
+
+def _graph_accounting(label: str, facts: BootFacts, tight: list[str], ev: Mapping[str, Evidence]) -> Advice:
+    """vLLM's profiler-estimate line: accounting, not more memory (the GB10 report's lesson 4)."""
+    now, keep = facts.gpu_memory_utilization_logged, facts.gpu_memory_utilization_to_keep_kv
+    if facts.graph_memory_profiled:
+        said = (f"vLLM counts CUDA graph memory against the KV pool: --gpu-memory-utilization {now:g} gives the "
+                f"KV cache what {facts.gpu_memory_utilization_without_graphs:g} gave without that accounting")
+    else:
+        said = (f"CUDA graph memory is not counted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0): "
+                f"--gpu-memory-utilization {now:g} may run out of memory once graphs are captured")
+    if tight:
+        todo = f"the pool is tight in {', '.join(tight)}, so raise it to {keep:g} or more"
+    elif ev:
+        todo = f"the pool was not tight in any scenario, so {keep:g} (the value vLLM names) would buy nothing"
+    else:
+        todo = f"raise it to {keep:g} only if preemptions or a high KV usage say the pool is tight"
+    basis = f"boot log: {facts.evidence.get('graph_memory_accounting', 'the CUDA graph memory line')!r}"
+    if ev:
+        fullest = _fullest(ev.values())
+        basis += f"; {_kv_basis(sorted(ev), fullest)}"
+    return Advice(label, "cuda-graph-memory", f"{said}; {todo}.", basis)
+
+
+def _fullest(evidence: Iterable[Evidence]) -> Evidence:
+    return max(evidence, key=lambda e: (e.preemptions or 0, e.kv_usage_peak or 0))
+
+
+def _kv_basis(scenarios: list[str], worst: Evidence) -> str:
+    return (f"/metrics of {', '.join(scenarios)}: preemptions {_fmt(worst.preemptions)}, "
+            f"peak KV usage {_pct(worst.kv_usage_peak)}")
 
 
 def describe_mismatch(m: AppliedMismatch) -> str:

@@ -23,6 +23,7 @@ from ..engine.knobs import KnobStatus
 from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..secrets import Redactor
+from ..server_evidence import Evidence
 from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
 from ..study.metrics import GOODPUT, higher_is_better
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
@@ -32,7 +33,7 @@ from ..tune.revalidation import next_look
 from ..tune.verdict_rule import revalidation_cap
 from ..vocabulary import Outcome
 from . import plots
-from .advice import Advice, Evidence, advise_config, describe_mismatch
+from .advice import Advice, advise_config, describe_mismatch
 from .capacity import CapacityView, build_capacity
 from .emit import Deployment, Snippets, snippets
 from .fidelity import FidelityRow, fidelity_rows

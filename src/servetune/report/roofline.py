@@ -8,7 +8,9 @@ measured read bandwidth; a config's mean TPOT gives the fraction of the roofline
   for a mixture of experts only the active share (config.json's num_experts_per_tok of
   num_experts, by parameter count), as at batch 1: larger batches touch more experts;
 - KV reads: the scenario's concurrency (1 where it has none) sequences at their mean context
-  (prompt + half the answer), 2 (K and V) x layers x KV heads x head size x the model dtype's bytes.
+  (prompt + half the answer), 2 (K and V) x the layers that hold KV (a hybrid's attention layers
+  only: `models.architecture`) x KV heads x head size x the cache's bytes (the config's
+  --kv-cache-dtype: fp8 is one byte; else the model's dtype).
 Only decode-bound scenarios are shown: answers of at least half the prompt's length, where
 requests spend most of their time in decode steps (a prefill reads the weights once for
 hundreds of prompt tokens), and no prefill sweep.
@@ -16,15 +18,15 @@ hundreds of prompt tokens), and no prefill sweep.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..load.scenario import Scenario
+from ..models.architecture import describe_layers, kv_bytes_per_token
+from ..models.source import locate
 from ..store import Trial
 from ..tune.analysis_types import Estimate, StudyAnalysis
-from ..tune.eta import DTYPE_BYTES, active_fraction, mean_len
+from ..tune.eta import active_fraction, mean_len
 
 GIB = 2**30
 
@@ -66,17 +68,6 @@ def roofline_fraction(floor_ms: float, tpot_ms: float) -> float:
     return floor_ms / tpot_ms if tpot_ms > 0 else float("nan")
 
 
-def kv_bytes_per_token(config: dict[str, Any]) -> float:
-    try:
-        heads = int(config.get("num_attention_heads", 1))
-        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
-        kv_heads = int(config.get("num_key_value_heads", heads))
-        layers = int(config["num_hidden_layers"])
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return 0.0
-    return 2 * layers * kv_heads * head_dim * DTYPE_BYTES.get(str(config.get("torch_dtype", "bfloat16")), 2)
-
-
 def decode_bound(scenario: Scenario) -> bool:
     return not scenario.sweep_input_lens and mean_len(scenario.output_len) >= mean_len(scenario.input_len) / 2
 
@@ -87,11 +78,10 @@ def kv_bytes_per_step(scenario: Scenario, per_token: float) -> float:
 
 
 def _model_config(spec: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        loaded = json.loads((Path(spec["engine"]["model"]) / "config.json").read_text())
-    except (KeyError, TypeError, OSError, ValueError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
+    """The model's config.json wherever it is: a directory, or a Hub id's Hugging Face cache (as
+    plan reads it; the report never asks the network)."""
+    model = (spec.get("engine") or {}).get("model")
+    return locate(model, ask_hub=False).config if isinstance(model, str) and model else None
 
 
 def _weights_gib(trial_ids: list[int], trial_by_id: dict[int, Trial]) -> float | None:
@@ -113,11 +103,14 @@ def build_roofline(analysis: StudyAnalysis, trial_by_id: dict[int, Trial], spec:
     read_gbps = float(bandwidth["read_gbps"])
     model = _model_config(spec)
     share, per_token = (active_fraction(model), kv_bytes_per_token(model)) if model else (1.0, 0.0)
+    layers = describe_layers(model) if model else None
     counted = (f"weights as loaded{f' x {share:.3f} (active experts)' if share < 1 else ''}"
-               f"{' + KV reads of the batch at its mean context' if per_token else ''}")
+               f"{' + KV reads of the batch at its mean context' if per_token else ''}"
+               f"{f' ({layers})' if layers and per_token else ''}")
     view = RooflineView(read_gbps, str(bandwidth.get("device", "")), counted)
     if model is None:
-        view.notes.append("the model's config.json was not readable: all weights counted, no KV reads")
+        view.notes.append("the model's config.json was not readable (neither a directory nor the Hugging Face cache "
+                          "holds it): all weights counted, no KV reads")
     scenarios = {s.name: s for s in (Scenario.model_validate(raw) for raw in spec.get("scenarios", []))}
     bound = [name for name, s in scenarios.items() if decode_bound(s)]
     if not bound:
@@ -133,7 +126,8 @@ def build_roofline(analysis: StudyAnalysis, trial_by_id: dict[int, Trial], spec:
             tpot = result.metrics.get("mean_tpot_ms") if result else None
             if tpot is None:
                 continue
-            kv = kv_bytes_per_step(scenarios[name], per_token)
+            kv = kv_bytes_per_step(scenarios[name], kv_bytes_per_token(model, c.config.flags.get("kv-cache-dtype"))
+                                   if model else 0.0)
             view.rows.append(RooflineRow(label, name, tpot, floor_tpot_ms(weights * share * GIB, read_gbps, kv),
                                          weights * share, kv / GIB))
     beyond = [r for r in view.rows if r.fraction > 1]

@@ -6,7 +6,8 @@ parsed back with the study loader before it is written, so it always loads. The 
 the flags the field's tuning reports move first, cut to what this hardware runs: on a GPU the
 chunked-prefill budget, max-num-seqs, async scheduling, the CUDA graph mode, the memory share and
 prefix caching, an fp8 KV cache from compute capability 8.9, tensor parallel across several GPUs;
-on the CPU build the batch sizes and prefix caching. A value equal to the engine's default is a
+on the CPU build the batch sizes and prefix caching; for a hybrid model (Mamba / linear-attention
+layers in its config.json) the mamba cache mode. A value equal to the engine's default is a
 duplicate the study does not boot, so booleans list both values and the default's costs nothing.
 """
 
@@ -22,6 +23,7 @@ from ..capacity.slo import Slo, requests_to_meet
 from ..engine.hardware import Hardware
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
+from ..models.architecture import describe_layers
 from ..models.source import ModelSource
 from .serve_line import ServeLine
 from .workload import Workload
@@ -100,6 +102,8 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
     command = serve.command if serve else ["python", "-m", "vllm.entrypoints.openai.api_server"]
     out.add(f"  command: {flow(command)}", "from your serve line" if serve else
             "`python`: the interpreter servetune runs in, with vLLM installed beside it")
+    if serve and serve.dropped:
+        out.comment(f"left out of your line: {', '.join(serve.dropped)}", "  ")
     out.add(f"  model: {flow(model.name)}", model.where)
     out.add(f"  args: {flow(baseline)}", why_base)
     if not model.has_weights:
@@ -148,6 +152,12 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
     if inp.goal == "capacity":
         out.add(f"capacity: {flow({'num_prompts': _capacity_prompts(inp)})}",
                 "requests a load level: enough to show each percentile SLO met")
+    shared = _memory_shared(hw)
+    if shared:
+        out.comment(f"gpu-memory-utilization is not raised: {shared}; `servetune probe utilization` finds the "
+                    "highest value that boots beside it")
+        out.add("prefer_less_memory: true", "of winners the study cannot tell apart, the one that reserves the "
+                "least memory")
     out.add("strategy: ofat", "one factor at a time: a boot per value, and a value that wins is kept")
     replicates = 2 if hw.is_gpu else 3
     out.add(f"replicates: {replicates}", "a GPU's runs on one boot vary by ~2 %; a CPU's by 15-25 %, so more"
@@ -189,6 +199,12 @@ def _space(inp: DraftInput, baseline: dict[str, Any], tp: list[int]) -> list[tup
     if len(tp) > 1:
         space.append(("tensor-parallel-size", tp, "a second GPU per server: worth it only if it more than "
                       "doubles what one serves (per_gpu)"))
+    layers = describe_layers(inp.model.config) if inp.model.config else None
+    if layers and "mamba-cache-mode" not in baseline:
+        # Field reports measured 'align' both ways (+5 tok/s; up to 3.6x prefill with prefix
+        # caching; a suspected 5-10 % cost): a candidate to measure, not a default to trust.
+        space.append(("mamba-cache-mode", ["align", "none"], f"a hybrid model, {layers}: how that state is "
+                      "cached for prefix caching; vLLM may override it (the applied check says)"))
     if not hw.is_gpu:
         space += [
             ("max-num-seqs", [8, 32], "sequences batched at once: more is more throughput until the cores saturate"),
@@ -212,9 +228,10 @@ def _space(inp: DraftInput, baseline: dict[str, Any], tp: list[int]) -> list[tup
     else:
         space.append(("compilation-config", [{"cudagraph_mode": "PIECEWISE"}],
                       "CUDA graphs around attention only (the default captures full graphs too)"))
+    if not _memory_shared(hw):
+        space.append(("gpu-memory-utilization", [0.95], "a larger KV cache than the default 0.9 leaves (nothing "
+                      "else uses the GPU now)"))
     space += [
-        ("gpu-memory-utilization", [0.95], "a larger KV cache than the default 0.9 leaves (nothing else may "
-         "use the GPU)"),
         ("enable-prefix-caching", [True, False], "on by default in vLLM's V1 engine (a duplicate, not booted); "
          "off skips hashing when prompts share nothing"),
     ]
@@ -222,6 +239,18 @@ def _space(inp: DraftInput, baseline: dict[str, Any], tp: list[int]) -> list[tup
         space.append(("kv-cache-dtype", ["fp8"], "compute capability >= 8.9 runs an fp8 KV cache natively: "
                       "twice the tokens fit (check the answers with your evals)"))
     return space
+
+
+def _memory_shared(hw: Hardware) -> str:
+    """Why the GPU's memory is not the server's alone ('' when it is): unified with the host's, or
+    in use by other processes now."""
+    if hw.unified_memory:
+        names = sorted({g.name for g in hw.gpus if g.unified_memory})
+        return f"{', '.join(names)} shares its memory with the host (unified memory), and the OS needs its part"
+    if hw.shared:
+        used = max(g.used_gib or 0.0 for g in hw.gpus)
+        return f"{used:.1f} GiB of a GPU are in use by other processes"
+    return ""
 
 
 def _scenarios(inp: DraftInput) -> tuple[list[tuple[str, str, list[str]]], list[str]]:

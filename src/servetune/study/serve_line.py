@@ -5,7 +5,8 @@ serve` or `python -m vllm.entrypoints.openai.api_server` is the command, the mod
 positional argument (or `--model`), and every `--flag [value]` becomes an `engine.args` entry:
 numbers as numbers, `--flag` alone as true, `--no-flag` as false, JSON text as a mapping. The
 flags servetune sets itself (host, port, served model name) and secrets (an API key) go where
-the study file keeps them.
+the study file keeps them. A `docker run` line or a docker compose service is read by
+`container_line` into the same shape, the container's options kept in the command.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from ..engine.config import normalize_flag_name
 from ..errors import ServetuneError
-from ..secrets import SECRET_FLAGS
+from ..secrets import SECRET_FLAGS, is_secret_name
 
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # vLLM's short spellings.
@@ -40,16 +41,44 @@ class ServeLine:
 
 
 def parse_serve_line(text: str, where: str = "--serve-cmd") -> ServeLine:
-    try:
-        words = shlex.split(text)
-    except ValueError as exc:
-        raise ServetuneError(f"{where}: cannot split the command line ({exc})") from None
+    """A `vllm serve` line, a `docker run ... IMAGE` line (`container_line`), or a docker compose
+    file (`FILE.yaml` or `FILE.yaml:SERVICE`, `container_line`) as the study's engine section."""
+    from . import container_line  # it builds on this module's flag parsing
+
+    if container_line.names_compose_file(text):
+        return container_line.parse_compose(text, where)
+    words = split_words(text, where)
     env: dict[str, str] = {}
     while words and _ENV_WORD.match(words[0]):
         name, _, value = words.pop(0).partition("=")
         env[name] = value
+    if words and words[0].rsplit("/", 1)[-1] in ("docker", "podman"):
+        line = container_line.parse_docker_run(words, where)
+        line.env = {**env, **line.env}  # variables before `docker` reach the container as the study's env
+        return keep_secrets_by_name(line)
     command, rest = _split_command(words, where)
-    line = ServeLine(command=command, model="", env=env)
+    return keep_secrets_by_name(parse_server_args(ServeLine(command=command, model="", env=env), rest, where))
+
+
+def split_words(text: str, where: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise ServetuneError(f"{where}: cannot split the command line ({exc})") from None
+
+
+def keep_secrets_by_name(line: ServeLine) -> ServeLine:
+    """A variable that holds a credential (HF_TOKEN, ...) goes to `secret_env`: the study names it,
+    its value is read from the user's environment at launch and never written."""
+    for name in [n for n in line.env if is_secret_name(n)]:
+        del line.env[name]
+        if name not in line.secret_env:
+            line.secret_env.append(name)
+    return line
+
+
+def parse_server_args(line: ServeLine, rest: list[str], where: str) -> ServeLine:
+    """The model and `--flag [value]` words after the server's command, into `line`."""
     positional: list[str] = []
     i = 0
     while i < len(rest):
@@ -81,8 +110,9 @@ def _split_command(words: list[str], where: str) -> tuple[list[str], list[str]]:
         return words[:2], words[2:]
     if len(words) >= 3 and words[0].rsplit("/", 1)[-1].startswith("python") and words[1] == "-m":
         return words[:3], words[3:]
-    raise ServetuneError(f"{where}: expected `vllm serve MODEL ...` or `python -m "
-                         f"vllm.entrypoints.openai.api_server --model MODEL ...`, got {' '.join(words[:3])!r}")
+    raise ServetuneError(f"{where}: expected `vllm serve MODEL ...`, `python -m "
+                         "vllm.entrypoints.openai.api_server --model MODEL ...`, `docker run ... IMAGE ...` or a "
+                         f"compose file (FILE.yaml[:SERVICE]), got {' '.join(words[:3])!r}")
 
 
 def _is_flag(word: str) -> bool:

@@ -377,6 +377,11 @@ class StudySpec(_Strict):
     price_per_gpu_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     # The device's memory bandwidth, measured once at the study's start for the report's decode roofline.
     measure_bandwidth: bool = True
+    prefer_less_memory: bool = Field(
+        default=False,
+        description="a GPU shared with other work: among re-validated winners whose objectives the study cannot "
+                    "tell apart, the one that reserves the least memory (--gpu-memory-utilization, then "
+                    "--kv-cache-memory-bytes) wins")
 
     @field_validator("strategy")
     @classmethod

@@ -37,6 +37,7 @@ from scipy import stats as scipy_stats
 
 from .. import stats
 from ..engine.config import Config
+from ..engine.defaults import EngineDefaults
 from ..engine.placement import server_gpus
 from ..load.records import RunSummary
 from ..search.base import SearchBase, TrialView
@@ -45,6 +46,7 @@ from ..study.metrics import CAPACITY, GOODPUT, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
+from . import pool_evidence
 from .analysis_types import (
     ConfigResult,
     DriftPoint,
@@ -55,6 +57,7 @@ from .analysis_types import (
 )
 from .capacity_trial import censored_value, censoring, is_level_run
 from .eta import for_study, next_trial_s, stored_seed
+from .known import DEFAULTS_META
 from .verdict_rule import Judged, StudyDesign, judge, revalidation_cap
 
 REPORTED_METRICS = (
@@ -336,7 +339,7 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
     components = objective_components(configs)
     if baseline is not None and baseline.objective_boots:
         _objective_effects([c for c in configs if not c.is_baseline], baseline, spec, components, design)
-    winner, reason = _winner(configs, spec)
+    winner, reason = _winner(configs, spec, _stored_defaults(store))
     if winner is None and not components.known and any(c.objective_boots for c in configs if not c.is_baseline):
         remedy = ("with finalists: 0 nothing is re-booted; finalists >= 1 or a smaller baseline_every boots "
                   "the baseline again" if spec.finalists == 0 else "a smaller baseline_every boots the baseline again")
@@ -545,7 +548,14 @@ def _to_effect(metric: str, judged: Judged, spec: StudySpec, censored: str = "",
                   t=judged.t, critical=judged.critical, level=judged.level, df=judged.df, censored=censored)
 
 
-def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult | None, str]:
+def _stored_defaults(store: StudyStore) -> EngineDefaults:
+    """The engine's argument defaults the study read at its start (none kept: nothing known)."""
+    raw = store.get_meta_json(DEFAULTS_META)
+    return EngineDefaults.model_validate(raw) if raw is not None else EngineDefaults()
+
+
+def _winner(configs: list[ConfigResult], spec: StudySpec,
+            defaults: EngineDefaults) -> tuple[ConfigResult | None, str]:
     """Only re-validated configs may win: a candidate measured on one boot carries that boot's luck
     and the luck of being picked for it. `finalists: 0` screens only, so it names no winner."""
     if spec.finalists == 0:
@@ -564,11 +574,30 @@ def _winner(configs: list[ConfigResult], spec: StudySpec) -> tuple[ConfigResult 
         return None, (f"no config beat the baseline significantly after re-validation ({len(finalists)} finalist(s), "
                       f"selection-calibrated alpha {spec.alpha}, minimum effect {spec.min_effect_pct:g} %)")
     best, eff = max(good, key=lambda g: g[0].objective.estimate if g[0].objective else -math.inf)
+    preferred = ""
+    if spec.prefer_less_memory:
+        best, eff, preferred = _least_memory_of_the_tied(best, eff, good, defaults)
     shown = (f"at least {eff.effect_pct:+.1f}% (lower bound {eff.ci_low_pct:+.1f}: a censored capacity)"
              if eff.censored == "right" else f"{eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}]")
     return best, (f"objective {shown} vs baseline, "
                   f"selection-calibrated p = {eff.p_adjusted:.3g} (at least {spec.min_effect_pct:g} % needed), "
-                  "every SLO met")
+                  f"every SLO met{preferred}")
+
+
+def _least_memory_of_the_tied(best: ConfigResult, eff: Effect, good: list[tuple[ConfigResult, Effect]],
+                              defaults: EngineDefaults) -> tuple[ConfigResult, Effect, str]:
+    """`prefer_less_memory`: the winners whose objective lies within the best one's interval are not
+    told apart by the study; of those, the one that reserves the least memory."""
+    if best.objective is None:
+        return best, eff, ""
+    low = best.objective.low if math.isfinite(best.objective.low) else best.objective.estimate
+    tied = [(c, e) for c, e in good if c.objective is not None and c.objective.estimate >= low]
+    chosen, chosen_eff = min(tied, key=lambda g: (pool_evidence.reserved_memory(g[0].config, defaults),
+                                                  -(g[0].objective.estimate if g[0].objective else 0.0)))
+    if chosen is best:
+        return best, eff, ""
+    return chosen, chosen_eff, (f"; preferred (prefer_less_memory) over {best.label}, whose objective it cannot be "
+                                "told apart from (within its interval), as it reserves less memory")
 
 
 def _unmeasured_baseline_reason(store: StudyStore, configs: list[ConfigResult], baseline_key: str) -> str:

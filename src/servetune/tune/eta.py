@@ -23,12 +23,16 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..load.scenario import Scenario
+from ..models.architecture import DTYPE_BYTES, language_config
 from ..store import Run, StudyStore, Trial
 from ..study.objective import Objective
 from ..study.spec import StudySpec
+
+if TYPE_CHECKING:
+    from ..models.source import ModelSource
 
 # Before anything is measured and without a seed: a guess only.
 DEFAULT_BOOT_S = 90.0
@@ -40,7 +44,6 @@ DECODE_FIXED_S = 0.002   # one decode step of a tiny model
 DECODE_S_PER_GIB = 0.0002  # reading the weights once per step (~5 TB/s)
 PREFILL_TOKENS_PER_S = 40_000.0
 RUN_OVERHEAD_S = 1.0     # prefix-cache reset, /metrics scrapes, the client self-check
-DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "bfloat16": 2, "half": 2, "float8": 1, "int8": 1}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 # Runs a capacity search takes per level it may measure: 16.4 runs at 12 levels at most on the
 # simulated server of benchmarks/capacity_search.py (undecided levels are measured again).
@@ -122,7 +125,9 @@ def model_gib(model_dir: Path) -> tuple[float | None, str]:
 
 
 def parameter_count(config: dict[str, Any]) -> float | None:
-    """Weights of a decoder-only transformer (dense or mixture of experts) from its config.json."""
+    """Weights of a decoder-only transformer (dense or mixture of experts) from its config.json
+    (a hybrid's linear-attention layers counted as attention ones: an estimate of the size)."""
+    config = language_config(config)
     try:
         hidden, layers, vocab = int(config["hidden_size"]), int(config["num_hidden_layers"]), int(config["vocab_size"])
         heads = int(config.get("num_attention_heads", 1))
@@ -144,6 +149,7 @@ def active_fraction(config: dict[str, Any], batch: int = 1) -> float:
     any batch: the roofline's); at larger batches the expected share if each token's k of E experts
     were uniform draws, E(1 - (1 - k/E)^batch) distinct experts (random weights route about so;
     trained routers are more skewed and read fewer)."""
+    config = language_config(config)
     experts, per_token = config.get("num_experts"), config.get("num_experts_per_tok")
     if not experts or not per_token:
         return 1.0
@@ -158,12 +164,13 @@ def active_fraction(config: dict[str, Any], batch: int = 1) -> float:
 
 
 def model_config(model_dir: Path) -> dict[str, Any] | None:
-    """The model directory's config.json, None when it cannot be read."""
+    """The model directory's config.json, flattened (`architecture.language_config`); None when
+    it cannot be read."""
     try:
         config = json.loads((model_dir / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    return config if isinstance(config, dict) else None
+    return language_config(config) if isinstance(config, dict) else None
 
 
 def mean_len(length: Any) -> float:
@@ -204,6 +211,12 @@ def seed(model_dir: Path, scenarios: list[Scenario]) -> tuple[Eta, str]:
     """An Eta from the model's size and the scenarios' token counts, and what it rests on."""
     gib, source = model_gib(model_dir)
     return seed_from(gib, source, model_config(model_dir), scenarios)
+
+
+def seed_for(model: ModelSource, scenarios: list[Scenario]) -> tuple[Eta, str]:
+    """`seed` for a model wherever it is (`models.source.locate`): a Hub id's config.json from the
+    Hugging Face cache counts its active experts, as a local directory's does."""
+    return seed_from(model.weights_gib, model.weights_source, model.config, scenarios)
 
 
 def seed_from(gib: float | None, source: str, config: dict[str, Any] | None,

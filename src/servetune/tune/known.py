@@ -1,9 +1,10 @@
 """What the store already knows about a config, so that no boot is spent learning it again.
 
-Before a candidate boots: does it run as a measured config (`duplicate`), or must it fail as
-one already did (`skipped`)? After it booted: does its boot log show it runs as a measured
-config (`duplicate`, not measured)? The engine's defaults are read once per study and kept in
-the store's meta, so a resumed study decides the same way.
+Before a candidate boots: does it run as a measured config (`duplicate`), must it fail as
+one already did, or would it only grow a KV pool that the runs never filled (`skipped`)? After
+it booted: does its boot log show it runs as a measured config (`duplicate`, not measured)? The
+engine's defaults are read once per study and kept in the store's meta, so a resumed study
+decides the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..engine.equivalence import Booted, duplicate_detail, fitting_length, known
 from ..engine.knobs import ENV_KNOB, unapplied, unknown_variables
 from ..store import StudyStore, Trial
 from ..vocabulary import Outcome
+from . import pool_evidence
 
 DEFAULTS_META = "engine_defaults"
 NOT_BOOTED = (Outcome.duplicate, Outcome.skipped)
@@ -59,9 +61,12 @@ def measured(store: StudyStore, baseline: Config, *, excluding: int | None = Non
 
 def before_boot(store: StudyStore, config: Config, baseline: Config, defaults: EngineDefaults,
                 *, excluding: int | None = None) -> tuple[Outcome, str] | None:
-    """(duplicate | skipped, why) when booting `config` would teach nothing new, else None.
+    """(duplicate | skipped, why) when booting `config` would teach nothing new, else None:
+    it runs as a measured config, it must fail as one did, or it only grows a KV pool that a
+    measured config's runs never filled (`pool_evidence`).
     `excluding`: the trial that is `config`, when it is in the store already."""
-    twin = duplicate_detail(config, None, measured(store, baseline, excluding=excluding), defaults)
+    booted = measured(store, baseline, excluding=excluding)
+    twin = duplicate_detail(config, None, booted, defaults)
     if twin is not None:
         return Outcome.duplicate, twin
     gone = did_not_apply(store, config, baseline, excluding=excluding)
@@ -75,7 +80,8 @@ def before_boot(store: StudyStore, config: Config, baseline: Config, defaults: E
         return Outcome.skipped, f"{why}: the study boots no value of a knob that did not apply"
     too_long = [Booted(_name(t, baseline), t.config, t.boot_facts) for t in store.trials()
                 if t.outcome is Outcome.context_too_long]
-    doomed = known_to_fail(config, too_long)
+    doomed = known_to_fail(config, too_long) or pool_evidence.unneeded_pool(
+        store, config, {b.config.key(): b.name for b in booted}, defaults)
     return (Outcome.skipped, doomed) if doomed else None
 
 

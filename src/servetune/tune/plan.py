@@ -34,6 +34,7 @@ from ..study.space import env_var, json_field
 from ..study.spec import Loc, SpecError, StudySpec
 from ..vocabulary import Outcome
 from . import eta as eta_seed
+from . import pool_evidence
 from .analysis import trial_count
 
 # Optuna without a trial budget: how many of its proposals the plan lists.
@@ -47,6 +48,7 @@ class PlannedCandidate:
     params: dict[str, Any]
     label: str
     duplicate: str | None  # why it will not boot; None: it boots
+    only_if: str | None = None  # a condition the runs decide (pool_evidence): it boots only if it holds
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engi
     candidates = planned_candidates(spec, defaults)
     booting = len([c for c in candidates if c.duplicate is None])
     boots = trial_count(spec, booting)
-    seed, basis = eta_seed.seed_from(model.weights_gib, model.weights_source, model.config, list(spec.scenarios))
+    seed, basis = eta_seed.seed_for(model, list(spec.scenarios))
     per_scenario = eta_seed.runs_per_scenario(spec)
     return StudyPlan(spec=spec, engine=engine, engine_found=found, defaults=defaults, model=model,
                      candidates=candidates, open_ended=spec.strategy in ("ofat", "optuna") and booting > 0,
@@ -184,7 +186,8 @@ def planned_candidates(spec: StudySpec, defaults: EngineDefaults) -> list[Planne
             break
         config = spec.config_for(proposal.params)
         twin = duplicate_detail(config, None, booted, defaults)
-        out.append(PlannedCandidate(dict(proposal.params), config.label(baseline), twin))
+        out.append(PlannedCandidate(dict(proposal.params), config.label(baseline), twin,
+                                    None if twin else pool_evidence.conditional(config, baseline, defaults)))
         if twin is None:
             booted.append(Booted(f"candidate {config.label(baseline)}", config, None))
             history.append(TrialView(params=proposal.params, samples=_NEUTRAL))

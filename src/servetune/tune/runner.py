@@ -23,6 +23,7 @@ from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
 from ..engine.placement import Placement, plan_placements
 from ..errors import ServetuneError
+from ..models.source import locate
 from ..store import EtaEntry, StudyStore, Trial, TrialRole, Verdict
 from ..study.objective import Objective
 from ..study.spec import StudySpec
@@ -125,7 +126,8 @@ class StudyRunner:
 
     def _seed_eta(self) -> None:
         """Before the first boot: an ETA from the model's size and the scenarios, kept to be judged."""
-        seed, basis = eta_seed.seed(Path(self.spec.engine.model), list(self.spec.scenarios))
+        # A Hub id is read from the Hugging Face cache, as plan reads it (no network at the start).
+        seed, basis = eta_seed.seed_for(locate(self.spec.engine.model, ask_hub=False), list(self.spec.scenarios))
         self.seed = seed
         eta_seed.store_seed(self.store, seed)
         if not self.store.trials():
