@@ -27,7 +27,7 @@ from ..vocabulary import Outcome
 from . import server_options as opt
 from . import validate
 from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt, print_error, validation_text
-from .paths import result_file
+from .paths import output_file
 from .server_check import check_reachable
 from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
 from .waiting import Silence, SilenceColumn
@@ -260,8 +260,9 @@ def bench(
     api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
     # Now, not after the run: a late failure would lose the measurements. Named exactly as given.
     run_id = out.name.removesuffix(".json")
-    result_file(out, "--out", force)
-    result_file(out.with_name(f"{run_id}.requests.jsonl"), "--out (its per-request JSONL)", force)
+    output_file(out, "--out", force, "JSON", [trace])
+    output_file(out.with_name(f"{run_id}.requests.jsonl"), "--out (its per-request JSONL)", force, "JSON lines",
+                [trace])
     on_interrupt(f"nothing written to {out}")
     if url is not None:
         check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,

@@ -22,6 +22,7 @@ from ..study.serve_line import ServeLine, parse_serve_line
 from ..study.workload import Workload, summarise
 from ..tune.display import format_duration
 from ..tune.plan import StudyPlan, assemble
+from .paths import output_file
 
 console = Console()
 
@@ -50,8 +51,7 @@ def init(
     force: bool = typer.Option(False, "--force", help="overwrite STUDY_FILE if it exists"),
 ) -> None:
     """Write a commented study file for your model, serve line, workload, SLOs and hardware."""
-    if study_file.exists() and not force:
-        raise ServetuneError(f"{study_file}: exists; give --force to overwrite it")
+    output_file(study_file, "STUDY_FILE", force, "YAML", [Path(w) for w in workload])
     if goal not in ("throughput", "capacity"):
         raise ServetuneError(f"--goal {goal!r}: expected throughput or capacity")
     serve = parse_serve_line(serve_cmd) if serve_cmd else None

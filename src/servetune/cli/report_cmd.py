@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from ..errors import ServetuneError
 from .boundary import store_errors, validation_text
-from .paths import result_file, writable_dir
+from .paths import not_a_file, output_file, writable_dir
 
 console = Console()
 
@@ -26,6 +26,8 @@ def report(
     from ..study.spec import StudySpec
     from ..tune.analysis import analyze
 
+    if out is not None:
+        not_a_file(out, "--out")  # before the analysis, which can take a while
     with store_errors(study_dir / StudyStore.FILENAME):
         store = StudyStore.open_existing(study_dir, read_only=True)
         try:
@@ -71,7 +73,7 @@ def compare_cmd(
     except ValueError as exc:
         raise ServetuneError(f"--metric: {exc}") from exc
     if markdown_file is not None:
-        result_file(markdown_file, "--markdown", force)
+        output_file(markdown_file, "--markdown", force, "Markdown", [a, b])
     side_a, side_b = load_side(a), load_side(b)
     rows = compare_sides(side_a, side_b, metrics, confidence, anyway=anyway)
     console.print(rich_table(rows, side_a, side_b, confidence))
