@@ -117,10 +117,10 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
         out.add(f"  port: {serve.port}", "your serve line's port (slot i uses port + i)")
     if serve and serve.served_model_name:
         out.add(f"  served_model_name: {flow(serve.served_model_name)}")
-    startup = 1800 if model.directory is None else 900
-    out.add(f"  startup_timeout_s: {startup}",
-            "the first boot downloads the weights" if model.directory is None
-            else "loading, compiling and warming up a large model take minutes")
+    out.add("  startup_timeout_s: 3600", "the cap of a boot whose log keeps moving: "
+            + ("the first boot downloads the weights, " if model.directory is None else "")
+            + "a cold first boot (compiling, autotuning, capturing) takes many minutes")
+    out.add("  startup_stall_s: 600", "a boot whose log stays silent this long has failed (its phase is named)")
 
     out.add("space:", "one value at a time from the baseline (ofat); the order is the search's order")
     for key, values, why in _space(inp, baseline, tp_values):

@@ -195,8 +195,11 @@ MEANINGS: dict[str, str] = {
     "EngineSpec.args": "the baseline's flags (`max-num-seqs: 64`; booleans render as `--x` / `--no-x`, mappings "
                        "as JSON, IEC sizes like `2GiB` in bytes)",
     "EngineSpec.env": "the server's environment variables (secret-looking names are taken out and never stored)",
-    "EngineSpec.startup_timeout_s": "seconds from launch to a healthy `/health` before the boot fails as "
-                                    "`startup_timeout`",
+    "EngineSpec.startup_timeout_s": "the cap, in seconds from launch, of a boot whose log keeps moving "
+                                    "(loading, compiling, capturing): past it the boot fails as `startup_timeout`",
+    "EngineSpec.startup_stall_s": "seconds the boot log may stay silent before the boot fails as "
+                                  "`startup_timeout`, naming the phase it stopped in (a cold first boot of many "
+                                  "minutes that keeps logging is waited for)",
     "EngineSpec.port": "a fixed port for the first slot (slot i uses port + i); default: a free one",
     "EngineSpec.served_model_name": "the name the server answers to (default: the model)",
     "Parameter.values": "the values to try, in order (a list may be written in place of the mapping)",

@@ -98,7 +98,8 @@ class EngineSpec(_Strict):
     # Secret variables of the server, by name: those `env` gives (taken out of it on load) and
     # those read from servetune's environment at launch. Only names are stored; see `secrets`.
     secret_env: list[EnvName] = Field(default_factory=list)
-    startup_timeout_s: float = Field(default=600, gt=0, allow_inf_nan=False)
+    startup_timeout_s: float = Field(default=3600, gt=0, allow_inf_nan=False)
+    startup_stall_s: float = Field(default=600, gt=0, allow_inf_nan=False)
     port: int | None = Field(default=None, ge=1, le=65535)
     served_model_name: str | None = None
     # CPU build on a few cores: pin the busy-waiting EngineCore to the workers' cores so it does
