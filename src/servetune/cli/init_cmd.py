@@ -67,12 +67,14 @@ def init(
                      slos=[parse_slo(s) for s in slo], goal=_goal(goal))
     body, _facts = draft(inp)
     spec = parse_study(body, str(study_file))  # what is written loads: checked before writing
-    plan = assemble(spec, EngineDefaults(), source)
+    plan = assemble(spec, EngineDefaults(), source, hardware=hardware)
     study_file.parent.mkdir(parents=True, exist_ok=True)
     study_file.write_text(_header(inp, plan, study_file, serve) + body)
     console.print(f"wrote {escape(str(study_file))}: {len(spec.space)} flag(s) to search on "
                   f"{escape(hardware.describe())}, {len(spec.scenarios)} scenario(s); about "
                   f"{plan.boots} boots, {format_duration(plan.eta_s)}")
+    for (*_, key), why in plan.warnings:  # only a serve line's own flags: the space is cut to the hardware
+        console.print(f"[yellow]warning[/]: your serve line's {escape(str(key))}: {escape(why)}")
     console.print(f"next: servetune plan {escape(str(study_file))}   (checks the engine, model and flags; "
                   "starts nothing)")
     console.print(f"then: servetune tune {escape(str(study_file))} --out runs/{escape(spec.name)}")

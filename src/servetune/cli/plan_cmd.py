@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..engine.hardware import detect
 from ..errors import ServetuneError
 from ..study import StudySpec
 from ..study.loader import located_lines
@@ -41,7 +42,7 @@ def show_plan(spec: StudySpec, study_file: Path, *, ask_hub: bool = True) -> Non
     from ..engine import engine_for
 
     engine = engine_for(spec.engine)
-    result = make_plan(spec, engine.read_defaults, ask_hub=ask_hub)
+    result = make_plan(spec, engine.read_defaults, ask_hub=ask_hub, hardware=detect())
     _print(result, study_file)
     if result.problems:
         raise located(study_file, result.problems)
@@ -95,6 +96,8 @@ def _print(plan: StudyPlan, study_file: Path) -> None:
     console.print(f"ETA: {format_duration(plan.eta_s)} before anything is measured ({escape(plan.eta_basis)}"
                   f"{', ' + str(spec.parallel.slots) + ' slots at once' if spec.parallel.slots > 1 else ''})"
                   f"{budget}")
+    for line in located_lines(load_yaml(study_file), plan.warnings):
+        console.print(f"[yellow]warning[/]: {escape(line)}")
     if not plan.problems:
         console.print("[green]ready[/]: nothing was started; run it with servetune tune "
                       f"{escape(str(study_file))} --out DIR")

@@ -37,12 +37,6 @@ class Hardware:
         """The smallest GPU's memory: what every slot can count on."""
         return min(g.memory_gib for g in self.gpus) if self.gpus else 0.0
 
-    @property
-    def fp8_kv_cache(self) -> bool:
-        """An fp8 KV cache runs natively from compute capability 8.9 (Ada, Hopper, Blackwell)."""
-        return bool(self.gpus) and all(g.compute_capability is not None and g.compute_capability >= (8, 9)
-                                       for g in self.gpus)
-
     def describe(self) -> str:
         if not self.gpus:
             return f"no GPU found ({self.source}): CPU, {self.cpus} cores"

@@ -5,7 +5,9 @@ Every choice is written with a one-line `# why`, so the file teaches what it doe
 parsed back with the study loader before it is written, so it always loads. The search space is
 the flags the field's tuning reports move first, cut to what this hardware runs: on a GPU the
 chunked-prefill budget, max-num-seqs, async scheduling, the CUDA graph mode, the memory share and
-prefix caching, an fp8 KV cache from compute capability 8.9, tensor parallel across several GPUs;
+prefix caching, an fp8 KV cache, tensor parallel across several GPUs, without the values the GPUs
+found cannot run as meant (engine/gates.py: an fp8 KV cache before compute capability 8.9), each named
+in a `# left out:` line;
 on the CPU build the batch sizes and prefix caching. A value equal to the engine's default is a
 duplicate the study does not boot, so booleans list both values and the default's costs nothing.
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..capacity.slo import Slo, requests_to_meet
+from ..engine.gates import why_not_here
 from ..engine.hardware import Hardware
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
@@ -123,8 +126,11 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
     out.add("  startup_stall_s: 600", "a boot whose log stays silent this long has failed (its phase is named)")
 
     out.add("space:", "one value at a time from the baseline (ofat); the order is the search's order")
-    for key, values, why in _space(inp, baseline, tp_values):
+    space, left_out = runnable(_space(inp, baseline, tp_values), hw)
+    for key, values, why in space:
         out.add(f"  {key}: {flow(values)}", why)
+    for line in left_out:
+        out.comment(f"left out: {line}", "  ")
 
     scenarios, slo_scenarios = _scenarios(inp)
     out.add("scenarios:")
@@ -218,10 +224,29 @@ def _space(inp: DraftInput, baseline: dict[str, Any], tp: list[int]) -> list[tup
         ("enable-prefix-caching", [True, False], "on by default in vLLM's V1 engine (a duplicate, not booted); "
          "off skips hashing when prompts share nothing"),
     ]
-    if hw.fp8_kv_cache and "kv-cache-dtype" not in baseline:
-        space.append(("kv-cache-dtype", ["fp8"], "compute capability >= 8.9 runs an fp8 KV cache natively: "
-                      "twice the tokens fit (check the answers with your evals)"))
+    if "kv-cache-dtype" not in baseline:
+        space.append(("kv-cache-dtype", ["fp8"], "an fp8 KV cache: twice the tokens fit (check the answers with "
+                      "your evals)"))
     return space
+
+
+def runnable(space: list[tuple[str, list[Any], str]], hw: Hardware) -> tuple[list[tuple[str, list[Any], str]],
+                                                                          list[str]]:
+    """The space without the values this hardware cannot run as meant (engine/gates.py), and why
+    each left out was."""
+    kept: list[tuple[str, list[Any], str]] = []
+    left_out: list[str] = []
+    for name, values, why in space:
+        allowed = []
+        for value in values:
+            reason = why_not_here(name, value, hw)
+            if reason is None:
+                allowed.append(value)
+            else:
+                left_out.append(f"{name} {value}: {reason}")
+        if allowed:
+            kept.append((name, allowed, why))
+    return kept, left_out
 
 
 def _scenarios(inp: DraftInput) -> tuple[list[tuple[str, str, list[str]]], list[str]]:

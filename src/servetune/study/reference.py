@@ -175,7 +175,8 @@ MEANINGS: dict[str, str] = {
     "StudySpec.space": "the flags (or `env.NAME` variables) to search: a list of values (`null`: the flag not "
                        "given), or a range `{low, high, step | log, type}`; `FLAG.field` sweeps one field of a "
                        "JSON flag the baseline gives",
-    "StudySpec.constraints": "rules every candidate must satisfy, e.g. `max-num-batched-tokens >= max-model-len`",
+    "StudySpec.constraints": "rules every candidate must satisfy, e.g. `max-num-batched-tokens >= max-model-len` "
+                             "or `kv-cache-dtype != fp8_e5m2`",
     "StudySpec.scenarios": "the traffic each config is measured on: a `preset` with any field overridden, or a "
                            "full scenario",
     "StudySpec.objective": "what to maximise or minimise, how scenarios combine, and the SLOs",

@@ -373,6 +373,15 @@ class StudySpec(_Strict):
     # The device's memory bandwidth, measured once at the study's start for the report's decode roofline.
     measure_bandwidth: bool = True
 
+    @field_validator("constraints")
+    @classmethod
+    def _quote_string_values(cls, constraints: list[Constraint], info: ValidationInfo) -> list[Constraint]:
+        """`kv-cache-dtype != fp8_e5m2`: a bare value that names nothing is the string it spells."""
+        engine = info.data.get("engine")
+        known = {*info.data.get("space", {}), *(engine.args if engine else {}),
+                 *(f"{ENV_PREFIX}{k}" for k in (engine.env if engine else {}))}
+        return [c.with_literals(known) for c in constraints]
+
     @field_validator("strategy")
     @classmethod
     def _registered_strategy(cls, name: str) -> str:
@@ -509,6 +518,13 @@ class StudySpec(_Strict):
                     problems.append((("constraints", i),
                                      f"{name!r} is neither a space parameter nor an engine arg{hint}"))
             p = c.parsed
+            for operand, other in ((p.left, p.right), (p.right, p.left)):
+                # An unset baseline is the engine's default, which a constraint never compares (None).
+                values = [v for v in self._possible_values(operand.name) if v is not None] \
+                    if operand.name in self.space else []
+                if other.text is not None and values and other.text not in values:
+                    problems.append((("constraints", i), f"{c.expr!r}: {other.text!r} is none of {operand.name!r}'s "
+                                                         f"values ({', '.join(map(repr, values))})"))
             if p.op in ORDER_OPS:
                 for operand in (p.left, p.right):
                     bad = ([v for v in self._possible_values(operand.name) if v is not None and not is_number(v)]

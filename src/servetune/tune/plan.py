@@ -7,7 +7,9 @@ each answered as if it measured like the baseline (no effect), so OFAT walks fro
 and a grid lists its cells; a candidate that runs as the baseline or an earlier candidate by the
 engine's argument defaults is a duplicate that will not boot (the same decision `tune.known`
 takes with the store). From the booting candidates follow the boots, the runs and the ETA, by
-the same formulas the running study uses (`analysis.trial_count`, `eta.seed_from`).
+the same formulas the running study uses (`analysis.trial_count`, `eta.seed_from`). Values that
+need a newer GPU or a kernel package the engine's interpreter lacks (`engine.gates`) are flagged,
+not refused: a plan may be made on another machine than the one the study runs on.
 
 A real study's start (tune/runner.py) runs the same checks before the first boot: the engine
 command and the model (`check_start`, before the study's spec is stored; a model id found
@@ -19,12 +21,14 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..engine.defaults import EngineDefaults
 from ..engine.equivalence import Booted, duplicate_detail
+from ..engine.gates import why_not_here
+from ..engine.hardware import Hardware
 from ..models.source import ModelSource, locate
 from ..search import make_strategy
 from ..search.base import TrialView
@@ -62,6 +66,7 @@ class StudyPlan:
     eta_s: float
     eta_basis: str
     problems: list[tuple[Loc, str]]  # what stops the study (key path, why): fix before it runs
+    warnings: list[tuple[Loc, str]] = field(default_factory=list)  # what will likely fail or run otherwise
 
     @property
     def booting(self) -> list[PlannedCandidate]:
@@ -69,15 +74,15 @@ class StudyPlan:
 
 
 def make_plan(spec: StudySpec, read_defaults: Callable[[], EngineDefaults], *,
-              ask_hub: bool = True) -> StudyPlan:
+              ask_hub: bool = True, hardware: Hardware | None = None) -> StudyPlan:
     """Every check, then the plan: reads the engine's defaults (a subprocess) and locates the model."""
     engine, found = find_engine(spec.engine.command)
     defaults = read_defaults() if found else EngineDefaults(source=f"unknown: {engine}")
-    return assemble(spec, defaults, locate(spec.engine.model, ask_hub=ask_hub), engine, found)
+    return assemble(spec, defaults, locate(spec.engine.model, ask_hub=ask_hub), engine, found, hardware)
 
 
 def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engine: str = "not checked",
-             found: bool = True) -> StudyPlan:
+             found: bool = True, hardware: Hardware | None = None) -> StudyPlan:
     """The plan from what is known already (`servetune init` has the model and no defaults yet)."""
     problems = engine_problems(engine, found)
     if found and not defaults.known and defaults.source and _must_read(spec):
@@ -93,7 +98,8 @@ def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engi
                      candidates=candidates, open_ended=spec.strategy in ("ofat", "optuna") and booting > 0,
                      boots=boots, runs=boots * per_scenario * len(spec.scenarios),
                      eta_s=boots * eta_seed.next_trial_s(spec, seed) / spec.parallel.slots,
-                     eta_basis=basis, problems=problems)
+                     eta_basis=basis, problems=problems,
+                     warnings=hardware_warnings(spec, hardware, defaults.modules))
 
 
 def _must_read(spec: StudySpec) -> bool:
@@ -149,6 +155,22 @@ def flag_problems(spec: StudySpec, defaults: EngineDefaults) -> list[tuple[Loc, 
             named.append((("space", name), field[0] if field else name))
     return [(loc, f"the installed engine has no flag --{flag}{did_you_mean(flag, sorted(known))} "
                   f"({defaults.source})") for loc, flag in named if flag not in known]
+
+
+def hardware_warnings(spec: StudySpec, hardware: Hardware | None,
+                      modules: list[str] | None) -> list[tuple[Loc, str]]:
+    """Baseline and space values that need a newer GPU than `hardware` has, or a kernel package
+    missing from the engine's interpreter (`modules`); None for either: not checked."""
+    named: list[tuple[Loc, str, Any]] = [(("engine", "args", k), k, v) for k, v in spec.engine.args.items()]
+    named += [(("engine", "env", k), f"env.{k}", v) for k, v in spec.engine.env.items()]
+    for name, param in spec.space.items():
+        named += [(("space", name), name, v) for v in (param.values or [])]
+    out = []
+    for loc, name, value in named:
+        why = why_not_here(name, value, hardware, modules)
+        if why is not None:
+            out.append((loc, f"{name}: {value}: {why}"))
+    return out
 
 
 def check_flags(spec: StudySpec, defaults: EngineDefaults) -> None:
