@@ -180,6 +180,18 @@ def _pool_rate(s: RunSummary) -> str:
     return _rate(s.get("prefix_hit_rate_pool")) or "- (pool full)"
 
 
+def sweep_table(s: RunSummary) -> Table:
+    """The prefill sweep per prompt size: TTFT and prefill tokens/s, or that the size timed out."""
+    table = Table(title="prefill sweep")
+    for name in ("prompt tokens", "TTFT (ms)", "prefill tok/s", "outcome"):
+        table.add_column(name, justify="right")
+    for size in s.get("prefill_sweep") or []:
+        ttft, rate = size.get("ttft_ms"), size.get("prefill_tok_s")
+        table.add_row(f"{size.get('prompt_tokens') or size['input_len']:,}", "-" if ttft is None else f"{ttft:,.0f}",
+                      "-" if rate is None else f"{rate:,.0f}", escape(str(size["outcome"])))
+    return table
+
+
 def fidelity_table(s: RunSummary) -> Table:
     """How faithfully a trace was replayed: send lateness, lengths as asked, prefix reuse."""
     table = Table(title="trace replay fidelity", show_header=False)
@@ -280,6 +292,8 @@ def _show_result(result: RunResult, sc: Scenario, pcts: tuple[float, ...], out: 
         raise typer.Exit(EXIT_NO_RESULT)
     console.print(summary_table(result, pcts))
     console.print(totals_table(result))
+    if result.summary.get("prefill_sweep"):
+        console.print(sweep_table(result.summary))
     if sc.trace is not None:
         console.print(fidelity_table(result.summary))
     if result.client_health.get("reasons"):

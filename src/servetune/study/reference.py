@@ -222,6 +222,8 @@ MEANINGS: dict[str, str] = {
     "Scenario.ignore_eos": "decode exactly `output_len` tokens (as `vllm bench serve` does)",
     "Scenario.shared_prefix": "a common prefix that a share of the requests start with (prefix caching)",
     "Scenario.endpoint": "`/v1/completions` or `/v1/chat/completions`",
+    "Scenario.sweep_timeout_s": "with `sweep_input_lens`: a prompt size with no first token within this is "
+                                "recorded as timed out for that size, and the sweep goes on (`prefill-sweep`: 120)",
     "Scenario.run_timeout_s": "a run still going after this long is ended as `run_timeout` (default: derived "
                               "from the traffic)",
     "ObjectiveSpec.maximize": "a `vllm bench serve` metric (`output_throughput`, ...) or `capacity`",
