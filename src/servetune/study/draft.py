@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..capacity.slo import Slo, requests_to_meet
+from ..engine import speculative
 from ..engine.gates import why_not_here
 from ..engine.hardware import Hardware
 from ..errors import ServetuneError
@@ -131,6 +132,10 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
         out.add(f"  {key}: {flow(values)}", why)
     for line in left_out:
         out.comment(f"left out: {line}", "  ")
+    if any(key.startswith(speculative.FLAG) for key, _, _ in space):
+        out.comment("speculative decoding's speed is its acceptance, which depends on the text: these "
+                    "scenarios' prompts are random tokens, so add one whose `dataset:` is a JSONL of your own "
+                    "prompts ({\"prompt\": ...} a line); `servetune plan` warns until every scenario has one", "  ")
 
     scenarios, slo_scenarios = _scenarios(inp)
     out.add("scenarios:")
@@ -224,10 +229,28 @@ def _space(inp: DraftInput, baseline: dict[str, Any], tp: list[int]) -> list[tup
         ("enable-prefix-caching", [True, False], "on by default in vLLM's V1 engine (a duplicate, not booted); "
          "off skips hashing when prompts share nothing"),
     ]
+    space += _speculative(inp, baseline)
     if "kv-cache-dtype" not in baseline:
         space.append(("kv-cache-dtype", ["fp8"], "an fp8 KV cache: twice the tokens fit (check the answers with "
                       "your evals)"))
     return space
+
+
+def _speculative(inp: DraftInput, baseline: dict[str, Any]) -> list[tuple[str, list[Any], str]]:
+    """A model with MTP layers in its config.json: vLLM's MTP method, swept over n."""
+    layers = speculative.mtp_layers(inp.model.config)
+    if not layers:
+        return []
+    why = (f"config.json declares {layers} MTP layer(s): multi-token prediction proposes tokens checked in one "
+           "step; the best n moves with the workload (the field: 3 on short prompts, 6 on long ones)")
+    current = baseline.get(speculative.FLAG)
+    if isinstance(current, dict):
+        values = [n for n in speculative.MTP_SWEEP if n != current.get(speculative.TOKENS_FIELD)]
+        return [(speculative.TOKENS_PARAM, values, why)]
+    if current is not None:
+        return []
+    return [(speculative.FLAG, [{"method": "mtp", speculative.TOKENS_FIELD: n} for n in speculative.MTP_SWEEP],
+             why)]
 
 
 def runnable(space: list[tuple[str, list[Any], str]], hw: Hardware) -> tuple[list[tuple[str, list[Any], str]],

@@ -9,7 +9,8 @@ engine's argument defaults is a duplicate that will not boot (the same decision 
 takes with the store). From the booting candidates follow the boots, the runs and the ETA, by
 the same formulas the running study uses (`analysis.trial_count`, `eta.seed_from`). Values that
 need a newer GPU or a kernel package the engine's interpreter lacks (`engine.gates`) are flagged,
-not refused: a plan may be made on another machine than the one the study runs on.
+not refused: a plan may be made on another machine than the one the study runs on; so is a sweep
+of speculative decoding on random-token prompts (`study.representative`), at every start too.
 
 A real study's start (tune/runner.py) runs the same checks before the first boot: the engine
 command and the model (`check_start`, before the study's spec is stored; a model id found
@@ -33,6 +34,7 @@ from ..models.source import ModelSource, locate
 from ..search import make_strategy
 from ..search.base import TrialView
 from ..study._hints import did_you_mean
+from ..study.representative import speculative_warnings
 from ..study.space import env_var, json_field
 from ..study.spec import Loc, SpecError, StudySpec
 from ..vocabulary import Outcome
@@ -99,7 +101,7 @@ def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engi
                      boots=boots, runs=boots * per_scenario * len(spec.scenarios),
                      eta_s=boots * eta_seed.next_trial_s(spec, seed) / spec.parallel.slots,
                      eta_basis=basis, problems=problems,
-                     warnings=hardware_warnings(spec, hardware, defaults.modules))
+                     warnings=speculative_warnings(spec) + hardware_warnings(spec, hardware, defaults.modules))
 
 
 def _must_read(spec: StudySpec) -> bool:
