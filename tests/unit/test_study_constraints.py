@@ -130,3 +130,8 @@ def test_a_string_that_is_none_of_the_values_is_a_load_error() -> None:
 def test_ordering_a_string_is_refused() -> None:
     with pytest.raises(ValidationError, match="orders a string"):
         Constraint.model_validate("kv-cache-dtype > 'fp8'")
+
+
+def test_a_typo_of_a_name_in_an_equality_stays_a_name_error() -> None:
+    with pytest.raises(ServetuneError, match="'max-num-seq' is neither.*did you mean 'max-num-seqs'"):
+        parse_study(KV_DTYPES + "constraints:\n  - max-num-batched-tokens != max-num-seq\n")

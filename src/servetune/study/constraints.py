@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..engine.config import Config
+from ._hints import did_you_mean
 from .space import Scalar, env_var, json_field, normalize_param_name
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -154,13 +155,14 @@ class Constraint(BaseModel):
 
     def with_literals(self, known: set[str]) -> Constraint:
         """This constraint with each bare word that names nothing in `known`, compared with == or
-        != to a name that does, quoted as the string it spells (`kv-cache-dtype != fp8_e5m2`)."""
+        != to a name that does, quoted as the string it spells (`kv-cache-dtype != fp8_e5m2`). A
+        word close to a known name stays a name: a typo is reported as one, not compared."""
         p = self.parsed
         if p.op not in EQUALITY_OPS:
             return self
         tokens = []
         for operand, other in ((p.left, p.right), (p.right, p.left)):
-            bare = operand.name is not None and operand.name not in known
+            bare = operand.name is not None and operand.name not in known and not did_you_mean(operand.name, known)
             tokens.append(repr(operand.token) if bare and other.name in known else operand.token)
         expr = f"{tokens[0]} {p.op} {tokens[1]}"
         return self if expr == f"{p.left.token} {p.op} {p.right.token}" else Constraint(expr=expr, when=self.when)
