@@ -84,3 +84,17 @@ def test_init_proposes_nothing_speculative_without_mtp_layers(tmp_path: Path) ->
     study = tmp_path / "study.yaml"
     assert servetune("init", study, "--model", model, "--gpus", "1", "--compute-capability", "9.0").code == 0
     assert not [k for k in load_study(study).space if k.startswith("speculative-config")]
+
+
+def test_the_report_keeps_the_warning(tmp_path: Path) -> None:
+    from report_study import build_study
+
+    from servetune.report import write_report
+
+    store, analysis = build_study(tmp_path)
+    assert "random-token prompts" not in Path(write_report(analysis, store, tmp_path / "r0")["markdown"]).read_text()
+    spec = parse_study(SPEC_STUDY.read_text())
+    store.set_spec_doc(spec.model_dump(mode="json"))
+    text = Path(write_report(analysis, store, tmp_path / "r1")["markdown"]).read_text()
+    assert ("speculative decoding is swept on random-token prompts (scenario(s) short, long): the acceptance and "
+            "the speed-ups of speculative decoding below say nothing about your own traffic") in text

@@ -24,6 +24,7 @@ from ..errors import ServetuneError
 from ..secrets import Redactor
 from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
 from ..study.metrics import higher_is_better
+from ..study.representative import speculative_warnings
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
 from ..tune import bandwidth
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
@@ -268,6 +269,19 @@ def _revalidation_line(analysis: StudyAnalysis, store: StudyStore) -> str:
         return ""
     look = next_look(analysis, spec, revalidation_cap(store))
     return look.line() if look.leader is not None else ""
+
+
+def _speculative_notes(store: StudyStore) -> list[str]:
+    """What `plan` warned of, kept in the report: speculative decoding swept on random-token prompts."""
+    stored = store.spec_doc()
+    if stored is None:
+        return []
+    try:
+        spec = StudySpec.from_store(stored)
+    except (ValueError, ServetuneError):
+        return []
+    return [f"{why.split(': its acceptance')[0]}: the acceptance and the speed-ups of speculative decoding "
+            "below say nothing about your own traffic" for _, why in speculative_warnings(spec)]
 
 
 def _config_heading(analysis: StudyAnalysis, emitted_for: str) -> str:
@@ -518,11 +532,12 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         advice += advise_config(label, c.config, None if c.is_baseline else base_cfg, ev,
                                 last.boot_facts if last else None, last.mismatches if last else ())
 
-    notes = []
+    notes = _speculative_notes(store)
     try:
         importances = _importances(analysis)
     except (ValueError, RuntimeError) as exc:  # fANOVA needs enough distinct points
-        importances, notes = {}, [f"parameter importance not computed: {exc}"]
+        importances = {}
+        notes.append(f"parameter importance not computed: {exc}")
 
     capacity = build_capacity(analysis, trials, objective, spec.get("price_per_gpu_hour"), store.path.parent,
                               _capacity_spec(spec))

@@ -24,7 +24,8 @@ def swept_speculative(spec: StudySpec) -> str | None:
 
 
 def random_prompt_scenarios(spec: StudySpec) -> list[str]:
-    """Scenarios whose prompts are random tokens: no dataset, or one without any prompt text."""
+    """Scenarios whose prompts are random tokens: no dataset, or one without any prompt text (a
+    dataset that cannot be read here is not judged: where it is read, it is reported)."""
     from ..load.dataset import read_dataset
 
     out = []
@@ -34,7 +35,7 @@ def random_prompt_scenarios(spec: StudySpec) -> list[str]:
             try:
                 texts = any(row.prompt for row in read_dataset(scenario.dataset))
             except (OSError, ServetuneError):
-                texts = False  # a dataset that does not load is reported where it is read
+                continue
         if not texts:
             out.append(scenario.name)
     return out
