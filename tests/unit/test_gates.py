@@ -44,7 +44,7 @@ def test_init_warns_of_a_serve_line_flag_the_gpus_cannot_run(tmp_path: Path, tin
     result = servetune("init", study, "--serve-cmd", f"vllm serve {tiny} --kv-cache-dtype fp8_e5m2", "--gpus", "1",
                        "--compute-capability", "8.6")
     assert result.code == 0, result
-    assert "warning: your serve line's kv-cache-dtype: kv-cache-dtype: fp8_e5m2" in " ".join(result.stdout.split())
+    assert "warning: engine.args.kv-cache-dtype: kv-cache-dtype: fp8_e5m2: an fp8 KV cache" in " ".join(result.stdout.split())
     assert load_study(study).engine.args["kv-cache-dtype"] == "fp8_e5m2"  # the baseline is the user's
 
 

@@ -61,8 +61,9 @@ def _mtp_model(tmp_path: Path) -> Path:
 
 def test_init_proposes_mtp_and_an_n_sweep_for_a_model_with_mtp_layers(tmp_path: Path) -> None:
     study = tmp_path / "study.yaml"
-    assert servetune("init", study, "--model", _mtp_model(tmp_path), "--gpus", "1",
-                     "--compute-capability", "9.0").code == 0
+    result = servetune("init", study, "--model", _mtp_model(tmp_path), "--gpus", "1", "--compute-capability", "9.0")
+    assert result.code == 0, result
+    assert "warning: space.speculative-config: speculative decoding is swept" in " ".join(result.stdout.split())
     spec = load_study(study)
     assert spec.space["speculative-config"].values == tuple(
         {"method": "mtp", "num_speculative_tokens": n} for n in (1, 3, 6))

@@ -19,6 +19,7 @@ from ..models.source import ModelSource, locate
 from ..study.draft import DraftInput, Goal, draft
 from ..study.loader import parse_study
 from ..study.serve_line import ServeLine, parse_serve_line
+from ..study.spec import dotted
 from ..study.workload import Workload, summarise
 from ..tune.display import format_duration
 from ..tune.plan import StudyPlan, assemble
@@ -73,8 +74,8 @@ def init(
     console.print(f"wrote {escape(str(study_file))}: {len(spec.space)} flag(s) to search on "
                   f"{escape(hardware.describe())}, {len(spec.scenarios)} scenario(s); about "
                   f"{plan.boots} boots, {format_duration(plan.eta_s)}")
-    for (*_, key), why in plan.warnings:  # only a serve line's own flags: the space is cut to the hardware
-        console.print(f"[yellow]warning[/]: your serve line's {escape(str(key))}: {escape(why)}")
+    for loc, why in plan.warnings:  # the space is cut to the hardware: a serve line's own flags, MTP's prompts
+        console.print(f"[bold red]warning[/]: {escape(dotted(loc))}: {escape(why)}")
     console.print(f"next: servetune plan {escape(str(study_file))}   (checks the engine, model and flags; "
                   "starts nothing)")
     console.print(f"then: servetune tune {escape(str(study_file))} --out runs/{escape(spec.name)}")
