@@ -64,7 +64,8 @@ class FakeServer:
                  stall_after_chunks: int | None = None, api_key: str | None = None, models_status: int = 200,
                  slots: int | None = None, seed: int = 0, drift_long_tokens: int | None = None,
                  drift_step_itl_ms: float = 0.0, drift_step_ttft_ms: float = 0.0,
-                 die_after_requests: int | None = None, prefix_cache_block: int | None = None) -> None:
+                 die_after_requests: int | None = None, prefix_cache_block: int | None = None,
+                 stall_prompts_from: int | None = None) -> None:
         self.ttft_ns, self.itl_ns = int(ttft_ms * 1e6), int(itl_ms * 1e6)
         self.k = tokens_per_chunk
         self.keep_log = log
@@ -84,6 +85,7 @@ class FakeServer:
         self.cache_block = prefix_cache_block
         self.cached: set[int] = set()
         self.cache_counts = {"queries": 0, "hits": 0}
+        self.stall_prompts_from = stall_prompts_from
 
     @web.middleware
     async def require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -177,6 +179,8 @@ class FakeServer:
         await resp.prepare(request)
         chunks, tail = _render(chat, n, n_prompt, self.k)
         sent: list[int] = []
+        if self.stall_prompts_from is not None and n_prompt >= self.stall_prompts_from:
+            await asyncio.sleep(3600)  # a prefill that never ends: no first token, connection open
         if self.stall_after_chunks is not None:  # a server that stops sending, connection open
             for chunk in chunks[:self.stall_after_chunks]:
                 await resp.write(chunk)
@@ -263,7 +267,7 @@ def _serve(args: argparse.Namespace) -> None:
                          models_status=args.models_status, slots=args.slots, seed=args.seed,
                          drift_long_tokens=args.drift_long_tokens, drift_step_itl_ms=args.drift_step_itl_ms,
                          drift_step_ttft_ms=args.drift_step_ttft_ms, die_after_requests=args.die_after_requests,
-                         prefix_cache_block=args.prefix_cache_block),
+                         prefix_cache_block=args.prefix_cache_block, stall_prompts_from=args.stall_prompts_from),
                 host="127.0.0.1", port=args.port, reuse_port=args.processes > 1, print=None,
                 access_log=None, backlog=4096,
                 # aiohttp waits up to 60 s on SIGTERM for open streams to end: a stalled one never
@@ -294,6 +298,8 @@ def main() -> None:
                    help="exit at once (a crash) when completion request N + 1 arrives")
     p.add_argument("--prefix-cache-block", type=int, default=None,
                    help="count vLLM's prefix-cache hits in blocks of this many tokens (no eviction)")
+    p.add_argument("--stall-prompts-from", type=int, default=None,
+                   help="a prompt of at least this many tokens never gets its first token")
     args = p.parse_args()
     if args.processes > 1:
         procs = [mp.Process(target=_serve, args=(args,)) for _ in range(args.processes)]

@@ -18,6 +18,7 @@ from cli_run import assert_one_line_error, servetune
 from rich.console import Console
 
 from servetune.engine.defaults import EngineDefaults
+from servetune.engine.gates import why_not_here
 from servetune.engine.hardware import Hardware, parse_nvidia_smi, visible
 from servetune.engine.vllm import VllmEngine
 from servetune.models.presets import make_model
@@ -94,7 +95,9 @@ def test_nvidia_smi_rows_and_the_visible_devices() -> None:
     gpus = parse_nvidia_smi("NVIDIA H200, 143771, 9.0\nNVIDIA H200, 143771, 9.0\nNVIDIA A100-SXM4-80GB, 81920, 8.0\n")
     assert [round(g.memory_gib) for g in gpus] == [140, 140, 80]
     assert gpus[0].compute_capability == (9, 0)
-    assert Hardware(gpus[:2], 16, "t").fp8_kv_cache and not Hardware(gpus, 16, "t").fp8_kv_cache
+    fp8_kv = ("kv-cache-dtype", "fp8")
+    assert why_not_here(*fp8_kv, Hardware(gpus[:2], 16, "t")) is None
+    assert "these GPUs are 8.0" in (why_not_here(*fp8_kv, Hardware(gpus, 16, "t")) or "")
     assert [g.name for g in visible(gpus, "2")] == ["NVIDIA A100-SXM4-80GB"]
     assert visible(gpus, "") == () and visible(gpus, None) == gpus
     assert visible(gpus, "GPU-1234") == gpus  # UUIDs are not resolved here: all of them

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,43 @@ def test_ordering_a_non_number_is_a_load_error() -> None:
     # equality works on any value
     spec = parse_study(_with_constraints("  - kv-cache-memory-bytes != load-format\n"))
     assert spec.constraint_violations(spec.baseline_config()) == []
+
+
+KV_DTYPES = TEXT.replace("space:\n", "space:\n  kv-cache-dtype: [auto, fp8_e5m2, fp8_e4m3]\n")
+
+
+@pytest.mark.parametrize("expr", ["kv-cache-dtype != fp8_e5m2", "kv-cache-dtype != 'fp8_e5m2'",
+                                  "'fp8_e5m2' != kv-cache-dtype", 'kv-cache-dtype != "fp8_e5m2"'])
+def test_a_constraint_excludes_a_string_value(expr: str) -> None:
+    spec = parse_study(KV_DTYPES + f"constraints:\n  - {json.dumps(expr)}\n")
+    parsed = spec.constraints[0].parsed  # a bare word is kept as the string it spells
+    assert {parsed.left.text, parsed.right.text} == {"fp8_e5m2", None}
+    assert spec.constraint_violations(spec.config_for({"kv-cache-dtype": "fp8_e4m3"})) == []
+    (why,) = spec.constraint_violations(spec.config_for({"kv-cache-dtype": "fp8_e5m2"}))
+    assert "kv-cache-dtype" in why and "fp8_e5m2" in why
+
+
+def test_a_string_constraint_removes_grid_candidates() -> None:
+    from servetune.search.grid import Grid
+
+    spec = parse_study(KV_DTYPES.replace("strategy: ofat", "strategy: grid")
+                       + "constraints:\n  - kv-cache-dtype != fp8_e5m2\n")
+    combos = list(Grid(spec).combinations())
+    allowed = [c for c in combos if not spec.constraint_violations(spec.config_for(c))]
+    assert len(allowed) == len(combos) * 2 // 3
+    assert all(c.get("kv-cache-dtype") != "fp8_e5m2" for c in allowed)
+
+
+def test_a_string_that_is_none_of_the_values_is_a_load_error() -> None:
+    with pytest.raises(ServetuneError, match="'fp8_e5m3' is none of 'kv-cache-dtype'"):
+        parse_study(KV_DTYPES + "constraints:\n  - kv-cache-dtype != fp8_e5m3\n")
+
+
+def test_ordering_a_string_is_refused() -> None:
+    with pytest.raises(ValidationError, match="orders a string"):
+        Constraint.model_validate("kv-cache-dtype > 'fp8'")
+
+
+def test_a_typo_of_a_name_in_an_equality_stays_a_name_error() -> None:
+    with pytest.raises(ServetuneError, match="'max-num-seq' is neither.*did you mean 'max-num-seqs'"):
+        parse_study(KV_DTYPES + "constraints:\n  - max-num-batched-tokens != max-num-seq\n")

@@ -27,7 +27,7 @@ from ..vocabulary import Outcome
 from . import server_options as opt
 from . import validate
 from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt, print_error, validation_text
-from .paths import result_file
+from .paths import output_file
 from .server_check import check_reachable
 from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
 from .waiting import Silence, SilenceColumn
@@ -188,6 +188,18 @@ def _pool_rate(s: RunSummary) -> str:
     return _rate(s.get("prefix_hit_rate_pool")) or "- (pool full)"
 
 
+def sweep_table(s: RunSummary) -> Table:
+    """The prefill sweep per prompt size: TTFT and prefill tokens/s, or that the size timed out."""
+    table = Table(title="prefill sweep")
+    for name in ("prompt tokens", "TTFT (ms)", "prefill tok/s", "outcome"):
+        table.add_column(name, justify="right")
+    for size in s.get("prefill_sweep") or []:
+        ttft, rate = size.get("ttft_ms"), size.get("prefill_tok_s")
+        table.add_row(f"{size.get('prompt_tokens') or size['input_len']:,}", "-" if ttft is None else f"{ttft:,.0f}",
+                      "-" if rate is None else f"{rate:,.0f}", escape(str(size["outcome"])))
+    return table
+
+
 def fidelity_table(s: RunSummary) -> Table:
     """How faithfully a trace was replayed: send lateness, lengths as asked, prefix reuse."""
     table = Table(title="trace replay fidelity", show_header=False)
@@ -268,8 +280,9 @@ def bench(
     api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
     # Now, not after the run: a late failure would lose the measurements. Named exactly as given.
     run_id = out.name.removesuffix(".json")
-    result_file(out, "--out", force)
-    result_file(out.with_name(f"{run_id}.requests.jsonl"), "--out (its per-request JSONL)", force)
+    output_file(out, "--out", force, "JSON", [trace])
+    output_file(out.with_name(f"{run_id}.requests.jsonl"), "--out (its per-request JSONL)", force, "JSON lines",
+                [trace])
     on_interrupt(f"nothing written to {out}")
     if url is not None:
         check_reachable(url, api_key, console, connect_timeout_s=connect_timeout,
@@ -287,6 +300,8 @@ def _show_result(result: RunResult, sc: Scenario, pcts: tuple[float, ...], out: 
         raise typer.Exit(EXIT_NO_RESULT)
     console.print(summary_table(result, pcts))
     console.print(totals_table(result))
+    if result.summary.get("prefill_sweep"):
+        console.print(sweep_table(result.summary))
     if sc.trace is not None:
         console.print(fidelity_table(result.summary))
     if result.client_health.get("reasons"):

@@ -35,7 +35,7 @@ from .bench_cmd import (
 )
 from .boundary import EXIT_INTERRUPTED, EXIT_NO_RESULT, print_error
 from .capacity_view import SearchView, unit
-from .paths import companion_dir, result_file, runs_dir_of
+from .paths import companion_dir, output_file, runs_dir_of
 from .server_check import check_reachable
 from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
 
@@ -126,7 +126,7 @@ def capacity(
     if resume:
         previous, stored = stored_samples(out, kind, slos)
     # OUT and OUT.runs/ checked before the first level (a resumed search writes on over its own).
-    result_file(out, "--out", force or resume)
+    output_file(out, "--out", force or resume, "JSON", [trace])
     runs_dir = companion_dir(runs_dir_of(out), "--out", force or resume)
     search_start: dict[str, Any] = {"start": previous.get("start"), "probe": previous.get("probe")}
     view = SearchView(console, load, integer=kind == "concurrency", alpha=alpha)

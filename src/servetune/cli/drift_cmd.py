@@ -24,7 +24,7 @@ from . import server_options as opt
 from . import validate
 from .bench_cmd import api_key_from_env, check_server_choice, served
 from .boundary import EXIT_NO_RESULT, on_interrupt, print_error, validation_text
-from .paths import companion_dir, result_file, runs_dir_of
+from .paths import companion_dir, output_file, runs_dir_of
 from .server_check import check_reachable
 from .waiting import Silence
 
@@ -131,7 +131,7 @@ def drift(
         raise ServetuneError(validation_text(exc, _OPTION_OF_FIELD)) from None
     tokenizer = validate.tokenizer_dir(tokenizer)
     api_key = api_key_from_env(api_key_env) if api_key_env is not None or url is not None else None
-    result_file(out, "--out", force)  # both now: a bad path must not cost the measurements
+    output_file(out, "--out", force, "JSON")  # both now: a bad path must not cost the measurements
     runs_dir = companion_dir(runs_dir_of(out), "--out", force)
     on_interrupt(f"nothing written to {out}; the phases measured so far are kept under {runs_dir}")
 

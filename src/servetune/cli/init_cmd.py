@@ -19,9 +19,11 @@ from ..models.source import ModelSource, locate
 from ..study.draft import DraftInput, Goal, draft
 from ..study.loader import parse_study
 from ..study.serve_line import ServeLine, parse_serve_line
+from ..study.spec import dotted
 from ..study.workload import Workload, summarise
 from ..tune.display import format_duration
 from ..tune.plan import StudyPlan, assemble
+from .paths import output_file
 
 console = Console()
 
@@ -52,8 +54,7 @@ def init(
     force: bool = typer.Option(False, "--force", help="overwrite STUDY_FILE if it exists"),
 ) -> None:
     """Write a commented study file for your model, serve line, workload, SLOs and hardware."""
-    if study_file.exists() and not force:
-        raise ServetuneError(f"{study_file}: exists; give --force to overwrite it")
+    output_file(study_file, "STUDY_FILE", force, "YAML", [Path(w) for w in workload])
     if goal not in ("throughput", "capacity"):
         raise ServetuneError(f"--goal {goal!r}: expected throughput or capacity")
     serve = parse_serve_line(serve_cmd) if serve_cmd else None
@@ -69,12 +70,14 @@ def init(
                      slos=[parse_slo(s) for s in slo], goal=_goal(goal))
     body, _facts = draft(inp)
     spec = parse_study(body, str(study_file))  # what is written loads: checked before writing
-    plan = assemble(spec, EngineDefaults(), source)
+    plan = assemble(spec, EngineDefaults(), source, hardware=hardware)
     study_file.parent.mkdir(parents=True, exist_ok=True)
     study_file.write_text(_header(inp, plan, study_file, serve) + body)
     console.print(f"wrote {escape(str(study_file))}: {len(spec.space)} flag(s) to search on "
                   f"{escape(hardware.describe())}, {len(spec.scenarios)} scenario(s); about "
                   f"{plan.boots} boots, {format_duration(plan.eta_s)}")
+    for loc, why in plan.warnings:  # the space is cut to the hardware: a serve line's own flags, MTP's prompts
+        console.print(f"[bold red]warning[/]: {escape(dotted(loc))}: {escape(why)}")
     console.print(f"next: servetune plan {escape(str(study_file))}   (checks the engine, model and flags; "
                   "starts nothing)")
     console.print(f"then: servetune tune {escape(str(study_file))} --out runs/{escape(spec.name)}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import ServetuneError
@@ -12,6 +13,13 @@ from ..errors import ServetuneError
 def writable_dir(path: Path, option: str) -> Path:
     """`path` as a directory servetune can write into, created if missing (parents too)."""
     _ensure_dir(path, f"{option} {path}")
+    return path
+
+
+def not_a_file(path: Path, option: str) -> Path:
+    """A directory output named before any work, without creating it yet: a file there is refused."""
+    if path.exists() and not path.is_dir():
+        raise ServetuneError(f"{option} {path}: exists and is not a directory; name a directory")
     return path
 
 
@@ -36,6 +44,41 @@ def _ensure_dir(directory: Path, where: str) -> None:
             pass
     except OSError as exc:
         raise ServetuneError(f"{where}: cannot write into {directory}: {exc.strerror or exc}") from None
+
+
+# What a file name's ending promises its reader. An ending not listed (.txt, none) promises nothing.
+FORMAT_OF_SUFFIX = {
+    ".json": "JSON", ".jsonl": "JSON lines", ".ndjson": "JSON lines", ".csv": "CSV", ".tsv": "TSV",
+    ".yaml": "YAML", ".yml": "YAML", ".md": "Markdown", ".html": "HTML", ".htm": "HTML",
+    ".png": "PNG", ".svg": "SVG", ".pdf": "PDF", ".jpg": "JPEG", ".jpeg": "JPEG", ".parquet": "Parquet",
+}
+
+
+def check_format(path: Path, option: str, writes: str) -> None:
+    """Refuse a name whose ending promises another format than the one written (JSON lines under
+    `.csv` would be read as a broken CSV by the next tool)."""
+    promised = FORMAT_OF_SUFFIX.get(path.suffix.lower())
+    if promised is not None and promised != writes:
+        endings = sorted(s for s, f in FORMAT_OF_SUFFIX.items() if f == writes)
+        raise ServetuneError(f"{option} {path}: the name promises {promised}, but this writes {writes}; "
+                             f"name it {' or '.join(endings) or 'without that ending'}")
+
+
+def check_not_input(path: Path, option: str, inputs: Iterable[Path | None]) -> None:
+    """Refuse to write over what the command reads, --force or not: the result would replace its
+    own source (`trace cut T.csv --out T.csv`)."""
+    for source in inputs:
+        if source is not None and path.exists() and source.exists() and path.resolve() == source.resolve():
+            raise ServetuneError(f"{option} {path}: is the command's own input; name another file")
+
+
+def output_file(path: Path, option: str, force: bool, writes: str, inputs: Iterable[Path | None] = ()) -> Path:
+    """A file output, checked before any work: not one of the command's `inputs` (even with
+    `force`), named with an ending that does not promise another format than `writes`, and, as
+    `result_file`, no existing file replaced without `force`."""
+    check_not_input(path, option, inputs)
+    check_format(path, option, writes)
+    return result_file(path, option, force)
 
 
 def result_file(path: Path, option: str, force: bool) -> Path:

@@ -10,9 +10,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..engine.hardware import detect
 from ..errors import ServetuneError
 from ..study import StudySpec
 from ..study.loader import located_lines
+from ..study.representative import speculative_warnings
 from ..study.spec import Loc
 from ..study.yaml_lines import load_yaml
 from ..tune.display import format_duration
@@ -41,10 +43,16 @@ def show_plan(spec: StudySpec, study_file: Path, *, ask_hub: bool = True) -> Non
     from ..engine import engine_for
 
     engine = engine_for(spec.engine)
-    result = make_plan(spec, engine.read_defaults, ask_hub=ask_hub)
+    result = make_plan(spec, engine.read_defaults, ask_hub=ask_hub, hardware=detect())
     _print(result, study_file)
     if result.problems:
         raise located(study_file, result.problems)
+
+
+def warn_random_prompt_speculation(spec: StudySpec, study_file: Path) -> None:
+    """At a study's start as in its plan: speculative decoding swept on prompts that say nothing."""
+    for line in located_lines(load_yaml(study_file), speculative_warnings(spec)):
+        console.print(f"[bold red]warning[/]: {escape(line)}")
 
 
 def located(study_file: Path, problems: list[tuple[Loc, str]]) -> ServetuneError:
@@ -97,6 +105,8 @@ def _print(plan: StudyPlan, study_file: Path) -> None:
     console.print(f"ETA: {format_duration(plan.eta_s)} before anything is measured ({escape(plan.eta_basis)}"
                   f"{', ' + str(spec.parallel.slots) + ' slots at once' if spec.parallel.slots > 1 else ''})"
                   f"{budget}")
+    for line in located_lines(load_yaml(study_file), plan.warnings):
+        console.print(f"[bold red]warning[/]: {escape(line)}")
     if not plan.problems:
         console.print("[green]ready[/]: nothing was started; run it with servetune tune "
                       f"{escape(str(study_file))} --out DIR")

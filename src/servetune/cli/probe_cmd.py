@@ -32,7 +32,7 @@ from . import server_options as opt
 from . import validate
 from .bench_cmd import build_scenario
 from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt
-from .paths import result_file, writable_dir
+from .paths import output_file, result_file, writable_dir
 from .serve_cmd import flags_from_argv
 
 console = Console()
@@ -118,7 +118,7 @@ def context(
     if "max-model-len" in config.flags:
         raise ServetuneError("probe context sets --max-model-len itself; leave it out of the engine flags")
     if out is not None:
-        result_file(out, "--out", force)  # now, not after minutes of boots
+        output_file(out, "--out", force, "JSON")  # now, not after minutes of boots
     writable_dir(log_dir, "--log-dir")
     on_interrupt(f"nothing written{f' to {out}' if out else ''}; the server logs are under {log_dir}")
     engine = VllmEngine(base, model=model, startup_timeout_s=startup_timeout, log_dir=log_dir)
@@ -180,7 +180,7 @@ def utilization(
     if FLAG in config.flags:
         raise ServetuneError(f"probe utilization sets --{FLAG} itself; leave it out of the engine flags")
     if out is not None:
-        result_file(out, "--out", force)
+        output_file(out, "--out", force, "JSON")  # now, not after minutes of boots
     writable_dir(log_dir, "--log-dir")
     on_interrupt(f"nothing written{f' to {out}' if out else ''}; the server logs are under {log_dir}")
     engine = VllmEngine(base, model=model, startup_timeout_s=startup_timeout, log_dir=log_dir)

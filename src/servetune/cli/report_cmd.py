@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import ServetuneError
-from .paths import result_file, writable_dir
+from .paths import not_a_file, output_file, writable_dir
 
 console = Console()
 
@@ -23,6 +23,8 @@ def report(
     from ..tune.analysis import analyze
     from .stored_study import stored_study
 
+    if out is not None:
+        not_a_file(out, "--out")  # before the analysis, which can take a while
     with stored_study(study_dir) as (store, spec):
         analysis = analyze(store, spec)
         paths = write_report(analysis, store, writable_dir(out or study_dir, "--out"))
@@ -56,7 +58,7 @@ def compare_cmd(
     except ValueError as exc:
         raise ServetuneError(f"--metric: {exc}") from exc
     if markdown_file is not None:
-        result_file(markdown_file, "--markdown", force)
+        output_file(markdown_file, "--markdown", force, "Markdown", [a, b])
     side_a, side_b = load_side(a), load_side(b)
     rows = compare_sides(side_a, side_b, metrics, confidence, anyway=anyway)
     console.print(rich_table(rows, side_a, side_b, confidence))

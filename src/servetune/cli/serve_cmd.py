@@ -20,6 +20,7 @@ from ..engine.config import Config, FlagValue, is_env_name, normalize_flag_name
 from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
 from ..errors import ServetuneError
 from . import validate
+from .paths import writable_dir
 
 console = Console()
 
@@ -149,6 +150,7 @@ def serve(
     validate.seconds(startup_timeout, "--startup-timeout")
     base = validate.command(command) or DEFAULT_COMMAND
     config = Config.of(flags_from_argv(list(ctx.args)), env=_env_vars(env))
+    writable_dir(log_dir, "--log-dir")  # before the boot, not when the log is first written
     # `serve` starts vLLM from its own options; past the served name, everything uses the Engine protocol.
     vllm = VllmEngine(base, model=model,
                       startup_timeout_s=startup_timeout, log_dir=log_dir, pin_engine_core=pin_engine_core)

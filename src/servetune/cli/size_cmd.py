@@ -22,7 +22,7 @@ from . import server_options as opt
 from . import validate
 from .bench_cmd import api_key_from_env
 from .boundary import EXIT_NO_RESULT, print_error
-from .paths import companion_dir, result_file, runs_dir_of
+from .paths import companion_dir, output_file, runs_dir_of
 from .server_check import check_reachable
 from .trace_options import TRACE_SET_HELP, trace_spec
 
@@ -67,15 +67,15 @@ def size_cmd(
         raise ServetuneError(f"{'--replicas' if replicas is not None else '--config'} chooses what --check measures; "
                              "give --check too")
     tokenizer = validate.tokenizer_dir(tokenizer)
+    runs_dir = None
+    if out is not None:  # before anything is read: a bad name costs nothing
+        output_file(out, "--out", force, "JSON", [source, trace])
+        if check:
+            runs_dir = companion_dir(runs_dir_of(out), "--out", force)
     capacities, study_price = _capacities(source, scenario, gpus)
     price = price if price is not None else study_price
     target = _target(capacities[0], rate, trace, trace_set, percentile, growth)
     sizings = sorted((size(c, target.rps, price) for c in capacities), key=lambda s: (s.gpus, -s.capacity.value_rps))
-    runs_dir = None
-    if out is not None:
-        result_file(out, "--out", force)
-        if check:
-            runs_dir = companion_dir(runs_dir_of(out), "--out", force)
     console.print(escape(f"target: {target.described}"))
     console.print(_table(sizings))
     console.print(escape(f"energy per output token: {capacities[0].energy_note}"))

@@ -17,7 +17,7 @@ from ..load.trace.rows import TraceRow
 from ..load.trace.spec import MOONCAKE_BLOCK_TOKENS, TraceSpec
 from ..load.trace.summary import TraceSummary, WindowPick, pick_window, summarize
 from ..load.trace.window import select
-from .paths import writable_file
+from .paths import output_file
 
 console = Console()
 FORMAT_HELP = "auto (detected), mooncake, azure, burstgpt or servetune"
@@ -59,8 +59,11 @@ def summary_cmd(
     cache_block_size: int = typer.Option(16, "--cache-block-size", min=1, help="the server's KV block"),
     duration_s: float | None = typer.Option(None, "--duration-s", help="with --pick: the window to show"),
     pick: str | None = typer.Option(None, "--pick", help=PICK_HELP),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing --plot file"),
 ) -> None:
     """Rows, span, arrival rate and bursts, length distributions, implied prefix reuse."""
+    if plot is not None:
+        output_file(plot, "--plot", force, "PNG", [path])  # before reading a trace of millions of rows
     rows = _rows(path, fmt)
     whole = summarize(rows, block_size, cache_block_size)
     console.print(summary_table(f"{path.name}: the whole trace", whole))
@@ -76,7 +79,6 @@ def summary_cmd(
     if plot is not None:
         from ..report.trace_plot import trace_overview
 
-        writable_file(plot, "--plot")
         plot.write_bytes(trace_overview(rows, whole, path.name, window))
         console.print(escape(f"wrote {plot}"))
 
@@ -93,8 +95,10 @@ def cut_cmd(
     seed: int = typer.Option(0, "--seed", help="which requests a sample keeps"),
     block_size: int = typer.Option(MOONCAKE_BLOCK_TOKENS, "--block-size", min=1, help="tokens per hash id"),
     cache_block_size: int = typer.Option(16, "--cache-block-size", min=1, help="the server's KV block"),
+    force: bool = typer.Option(False, "--force", help="overwrite an existing --out file (never the trace itself)"),
 ) -> None:
     """Write a window (or a sample) of the trace; its summary is printed."""
+    output_file(out, "--out", force, "JSON lines", [path])  # before reading a trace of millions of rows
     rows = _rows(path, fmt)
     if pick is not None:
         start_s = _pick(pick, rows, duration_s, block_size, cache_block_size)
@@ -103,7 +107,6 @@ def cut_cmd(
                          max_requests=max_requests, seed=seed)
     except ValueError as exc:
         raise ServetuneError(f"trace cut: {str(exc).splitlines()[-1].strip()}") from None
-    writable_file(out, "--out")
     replay = select(rows, spec, str(path))
     written = write_mooncake(replay, out)
     console.print(summary_table(f"{out.name}: start_s {start_s:g}, duration_s {duration_s or 'to the end'}",

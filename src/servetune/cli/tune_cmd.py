@@ -56,6 +56,9 @@ def tune(
 
         show_plan(spec, study_file)
         return
+    from .plan_cmd import warn_random_prompt_speculation
+
+    warn_random_prompt_speculation(spec, study_file)
     try:
         with store_errors(out / StudyStore.FILENAME):
             check_store_kind(out, "study", "--out")  # an A/B's store must not take a study's trials

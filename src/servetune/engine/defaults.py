@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .gates import KERNEL_MODULES
 from .helper_process import run_helper
 
 READ_TIMEOUT_S = 180.0
@@ -27,7 +28,7 @@ READ_TIMEOUT_S = 180.0
 # for every option whose default is JSON data (reprs of other objects are not defaults a
 # study file could spell, so they are left out), and every long flag the parser takes.
 _PROBE = r"""
-import argparse, json
+import argparse, importlib.util, json, sys
 from vllm.engine.arg_utils import AsyncEngineArgs
 try:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -55,7 +56,9 @@ for action in parser._actions:
     except (TypeError, ValueError):
         continue
     out[action.dest] = action.default
-print(json.dumps({"version": getattr(vllm, "__version__", None), "defaults": out, "flags": flags}))
+modules = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is not None]
+print(json.dumps({"version": getattr(vllm, "__version__", None), "defaults": out, "flags": flags,
+                  "modules": modules}))
 """
 
 
@@ -68,6 +71,9 @@ class EngineDefaults(BaseModel):
     # Every long flag the engine's parser takes (`max-num-seqs`, `no-enable-prefix-caching`), so
     # a misspelt flag fails before a boot; empty when not read (older stores, unknown engines).
     flags: list[str] = Field(default_factory=list)
+    # Which of the kernel packages some option values need (engine/gates.py) the engine's
+    # interpreter has; None when not asked.
+    modules: list[str] | None = None
 
     def default(self, flag: str) -> Any | None:
         """The engine's default for `flag`, None when it is not known before a boot."""
@@ -123,7 +129,7 @@ def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_
     if python is None:
         return EngineDefaults(source=f"unknown: no Python interpreter found for {command[0] if command else '?'!r}")
     try:
-        done = run_helper(python, ["-c", _PROBE], timeout_s=timeout_s)
+        done = run_helper(python, ["-c", _PROBE, *KERNEL_MODULES], timeout_s=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return EngineDefaults(source=f"unknown: reading vLLM's defaults with {python} failed ({exc})")
     lines = done.stdout.strip().splitlines()
@@ -136,5 +142,6 @@ def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_
         return EngineDefaults(source=f"unknown: {python} answered something other than JSON")
     values = {dest.replace("_", "-"): v for dest, v in answer.get("defaults", {}).items() if v is not None}
     flags = [f for f in answer.get("flags", []) if isinstance(f, str)]
+    modules = [m for m in answer.get("modules", []) if isinstance(m, str)]
     return EngineDefaults(known=True, source=f"vLLM {answer.get('version')} argument defaults ({python})",
-                          values=values, flags=flags)
+                          values=values, flags=flags, modules=modules)

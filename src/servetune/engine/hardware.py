@@ -49,12 +49,6 @@ class Hardware:
         return min(g.memory_gib for g in self.gpus) if self.gpus else 0.0
 
     @property
-    def fp8_kv_cache(self) -> bool:
-        """An fp8 KV cache runs natively from compute capability 8.9 (Ada, Hopper, Blackwell)."""
-        return bool(self.gpus) and all(g.compute_capability is not None and g.compute_capability >= (8, 9)
-                                       for g in self.gpus)
-
-    @property
     def shared(self) -> bool:
         """Something else holds memory on a GPU now: a larger share for the server takes it from them."""
         return any(g.used_gib is not None and g.used_gib > SHARED_ABOVE_GIB for g in self.gpus)

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from ..server_http import DIRECT as _DIRECT  # the server is on loopback: never through a proxy
 from ..vocabulary import Outcome
+from .boot_progress import BootProgress
 from .ports import LOOPBACK, listening_pids, wait_port_free
 from .uninterruptible import signals_deferred
 
@@ -84,7 +85,8 @@ class StopReport(BaseModel):
 class HealthWait(StrEnum):
     healthy = "healthy"
     exited = "exited"
-    timeout = "timeout"
+    timeout = "timeout"  # the overall cap passed, the log still moving
+    stalled = "stalled"  # the log stopped moving for the stall window
 
 
 @dataclass
@@ -163,8 +165,11 @@ def launch(argv: list[str], env: dict[str, str], log_path: Path, port: int, host
     )
 
 
-def wait_healthy(server: Server, timeout_s: float, path: str = "/health", poll_s: float = 0.5) -> HealthWait:
-    """Poll GET `path` until 200; return at once when the process exits."""
+def wait_healthy(server: Server, timeout_s: float, path: str = "/health", poll_s: float = 0.5,
+                 progress: BootProgress | None = None, stall_s: float | None = None) -> HealthWait:
+    """Poll GET `path` until 200; return at once when the process exits. With `progress` and
+    `stall_s`, give up early once the boot log has not grown for `stall_s` (`stalled`); `timeout_s`
+    stays the cap of a boot that keeps logging."""
     deadline = time.monotonic() + timeout_s
     while True:
         if not server.is_alive():
@@ -176,6 +181,10 @@ def wait_healthy(server: Server, timeout_s: float, path: str = "/health", poll_s
                     return HealthWait.healthy
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             pass
+        if progress is not None:
+            progress.poll()
+            if stall_s is not None and progress.silent_s() >= stall_s:
+                return HealthWait.stalled
         if time.monotonic() >= deadline:
             return HealthWait.timeout
         _sleep_or_exit(server, poll_s)

@@ -19,6 +19,23 @@ TOKENS_FIELD = "num_speculative_tokens"
 TOKENS_PARAM = f"{FLAG}.{TOKENS_FIELD}"
 
 
+# config.json keys that count a model's multi-token-prediction (next-n) layers, by model family
+# (DeepSeek-V3, GLM-4.5, MiMo: num_nextn_predict_layers; Qwen3-Next, Qwen3.5: mtp_num_hidden_layers).
+MTP_LAYER_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+# The n an MTP sweep tries: the field's peaks were n = 3 on short prompts and n = 6 on long ones.
+MTP_SWEEP = (1, 3, 6)
+
+
+def mtp_layers(model_config: dict[str, Any] | None) -> int:
+    """How many MTP layers a model's config.json declares (its text_config's too); 0: none."""
+    for section in (model_config or {}, (model_config or {}).get("text_config") or {}):
+        for key in MTP_LAYER_KEYS:
+            value = section.get(key) if isinstance(section, dict) else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return 0
+
+
 def spec_config(config: Config) -> dict[str, Any] | None:
     """The config's speculative-config mapping, None when speculative decoding is off."""
     value = config.flags.get(FLAG)

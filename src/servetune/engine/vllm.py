@@ -14,6 +14,7 @@ from ..secrets import SECRET_FLAGS, Redactor, Secrets, flag_value_secret
 from ..vocabulary import VLLM_METRIC_NAMES, Outcome
 from .applied import check_applied
 from .base import StartResult
+from .boot_progress import BootProgress
 from .bootfacts import BootFacts, parse_boot_facts
 from .classify import Failure, classify_failure, tail
 from .config import Config, normalize_flag_name, render_flags
@@ -63,7 +64,7 @@ class VllmEngine:
         self,
         command: list[str] | None = None,
         model: str = "",
-        startup_timeout_s: float = 600.0,
+        startup_timeout_s: float = 3600.0,
         log_dir: Path | str = Path("runs/logs"),
         grace_s: float = 20.0,
         host: str = LOOPBACK,
@@ -71,10 +72,12 @@ class VllmEngine:
         secrets: Secrets | None = None,
         dev_mode: bool = False,
         evidence: dict[str, DeclaredEvidence] | None = None,
+        startup_stall_s: float = 600.0,
     ) -> None:
         self.command = list(command or DEFAULT_COMMAND)
         self.model = str(model)
-        self.startup_timeout_s = startup_timeout_s
+        self.startup_timeout_s = startup_timeout_s  # the cap of a boot whose log keeps moving
+        self.startup_stall_s = startup_stall_s  # a boot whose log stops moving this long has failed
         self.log_dir = Path(log_dir)
         self.grace_s = grace_s
         self.host = host
@@ -89,8 +92,8 @@ class VllmEngine:
     def from_spec(cls, spec: EngineSpec) -> VllmEngine:
         """The tuner's engine: its servers run in dev mode, so the prefix cache is emptied between runs."""
         return cls(command=list(spec.command), model=str(spec.model), startup_timeout_s=spec.startup_timeout_s,
-                   pin_engine_core=spec.pin_engine_core, secrets=spec.secrets, dev_mode=True,
-                   evidence=dict(spec.evidence))
+                   startup_stall_s=spec.startup_stall_s, pin_engine_core=spec.pin_engine_core, secrets=spec.secrets,
+                   dev_mode=True, evidence=dict(spec.evidence))
 
     # -- command -------------------------------------------------------------------------
     def base_command(self) -> list[str]:
@@ -197,7 +200,8 @@ class VllmEngine:
         try:
             if on_spawn is not None:
                 on_spawn(server)
-            state = wait_healthy(server, self.startup_timeout_s)
+            progress = BootProgress(log_path)
+            state = wait_healthy(server, self.startup_timeout_s, progress=progress, stall_s=self.startup_stall_s)
         except BaseException:  # Ctrl-C or SIGTERM while booting: leave nothing behind
             self.stop(server)
             raise
@@ -214,8 +218,11 @@ class VllmEngine:
         # also after an exit: children (the engine core) may outlive the API server
         left = self.stop(server).problem()
         text = self.redact(_read(log_path))
-        if state is HealthWait.timeout:
-            detail = f"not healthy within {self.startup_timeout_s:.0f} s"
+        if state in (HealthWait.timeout, HealthWait.stalled):
+            detail = (f"the boot log stopped moving for {self.startup_stall_s:.0f} s while {progress.where()}"
+                      if state is HealthWait.stalled else
+                      f"not healthy within {self.startup_timeout_s:.0f} s, the log still moving, "
+                      f"{progress.where()}")
             return StartResult(outcome=Outcome.startup_timeout, log_tail=tail(text),
                                detail="; ".join(x for x in (detail, left) if x),
                                boot_facts=facts, log_path=log_path, argv=argv)

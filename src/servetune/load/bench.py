@@ -27,7 +27,7 @@ import numpy as np
 from .. import server_http
 from ..errors import ServetuneError
 from ..vocabulary import VLLM_METRIC_NAMES, MetricNames, Outcome, for_http_status
-from . import arrivals, client, health, metrics
+from . import arrivals, client, health, metrics, sweep
 from .dataset import RequestSpec, request_specs, trace_specs, unshared
 from .options import Progress, RunOptions
 from .prompts import LocalTokenizer, PromptFactory, RemoteTokenizer, Tokenizer
@@ -370,6 +370,8 @@ def _summary(records: list[RequestRecord], parts: list[client.DriveResult], star
         summary["stopped_early"] = True
     summary.update({"tokenizer_source": setup.tok_source, "chat_template_tokens": setup.info.chat_overhead,
                     "prompts_inexact": setup.info.inexact, "nonce_salt": f"{setup.salt:016x}"})
+    if scenario.sweep_input_lens:
+        summary["prefill_sweep"] = sweep.per_size(records)
     if scenario.trace is not None:
         summary.update(fidelity.trace_fidelity(records, setup.specs, server_stats, scenario.trace,
                                                 options.kv_cache_tokens))
@@ -394,6 +396,8 @@ async def _settle_outcome(result: RunResult, parts: list[client.DriveResult], su
     crashed or failed every request; else it stays as it is."""
     if result.client_health["client_bound"]:
         result.outcome = Outcome.client_bound
+    if not any(p.timed_out for p in parts) and sweep.only_sizes_timed_out(summary):
+        return  # a prefill sweep's size that timed out is that size's result; the others were measured
     if any(p.timed_out or p.stalled for p in parts):
         _ended_early(result, parts, limits, base_url, "measured phase")
     elif summary["completed"] == 0 or summary["failed"]:

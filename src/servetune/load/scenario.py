@@ -82,6 +82,9 @@ class Scenario(BaseModel):
     trace: TraceSpec | None = None
     # One request per prompt size, in order (the prefill sweep).
     sweep_input_lens: list[int] | None = None
+    # The sweep's limit per size: a size with no first token within it is recorded as timed out
+    # and the sweep goes on with the next (the stall timeout of a sweep's requests).
+    sweep_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     # A stream that sends nothing for stall_timeout_s is a failed request ("stalled"); a run
     # still going after run_timeout_s is ended. Default: derived from the traffic (below).
     stall_timeout_s: float | None = Field(default=None, gt=0)
@@ -145,6 +148,8 @@ class Scenario(BaseModel):
         the prefill of the longest prompt, at a pessimistic pace (a large model on a CPU)."""
         if self.stall_timeout_s is not None:
             return self.stall_timeout_s
+        if self.sweep_input_lens and self.sweep_timeout_s is not None:
+            return self.sweep_timeout_s
         return _STALL_BASE_S + self._upper_lens()[0] / _PREFILL_FLOOR_TOK_S
 
     @property
@@ -163,6 +168,8 @@ class Scenario(BaseModel):
             n += len(replay.requests)
             arrivals = replay.span_s / self.trace.speedup
         waves = math.ceil(n / slots) + 1  # + 1: the requests still in flight when a duration ends
+        if self.sweep_input_lens and self.sweep_timeout_s is not None:  # each size ends by its limit
+            per_request = min(per_request, self.sweep_timeout_s + output_len / _DECODE_FLOOR_TOK_S)
         return _RUN_BASE_S + (self.duration_s or 0.0) + arrivals + waves * per_request
 
     def _upper_lens(self) -> tuple[float, float]:
@@ -216,6 +223,7 @@ PRESETS: dict[str, Scenario] = {
         num_prompts=None,
         warmups=1,
         sweep_input_lens=[4096, 8192, 12288, 16384, 24576, 32768, 49152],
+        sweep_timeout_s=120,
     ),
 }
 

@@ -26,6 +26,7 @@ from ..secrets import Redactor
 from ..server_evidence import Evidence
 from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
 from ..study.metrics import GOODPUT, higher_is_better
+from ..study.representative import speculative_warnings
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
 from ..tune import bandwidth, known
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
@@ -37,6 +38,7 @@ from .advice import Advice, advise_config, describe_mismatch
 from .capacity import CapacityView, build_capacity
 from .emit import Deployment, Snippets, snippets
 from .fidelity import FidelityRow, fidelity_rows
+from .prefill_sweep import SweepRow, sweep_rows
 from .requests import resolve, runs_series_ms
 from .roofline import RooflineView, build_roofline
 from .speculative import AcceptanceRow, SweepPeak, acceptance_rows, sweep_peaks
@@ -155,6 +157,7 @@ class ReportData:
     capacity: CapacityView | None = None          # a `maximize: capacity` study's section
     roofline: RooflineView | None = None          # decode TPOT against the bandwidth floor
     fidelity: list[FidelityRow] = field(default_factory=list)  # how faithfully each run sent its traffic
+    prefill_sweep: list[SweepRow] = field(default_factory=list)  # per boot, each prompt size's TTFT or timeout
 
 
 def fmt_value(value: Any) -> str:
@@ -272,6 +275,19 @@ def _revalidation_line(analysis: StudyAnalysis, store: StudyStore) -> str:
         return ""
     look = next_look(analysis, spec, revalidation_cap(store))
     return look.line() if look.leader is not None else ""
+
+
+def _speculative_notes(store: StudyStore) -> list[str]:
+    """What `plan` warned of, kept in the report: speculative decoding swept on random-token prompts."""
+    stored = store.spec_doc()
+    if stored is None:
+        return []
+    try:
+        spec = StudySpec.from_store(stored)
+    except (ValueError, ServetuneError):
+        return []
+    return [f"{why.split(': its acceptance')[0]}: the acceptance and the speed-ups of speculative decoding "
+            "below say nothing about your own traffic" for _, why in speculative_warnings(spec)]
 
 
 def _config_heading(analysis: StudyAnalysis, emitted_for: str) -> str:
@@ -536,11 +552,12 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         advice += advise_config(label, c.config, None if c.is_baseline else base_cfg, ev,
                                 last.boot_facts if last else None, last.mismatches if last else ())
 
-    notes = []
+    notes = _speculative_notes(store)
     try:
         importances = _importances(analysis)
     except (ValueError, RuntimeError) as exc:  # fANOVA needs enough distinct points
-        importances, notes = {}, [f"parameter importance not computed: {exc}"]
+        importances = {}
+        notes.append(f"parameter importance not computed: {exc}")
 
     capacity = build_capacity(analysis, trials, objective, spec.get("price_per_gpu_hour"), store.path.parent,
                               _capacity_spec(spec))
@@ -564,4 +581,4 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),
         acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity,
         roofline=build_roofline(analysis, trial_by_id, spec, store.get_meta_json(bandwidth.META_KEY)),
-        fidelity=fidelity_rows(trials, base_cfg))
+        fidelity=fidelity_rows(trials, base_cfg), prefill_sweep=sweep_rows(trials, base_cfg))

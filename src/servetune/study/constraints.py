@@ -2,7 +2,10 @@
 
 `max-num-batched-tokens >= max-model-len` with `when: {enable-chunked-prefill: false}`.
 Parsed with a regular expression, never evaluated as code. Operands are parameter or engine-arg
-names (`env.NAME` for environment variables) or numbers; OP is one of >=, >, <=, <, ==, !=.
+names (`env.NAME` for environment variables), numbers or quoted strings (`kv-cache-dtype !=
+'fp8_e5m2'`); OP is one of >=, >, <=, <, ==, !=. A bare word that names nothing in the study,
+compared with == or != to a name, is read as the string it spells (`kv-cache-dtype != fp8_e5m2`):
+the study file quotes it for you (`StudySpec`, `with_literals`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..engine.config import Config
+from ._hints import did_you_mean
 from .space import Scalar, env_var, json_field, normalize_param_name
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -27,16 +31,25 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "!=": operator.ne,
 }
 ORDER_OPS = frozenset({">=", ">", "<=", "<"})
-_EXPR = re.compile(r"^\s*([\w.\-]+)\s*(>=|<=|==|!=|>|<)\s*([\w.\-]+)\s*$")
+_TOKEN = r"([\w.\-]+|'[^']*'|\"[^\"]*\")"
+_EXPR = re.compile(rf"^\s*{_TOKEN}\s*(>=|<=|==|!=|>|<)\s*{_TOKEN}\s*$")
+EQUALITY_OPS = frozenset({"==", "!="})
 _NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 
 class Operand(NamedTuple):
     name: str | None
     number: int | float | None
+    text: str | None = None  # a quoted string
+    token: str = ""  # as written
 
     def __str__(self) -> str:
+        if self.text is not None:
+            return repr(self.text)
         return self.name if self.name is not None else str(self.number)
+
+    def literal(self) -> int | float | str | None:
+        return self.text if self.text is not None else self.number
 
 
 class Parsed(NamedTuple):
@@ -46,12 +59,14 @@ class Parsed(NamedTuple):
 
 
 def _operand(token: str) -> Operand:
+    if token[:1] in ("'", '"'):
+        return Operand(None, None, token[1:-1], token)
     if _NUMBER.match(token):
         try:
-            return Operand(None, int(token))
+            return Operand(None, int(token), token=token)
         except ValueError:
-            return Operand(None, float(token))
-    return Operand(normalize_param_name(token), None)
+            return Operand(None, float(token), token=token)
+    return Operand(normalize_param_name(token), None, token=token)
 
 
 @lru_cache(maxsize=256)
@@ -59,11 +74,13 @@ def parse(expr: str) -> Parsed:
     """ValueError unless `expr` is `operand OP operand` with at least one named operand."""
     m = _EXPR.match(expr)
     if not m:
-        raise ValueError(f"cannot parse {expr!r}: expected 'NAME OP NAME' or 'NAME OP NUMBER' with OP one of "
-                         f"{' '.join(_OPS)}")
+        raise ValueError(f"cannot parse {expr!r}: expected 'NAME OP NAME', 'NAME OP NUMBER' or "
+                         f"\"NAME OP 'STRING'\" with OP one of {' '.join(_OPS)}")
     parsed = Parsed(_operand(m.group(1)), m.group(2), _operand(m.group(3)))
     if parsed.left.name is None and parsed.right.name is None:
-        raise ValueError(f"{expr!r} compares two numbers")
+        raise ValueError(f"{expr!r} compares two numbers or strings, no parameter")
+    if parsed.op in ORDER_OPS and (parsed.left.text is not None or parsed.right.text is not None):
+        raise ValueError(f"{expr!r} orders a string; strings take only == and !=")
     return parsed
 
 
@@ -126,8 +143,8 @@ class Constraint(BaseModel):
         if not self.applies(config):
             return None
         p = self.parsed
-        left = config_value(config, p.left.name) if p.left.name is not None else p.left.number
-        right = config_value(config, p.right.name) if p.right.name is not None else p.right.number
+        left = config_value(config, p.left.name) if p.left.name is not None else p.left.literal()
+        right = config_value(config, p.right.name) if p.right.name is not None else p.right.literal()
         if left is None or right is None:
             return None
         try:
@@ -135,6 +152,20 @@ class Constraint(BaseModel):
         except TypeError:
             ok = False
         return None if ok else f"{self.describe()} ({p.left}={left!r}, {p.right}={right!r})"
+
+    def with_literals(self, known: set[str]) -> Constraint:
+        """This constraint with each bare word that names nothing in `known`, compared with == or
+        != to a name that does, quoted as the string it spells (`kv-cache-dtype != fp8_e5m2`). A
+        word close to a known name stays a name: a typo is reported as one, not compared."""
+        p = self.parsed
+        if p.op not in EQUALITY_OPS:
+            return self
+        tokens = []
+        for operand, other in ((p.left, p.right), (p.right, p.left)):
+            bare = operand.name is not None and operand.name not in known and not did_you_mean(operand.name, known)
+            tokens.append(repr(operand.token) if bare and other.name in known else operand.token)
+        expr = f"{tokens[0]} {p.op} {tokens[1]}"
+        return self if expr == f"{p.left.token} {p.op} {p.right.token}" else Constraint(expr=expr, when=self.when)
 
     def describe(self) -> str:
         p = self.parsed

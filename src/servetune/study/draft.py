@@ -5,9 +5,10 @@ Every choice is written with a one-line `# why`, so the file teaches what it doe
 parsed back with the study loader before it is written, so it always loads. The search space is
 the flags the field's tuning reports move first, cut to what this hardware runs: on a GPU the
 chunked-prefill budget, max-num-seqs, async scheduling, the CUDA graph mode, the memory share and
-prefix caching, an fp8 KV cache from compute capability 8.9, tensor parallel across several GPUs;
-on the CPU build the batch sizes and prefix caching; for a hybrid model (Mamba / linear-attention
-layers in its config.json) the mamba cache mode. A value equal to the engine's default is a
+prefix caching, an fp8 KV cache, tensor parallel across several GPUs, without the values the GPUs
+found cannot run as meant (engine/gates.py: an fp8 KV cache before compute capability 8.9), each named
+in a `# left out:` line; on the CPU build the batch sizes and prefix caching; for a hybrid model
+(Mamba / linear-attention layers in its config.json) the mamba cache mode. A value equal to the engine's default is a
 duplicate the study does not boot, so booleans list both values and the default's costs nothing.
 """
 
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..capacity.slo import Slo, requests_to_meet
+from ..engine import speculative
+from ..engine.gates import why_not_here
 from ..engine.hardware import Hardware
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
@@ -121,14 +124,21 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
         out.add(f"  port: {serve.port}", "your serve line's port (slot i uses port + i)")
     if serve and serve.served_model_name:
         out.add(f"  served_model_name: {flow(serve.served_model_name)}")
-    startup = 1800 if model.directory is None else 900
-    out.add(f"  startup_timeout_s: {startup}",
-            "the first boot downloads the weights" if model.directory is None
-            else "loading, compiling and warming up a large model take minutes")
+    out.add("  startup_timeout_s: 3600", "the cap of a boot whose log keeps moving: "
+            + ("the first boot downloads the weights, " if model.directory is None else "")
+            + "a cold first boot (compiling, autotuning, capturing) takes many minutes")
+    out.add("  startup_stall_s: 600", "a boot whose log stays silent this long has failed (its phase is named)")
 
     out.add("space:", "one value at a time from the baseline (ofat); the order is the search's order")
-    for key, values, why in _space(inp, baseline, tp_values):
+    space, left_out = runnable(_space(inp, baseline, tp_values), hw)
+    for key, values, why in space:
         out.add(f"  {key}: {flow(values)}", why)
+    for line in left_out:
+        out.comment(f"left out: {line}", "  ")
+    if any(key.startswith(speculative.FLAG) for key, _, _ in space):
+        out.comment("speculative decoding's speed is its acceptance, which depends on the text: these "
+                    "scenarios' prompts are random tokens, so add one whose `dataset:` is a JSONL of your own "
+                    "prompts ({\"prompt\": ...} a line); `servetune plan` warns until every scenario has one", "  ")
 
     scenarios, slo_scenarios = _scenarios(inp)
     out.add("scenarios:")
@@ -235,9 +245,10 @@ def _space(inp: DraftInput, baseline: dict[str, Any], tp: list[int]) -> list[tup
         ("enable-prefix-caching", [True, False], "on by default in vLLM's V1 engine (a duplicate, not booted); "
          "off skips hashing when prompts share nothing"),
     ]
-    if hw.fp8_kv_cache and "kv-cache-dtype" not in baseline:
-        space.append(("kv-cache-dtype", ["fp8"], "compute capability >= 8.9 runs an fp8 KV cache natively: "
-                      "twice the tokens fit (check the answers with your evals)"))
+    space += _speculative(inp, baseline)
+    if "kv-cache-dtype" not in baseline:
+        space.append(("kv-cache-dtype", ["fp8"], "an fp8 KV cache: twice the tokens fit (check the answers with "
+                      "your evals)"))
     return space
 
 
@@ -251,6 +262,42 @@ def _memory_shared(hw: Hardware) -> str:
         used = max(g.used_gib or 0.0 for g in hw.gpus)
         return f"{used:.1f} GiB of a GPU are in use by other processes"
     return ""
+
+
+def _speculative(inp: DraftInput, baseline: dict[str, Any]) -> list[tuple[str, list[Any], str]]:
+    """A model with MTP layers in its config.json: vLLM's MTP method, swept over n."""
+    layers = speculative.mtp_layers(inp.model.config)
+    if not layers:
+        return []
+    why = (f"config.json declares {layers} MTP layer(s): multi-token prediction proposes tokens checked in one "
+           "step; the best n moves with the workload (the field: 3 on short prompts, 6 on long ones)")
+    current = baseline.get(speculative.FLAG)
+    if isinstance(current, dict):
+        values = [n for n in speculative.MTP_SWEEP if n != current.get(speculative.TOKENS_FIELD)]
+        return [(speculative.TOKENS_PARAM, values, why)]
+    if current is not None:
+        return []
+    return [(speculative.FLAG, [{"method": "mtp", speculative.TOKENS_FIELD: n} for n in speculative.MTP_SWEEP],
+             why)]
+
+
+def runnable(space: list[tuple[str, list[Any], str]], hw: Hardware) -> tuple[list[tuple[str, list[Any], str]],
+                                                                          list[str]]:
+    """The space without the values this hardware cannot run as meant (engine/gates.py), and why
+    each left out was."""
+    kept: list[tuple[str, list[Any], str]] = []
+    left_out: list[str] = []
+    for name, values, why in space:
+        allowed = []
+        for value in values:
+            reason = why_not_here(name, value, hw)
+            if reason is None:
+                allowed.append(value)
+            else:
+                left_out.append(f"{name} {value}: {reason}")
+        if allowed:
+            kept.append((name, allowed, why))
+    return kept, left_out
 
 
 def _scenarios(inp: DraftInput) -> tuple[list[tuple[str, str, list[str]]], list[str]]:

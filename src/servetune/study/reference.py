@@ -175,7 +175,8 @@ MEANINGS: dict[str, str] = {
     "StudySpec.space": "the flags (or `env.NAME` variables) to search: a list of values (`null`: the flag not "
                        "given), or a range `{low, high, step | log, type}`; `FLAG.field` sweeps one field of a "
                        "JSON flag the baseline gives",
-    "StudySpec.constraints": "rules every candidate must satisfy, e.g. `max-num-batched-tokens >= max-model-len`",
+    "StudySpec.constraints": "rules every candidate must satisfy, e.g. `max-num-batched-tokens >= max-model-len` "
+                             "or `kv-cache-dtype != fp8_e5m2`",
     "StudySpec.scenarios": "the traffic each config is measured on: a `preset` with any field overridden, or a "
                            "full scenario",
     "StudySpec.objective": "what to maximise or minimise, how scenarios combine, and the SLOs",
@@ -195,8 +196,11 @@ MEANINGS: dict[str, str] = {
     "EngineSpec.args": "the baseline's flags (`max-num-seqs: 64`; booleans render as `--x` / `--no-x`, mappings "
                        "as JSON, IEC sizes like `2GiB` in bytes)",
     "EngineSpec.env": "the server's environment variables (secret-looking names are taken out and never stored)",
-    "EngineSpec.startup_timeout_s": "seconds from launch to a healthy `/health` before the boot fails as "
-                                    "`startup_timeout`",
+    "EngineSpec.startup_timeout_s": "the cap, in seconds from launch, of a boot whose log keeps moving "
+                                    "(loading, compiling, capturing): past it the boot fails as `startup_timeout`",
+    "EngineSpec.startup_stall_s": "seconds the boot log may stay silent before the boot fails as "
+                                  "`startup_timeout`, naming the phase it stopped in (a cold first boot of many "
+                                  "minutes that keeps logging is waited for)",
     "EngineSpec.port": "a fixed port for the first slot (slot i uses port + i); default: a free one",
     "EngineSpec.served_model_name": "the name the server answers to (default: the model)",
     "Parameter.values": "the values to try, in order (a list may be written in place of the mapping)",
@@ -218,6 +222,8 @@ MEANINGS: dict[str, str] = {
     "Scenario.ignore_eos": "decode exactly `output_len` tokens (as `vllm bench serve` does)",
     "Scenario.shared_prefix": "a common prefix that a share of the requests start with (prefix caching)",
     "Scenario.endpoint": "`/v1/completions` or `/v1/chat/completions`",
+    "Scenario.sweep_timeout_s": "with `sweep_input_lens`: a prompt size with no first token within this is "
+                                "recorded as timed out for that size, and the sweep goes on (`prefill-sweep`: 120)",
     "Scenario.run_timeout_s": "a run still going after this long is ended as `run_timeout` (default: derived "
                               "from the traffic)",
     "ObjectiveSpec.maximize": "a `vllm bench serve` metric (`output_throughput`, ...) or `capacity`",

@@ -99,7 +99,8 @@ class EngineSpec(_Strict):
     # Secret variables of the server, by name: those `env` gives (taken out of it on load) and
     # those read from servetune's environment at launch. Only names are stored; see `secrets`.
     secret_env: list[EnvName] = Field(default_factory=list)
-    startup_timeout_s: float = Field(default=600, gt=0, allow_inf_nan=False)
+    startup_timeout_s: float = Field(default=3600, gt=0, allow_inf_nan=False)
+    startup_stall_s: float = Field(default=600, gt=0, allow_inf_nan=False)
     port: int | None = Field(default=None, ge=1, le=65535)
     served_model_name: str | None = None
     # CPU build on a few cores: pin the busy-waiting EngineCore to the workers' cores so it does
@@ -383,6 +384,15 @@ class StudySpec(_Strict):
                     "tell apart, the one that reserves the least memory (--gpu-memory-utilization, then "
                     "--kv-cache-memory-bytes) wins")
 
+    @field_validator("constraints")
+    @classmethod
+    def _quote_string_values(cls, constraints: list[Constraint], info: ValidationInfo) -> list[Constraint]:
+        """`kv-cache-dtype != fp8_e5m2`: a bare value that names nothing is the string it spells."""
+        engine = info.data.get("engine")
+        known = {*info.data.get("space", {}), *(engine.args if engine else {}),
+                 *(f"{ENV_PREFIX}{k}" for k in (engine.env if engine else {}))}
+        return [c.with_literals(known) for c in constraints]
+
     @field_validator("strategy")
     @classmethod
     def _registered_strategy(cls, name: str) -> str:
@@ -530,6 +540,13 @@ class StudySpec(_Strict):
                     problems.append((("constraints", i),
                                      f"{name!r} is neither a space parameter nor an engine arg{hint}"))
             p = c.parsed
+            for operand, other in ((p.left, p.right), (p.right, p.left)):
+                # An unset baseline is the engine's default, which a constraint never compares (None).
+                values = [v for v in self._possible_values(operand.name) if v is not None] \
+                    if operand.name in self.space else []
+                if other.text is not None and values and other.text not in values:
+                    problems.append((("constraints", i), f"{c.expr!r}: {other.text!r} is none of {operand.name!r}'s "
+                                                         f"values ({', '.join(map(repr, values))})"))
             if p.op in ORDER_OPS:
                 for operand in (p.left, p.right):
                     bad = ([v for v in self._possible_values(operand.name) if v is not None and not is_number(v)]

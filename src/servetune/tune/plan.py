@@ -7,7 +7,10 @@ each answered as if it measured like the baseline (no effect), so OFAT walks fro
 and a grid lists its cells; a candidate that runs as the baseline or an earlier candidate by the
 engine's argument defaults is a duplicate that will not boot (the same decision `tune.known`
 takes with the store). From the booting candidates follow the boots, the runs and the ETA, by
-the same formulas the running study uses (`analysis.trial_count`, `eta.seed_from`).
+the same formulas the running study uses (`analysis.trial_count`, `eta.seed_from`). Values that
+need a newer GPU or a kernel package the engine's interpreter lacks (`engine.gates`) are flagged,
+not refused: a plan may be made on another machine than the one the study runs on; so is a sweep
+of speculative decoding on random-token prompts (`study.representative`), at every start too.
 
 A real study's start (tune/runner.py) runs the same checks before the first boot: the engine
 command and the model (`check_start`, before the study's spec is stored; a model id found
@@ -25,11 +28,14 @@ from typing import Any
 
 from ..engine.defaults import EngineDefaults, in_container
 from ..engine.equivalence import Booted, duplicate_detail
+from ..engine.gates import why_not_here
+from ..engine.hardware import Hardware
 from ..engine.knobs import ENV_KNOB, evidence_source
 from ..models.source import ModelSource, locate
 from ..search import make_strategy
 from ..search.base import TrialView
 from ..study._hints import did_you_mean
+from ..study.representative import speculative_warnings
 from ..study.space import env_var, json_field
 from ..study.spec import Loc, SpecError, StudySpec
 from ..vocabulary import Outcome
@@ -67,6 +73,7 @@ class StudyPlan:
     problems: list[tuple[Loc, str]]  # what stops the study (key path, why): fix before it runs
     # Each env knob (`env.NAME`) -> what can show it applied or not; None: nothing, it reads unproven
     knob_evidence: dict[str, str | None] = field(default_factory=dict)
+    warnings: list[tuple[Loc, str]] = field(default_factory=list)  # what will likely fail or run otherwise
 
     @property
     def booting(self) -> list[PlannedCandidate]:
@@ -74,15 +81,15 @@ class StudyPlan:
 
 
 def make_plan(spec: StudySpec, read_defaults: Callable[[], EngineDefaults], *,
-              ask_hub: bool = True) -> StudyPlan:
+              ask_hub: bool = True, hardware: Hardware | None = None) -> StudyPlan:
     """Every check, then the plan: reads the engine's defaults (a subprocess) and locates the model."""
     engine, found = find_engine(spec.engine.command)
     defaults = read_defaults() if found else EngineDefaults(source=f"unknown: {engine}")
-    return assemble(spec, defaults, locate(spec.engine.model, ask_hub=ask_hub), engine, found)
+    return assemble(spec, defaults, locate(spec.engine.model, ask_hub=ask_hub), engine, found, hardware)
 
 
 def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engine: str = "not checked",
-             found: bool = True) -> StudyPlan:
+             found: bool = True, hardware: Hardware | None = None) -> StudyPlan:
     """The plan from what is known already (`servetune init` has the model and no defaults yet)."""
     problems = engine_problems(engine, found)
     if found and not defaults.known and defaults.source and _must_read(spec):
@@ -98,7 +105,8 @@ def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engi
                      candidates=candidates, open_ended=spec.strategy in ("ofat", "optuna") and booting > 0,
                      boots=boots, runs=boots * per_scenario * len(spec.scenarios),
                      eta_s=boots * eta_seed.next_trial_s(spec, seed) / spec.parallel.slots,
-                     eta_basis=basis, problems=problems, knob_evidence=knob_evidence(spec))
+                     eta_basis=basis, problems=problems, knob_evidence=knob_evidence(spec),
+                     warnings=speculative_warnings(spec) + hardware_warnings(spec, hardware, defaults.modules))
 
 
 def knob_evidence(spec: StudySpec) -> dict[str, str | None]:
@@ -162,6 +170,22 @@ def flag_problems(spec: StudySpec, defaults: EngineDefaults) -> list[tuple[Loc, 
             named.append((("space", name), field[0] if field else name))
     return [(loc, f"the installed engine has no flag --{flag}{did_you_mean(flag, sorted(known))} "
                   f"({defaults.source})") for loc, flag in named if flag not in known]
+
+
+def hardware_warnings(spec: StudySpec, hardware: Hardware | None,
+                      modules: list[str] | None) -> list[tuple[Loc, str]]:
+    """Baseline and space values that need a newer GPU than `hardware` has, or a kernel package
+    missing from the engine's interpreter (`modules`); None for either: not checked."""
+    named: list[tuple[Loc, str, Any]] = [(("engine", "args", k), k, v) for k, v in spec.engine.args.items()]
+    named += [(("engine", "env", k), f"env.{k}", v) for k, v in spec.engine.env.items()]
+    for name, param in spec.space.items():
+        named += [(("space", name), name, v) for v in (param.values or [])]
+    out = []
+    for loc, name, value in named:
+        why = why_not_here(name, value, hardware, modules)
+        if why is not None:
+            out.append((loc, f"{name}: {value}: {why}"))
+    return out
 
 
 def check_flags(spec: StudySpec, defaults: EngineDefaults) -> None:
