@@ -7,6 +7,10 @@ the study's cap (`revalidation.max_boots`). Ruled out: its interval lies under t
 or even at the effect measured so far the boots left up to the cap would decide it better with
 less than `FUTILITY_POWER` chance. Stopping for futility never raises the false-winner rate: the
 critical value already counts every look up to the cap (stats/pipeline.py).
+
+A finalist with an SLO violated (its interval wholly outside the limit) is out. One proven better
+whose SLO is still unproven is not a winner: it is booted again while the cap allows, since each
+boot pair adds requests to the pooled interval its SLO is judged by (tune/slo_proof.py).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 
 from ..stats.pipeline import detection_power
 from ..study.spec import StudySpec
-from .analysis_types import StudyAnalysis
+from .analysis_types import SloState, StudyAnalysis
 
 FUTILITY_POWER = 0.10
 
@@ -66,6 +70,13 @@ def next_look(result: StudyAnalysis, spec: StudySpec, cap: int) -> NextLook:
     power_next = detection_power(d, se, now, (boots + 1, base_boots + 1), eff.df, eff.level)
     power_cap = detection_power(d, se, now, (boots + more, base_boots + more), eff.df, eff.level)
     look = NextLook(None, "", leader.label, boots, cap, power_next, power_cap)
+    if eff.verdict == "better" and leader.slo_state is not SloState.met:
+        open_slos = "; ".join(c.text() for c in leader.slo_checks if c.state is not SloState.met)
+        if boots >= cap:   # (the chances of proving it better are beside the point: it is)
+            return NextLook(None, f"better, but an SLO is unproven at the cap (revalidation.max_boots: {cap}): "
+                                  f"{open_slos}", leader.label, boots, cap)
+        return NextLook(leader.key, f"better at {eff.effect_pct:+.1f} %, but an SLO is unproven: {open_slos}",
+                        leader.label, boots, cap)
     if boots >= cap:
         return _with(look, None, f"undecided at the cap (revalidation.max_boots: {cap})")
     if eff.ci_high_pct < spec.min_effect_pct:
