@@ -26,7 +26,7 @@ from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
 from ..study.metrics import higher_is_better
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
 from ..tune import bandwidth
-from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
+from ..tune.analysis_types import ConfigResult, Effect, Estimate, SloCheck, SloState, StudyAnalysis
 from ..tune.revalidation import next_look
 from ..tune.verdict_rule import revalidation_cap
 from ..vocabulary import Outcome
@@ -70,6 +70,17 @@ class ConfigLine:
     slo_violations: list[str]
     is_baseline: bool
     is_winner: bool
+    slo_state: str = ""              # met | unproven | violated; "" without an SLO or a measurement
+    slo_open: list[str] = field(default_factory=list)   # "scenario metric" of each SLO not met
+
+
+@dataclass
+class SloRow:
+    """One SLO of one scenario on one config, as judged (tune/slo_proof.py)."""
+
+    label: str
+    check: SloCheck
+    is_winner: bool = False
 
 
 @dataclass
@@ -149,6 +160,7 @@ class ReportData:
     capacity: CapacityView | None = None          # a `maximize: capacity` study's section
     roofline: RooflineView | None = None          # decode TPOT against the bandwidth floor
     fidelity: list[FidelityRow] = field(default_factory=list)  # how faithfully each run sent its traffic
+    slo_rows: list[SloRow] = field(default_factory=list)       # every SLO's interval and state per config
 
 
 def fmt_value(value: Any) -> str:
@@ -278,15 +290,29 @@ def _config_heading(analysis: StudyAnalysis, emitted_for: str) -> str:
     return "Recommended config (the baseline: nothing beat it)"
 
 
-def _config_lines(analysis: StudyAnalysis) -> list[ConfigLine]:
+def _config_label(c: ConfigResult, analysis: StudyAnalysis) -> str:
     base_cfg = analysis.baseline.config if analysis.baseline else None
+    return c.config.label(base_cfg) if base_cfg and not c.is_baseline else c.label
+
+
+def _config_lines(analysis: StudyAnalysis) -> list[ConfigLine]:
     win_key = analysis.winner.key if analysis.winner else None
-    return [ConfigLine(label=c.config.label(base_cfg) if base_cfg and not c.is_baseline else c.label,
+    return [ConfigLine(label=_config_label(c, analysis),
                        outcome=c.outcome, trials=len(c.trial_ids), objective=c.objective, effect=c.objective_effect,
                        feasible=c.feasible,
                        slo_violations=sorted({v for s in c.scenarios.values() for v in s.slo_violations}),
-                       is_baseline=c.is_baseline, is_winner=c.key == win_key)
+                       is_baseline=c.is_baseline, is_winner=c.key == win_key,
+                       slo_state=str(c.slo_state) if c.slo_checks else "",
+                       slo_open=[f"{k.scenario} {k.metric}" for k in c.slo_checks if k.state is not SloState.met])
             for c in analysis.configs]
+
+
+def _slo_rows(analysis: StudyAnalysis) -> list[SloRow]:
+    """Every measured config's SLOs, scenario by scenario: the baseline and the winner first."""
+    win_key = analysis.winner.key if analysis.winner else None
+    order = sorted(analysis.configs, key=lambda c: (not c.is_baseline, c.key != win_key))
+    return [SloRow(_config_label(c, analysis), check, c.key == win_key)
+            for c in order for check in c.slo_checks]
 
 
 def _redactor(store: StudyStore, spec: dict[str, Any]) -> Callable[[str], str]:
@@ -544,4 +570,4 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),
         acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity,
         roofline=build_roofline(analysis, trial_by_id, spec, store.get_meta_json(bandwidth.META_KEY)),
-        fidelity=fidelity_rows(trials, base_cfg))
+        fidelity=fidelity_rows(trials, base_cfg), slo_rows=_slo_rows(analysis))
