@@ -38,6 +38,7 @@ from .fidelity import FidelityRow, fidelity_rows
 from .requests import resolve, runs_series_ms
 from .roofline import RooflineView, build_roofline
 from .speculative import AcceptanceRow, SweepPeak, acceptance_rows, sweep_peaks
+from .templating import num
 
 MAX_DISTRIBUTION_CONFIGS = 5
 MIN_CONFIGS_FOR_IMPORTANCE = 12  # PED-ANOVA ranks by the top quantile: noise with fewer configs
@@ -57,6 +58,7 @@ class MetricRow:
     winner: Estimate | None
     effect: Effect | None
     slo_limit: float | None = None
+    slo_bound: str = ""            # "≤ 300" for a ceiling, "≥ 50" for a floor; "" without an SLO
 
 
 @dataclass
@@ -215,7 +217,9 @@ def _metric_rows(analysis: StudyAnalysis, subject: ConfigResult | None, objectiv
             if be is None and we is None:
                 continue
             kind = "objective" if name == analysis.objective_metric else "slo" if name in slo else "metric"
-            rows.append(MetricRow(scenario, name, kind, be, we, w.effects.get(name) if w else None, slo.get(name)))
+            limit = slo.get(name)
+            bound = "" if limit is None else f"{'≥' if higher_is_better(name) else '≤'} {num(limit)}"
+            rows.append(MetricRow(scenario, name, kind, be, we, w.effects.get(name) if w else None, limit, bound))
     return rows
 
 
