@@ -164,6 +164,17 @@ def test_a_better_finalist_whose_p99_sits_at_the_limit_is_not_the_winner(tmp_pat
     assert look.key == fast.key and "SLO is unproven" in look.why   # booted again, up to the cap
 
 
+def test_a_p99_that_the_cap_cannot_prove_stops_re_validation(tmp_path: Path) -> None:
+    # 20 requests a run, 3 runs a boot: 3 boots measure 180, and a p99 needs 368 to be shown met
+    spec, store = _study(tmp_path, lambda r: _steady(r, 100.0, 20))
+    result = analysis.analyze(store, spec)
+    fast = next(c for c in result.configs if not c.is_baseline)
+    assert fast.objective_effect is not None and fast.objective_effect.verdict == "better"
+    assert fast.slo_state is SloState.unproven and result.winner is None
+    look = revalidation.next_look(result, spec, cap=3)
+    assert look.key is None and "cannot be proven within the cap" in look.why and "368" in look.why
+
+
 def test_the_same_finalist_well_inside_its_slo_wins(tmp_path: Path) -> None:
     spec, store = _study(tmp_path, lambda r: _steady(r, 100.0))
     result = analysis.analyze(store, spec)

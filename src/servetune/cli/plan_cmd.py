@@ -95,6 +95,8 @@ def _print(plan: StudyPlan, study_file: Path) -> None:
     console.print(f"ETA: {format_duration(plan.eta_s)} before anything is measured ({escape(plan.eta_basis)}"
                   f"{', ' + str(spec.parallel.slots) + ' slots at once' if spec.parallel.slots > 1 else ''})"
                   f"{budget}")
+    for note in plan.slo_notes:
+        console.print(f"[yellow]SLO[/] {escape(note)}")
     if not plan.problems:
         console.print("[green]ready[/]: nothing was started; run it with servetune tune "
                       f"{escape(str(study_file))} --out DIR")

@@ -33,6 +33,7 @@ from ..study.space import env_var, json_field
 from ..study.spec import Loc, SpecError, StudySpec
 from ..vocabulary import Outcome
 from . import eta as eta_seed
+from . import slo_proof
 from .analysis import trial_count
 
 # Optuna without a trial budget: how many of its proposals the plan lists.
@@ -62,6 +63,7 @@ class StudyPlan:
     eta_s: float
     eta_basis: str
     problems: list[tuple[Loc, str]]  # what stops the study (key path, why): fix before it runs
+    slo_notes: tuple[str, ...] = ()  # SLOs no config of the study can be shown to meet (slo_proof.unprovable)
 
     @property
     def booting(self) -> list[PlannedCandidate]:
@@ -93,7 +95,7 @@ def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engi
                      candidates=candidates, open_ended=spec.strategy in ("ofat", "optuna") and booting > 0,
                      boots=boots, runs=boots * per_scenario * len(spec.scenarios),
                      eta_s=boots * eta_seed.next_trial_s(spec, seed) / spec.parallel.slots,
-                     eta_basis=basis, problems=problems)
+                     eta_basis=basis, problems=problems, slo_notes=tuple(slo_proof.unprovable(spec)))
 
 
 def _must_read(spec: StudySpec) -> bool:

@@ -28,10 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from ..capacity.http import request_values
-from ..capacity.slo import Slo, Verdict, judge, slo_from_key, verdict_of
+from ..capacity.slo import Slo, Verdict, judge, requests_to_meet, slo_from_key, verdict_of
 from ..errors import ServetuneError
 from ..load.records import read_records
-from ..study.metrics import higher_is_better
+from ..study.metrics import CAPACITY, higher_is_better
+from ..study.spec import StudySpec
 from .analysis_types import Estimate, SloCheck, SloState
 
 _STATE = {Verdict.meets: SloState.met, Verdict.violates: SloState.violated, Verdict.undecided: SloState.unproven}
@@ -61,6 +62,30 @@ def check_scenario(scenario: str, limits: Mapping[str, float], records: Sequence
                 check = None
         checks.append(check or _from_runs(scenario, key, limit, metrics.get(key)))
     return checks
+
+
+def unprovable(spec: StudySpec) -> list[str]:
+    """The percentile SLOs no config of this study can be shown to meet: even a finalist booted up
+    to the re-validation cap, every replicate at its most, measures fewer requests of the scenario
+    than the percentile's interval needs to be bounded with independent values. One line each,
+    for `plan`; scenarios whose request count is not fixed (a duration, a sweep, a trace) are not
+    judged here."""
+    if spec.objective.metric == CAPACITY:
+        return []
+    out = []
+    for sc in spec.scenarios:
+        if sc.num_prompts is None or sc.duration_s is not None or sc.sweep_input_lens or sc.trace is not None:
+            continue
+        most = sc.num_prompts * spec.replicates.max * spec.revalidation.max_boots
+        for key, limit in spec.objective.slo_for(sc.name).items():
+            slo = percentile_slo(key, limit)
+            need = requests_to_meet(slo, spec.alpha) if slo is not None else None
+            if need is not None and most < need:
+                out.append(f"{sc.name}: {key} can be shown met only on at least {need} requests pooled over a "
+                           f"config's boots; at most {most} here ({sc.num_prompts} a run x {spec.replicates.max} "
+                           f"replicate(s) x {spec.revalidation.max_boots} boots): no winner can meet it "
+                           "(more num_prompts or replicates, or a lower percentile)")
+    return out
 
 
 def capacity_check(scenario: str, capacity: Estimate | None) -> SloCheck:
