@@ -247,12 +247,12 @@ def scored_trials(trials: Sequence[Trial], spec: StudySpec,
     whatever its role (the baseline's re-measurements too): for reading a finished study as a
     table, as the replay benchmark does. The same samples and feasibility `history_of` gives the
     strategies."""
-    measured = [_measured(t) for t in trials if t.done]
+    measured = [_measured(t) for t in trials]
     reference = _reference(measured, spec)
-    states = _slo_states(measured, spec, study_dir)
+    states = _slo_states([m for m in measured if m.trial.done], spec, study_dir)
     return {m.trial.id: (objective_samples(m, spec, reference) if m.trial.ok else [],
                          m.trial.ok and states[m.trial.config.key()] is not SloState.violated)
-            for m in measured}
+            for m in measured if m.trial.done}
 
 
 def enough_replicates(store: StudyStore, spec: StudySpec, trial: Trial, replicates_done: int) -> bool:
