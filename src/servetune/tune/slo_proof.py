@@ -15,7 +15,8 @@ per-run interval of the runs' percentiles, and its basis says so.
 Met: the interval lies inside the limit (a latency's upper end at or under it, a throughput's
 lower end at or over it); violated: it lies wholly outside; unproven: it straddles the limit or
 is unbounded (40 requests cannot show a p99 under anything). The interval is the study's
-1 - alpha one, so "met" errs with chance alpha / 2 at most.
+1 - alpha one, so "met" is one side of it: wrong with chance about alpha / 2 (exactly at most that for
+independent requests; the effective size and the boot variance stand in for dependence).
 """
 
 from __future__ import annotations
