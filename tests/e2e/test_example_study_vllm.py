@@ -99,6 +99,11 @@ def test_example_study_runs_to_a_verdict(example_study: ExampleStudy) -> None:
     assert result.winner_reason
     verdict = store.verdict()
     assert verdict is not None and verdict.reason == result.winner_reason
+    # each SLO judged on the real runs' request records, pooled over the config's boots
+    checks = result.baseline.slo_checks
+    assert {c.scenario for c in checks} == set(spec.scenario_names)
+    assert all(c.basis == "requests" and c.n > 0 and c.state in ("met", "unproven", "violated") for c in checks)
+    assert result.winner is None or result.winner.slo_state == "met"
     assert (example_study.out / "report.md").is_file() and (example_study.out / "report.html").is_file()
     assert baseline.key() == trials[0].config.key()
     status = servetune("status", str(example_study.out))

@@ -155,11 +155,15 @@ class FakeServer:
         if self.keep_log:
             self.arrivals.append(time.perf_counter_ns())
         if self.slots is None:
-            return await self.stream(request, time.perf_counter_ns(), self.ttft_ns + self.long_seen * self.drift_step_ttft_ns)
+            return await self.stream(request, time.perf_counter_ns(), self.first_token_ns())
         arrived = time.perf_counter_ns()
         async with self.slots:
             prefill_ns = int(self.rng.gammavariate(2.0, 0.5) * self.ttft_ns)
             return await self.stream(request, arrived, time.perf_counter_ns() - arrived + prefill_ns)
+
+    def first_token_ns(self) -> int:
+        """When this request's first token is due after it arrived (a subclass may vary it)."""
+        return self.ttft_ns + self.long_seen * self.drift_step_ttft_ns
 
     async def stream(self, request: web.Request, arrived: int, ttft_ns: int) -> web.StreamResponse:
         """One response whose first token is due `ttft_ns` after `arrived`."""

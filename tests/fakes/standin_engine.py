@@ -14,6 +14,11 @@ streaming of tests/fakes/fake_stream_server.py), /metrics, /reset_prefix_cache, 
 
 A study sweeps faults as an ordinary flag (`space: {fault: [stall, none]}`); `--fault-after K`,
 `--fault-delay-ms MS` and `--fault-endpoint PATH` tune them. See FAULTS for the names; `--fault a,b` switches on two.
+
+Its speed is a flag too: `--ttft-ms` (default 2) and `--itl-ms` (default 1) pace every stream, and
+`--slow-ttft-every K --slow-ttft-ms MS` give every K-th completion request (warmups count) a first
+token after MS instead: exactly one request in any K in a row, a tail of 1/K at a known latency
+(1/100 sits a p99 at that boundary).
 """
 
 from __future__ import annotations
@@ -155,7 +160,7 @@ class StandinServer(FakeServer):
     """The fake streaming server with counters, vLLM's extra endpoints and stream faults."""
 
     def __init__(self, args: argparse.Namespace, model: str, kv_tokens: int) -> None:
-        super().__init__(ttft_ms=2.0, itl_ms=1.0, tokens_per_chunk=1, log=False, model=model)
+        super().__init__(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens_per_chunk=1, log=False, model=model)
         self.args = args
         self.completions = 0   # its own count: FakeServer.requests counts the same requests for /fake/seen
         self.tokens_out = 0
@@ -167,6 +172,12 @@ class StandinServer(FakeServer):
         self.preemptions = 0
         self.running = 0
         self.running_peak = 0
+
+    def first_token_ns(self) -> int:
+        every = self.args.slow_ttft_every
+        if every and self.completions % every == 0:
+            return int(self.args.slow_ttft_ms * 1e6)
+        return super().first_token_ns()
 
     def faulty(self) -> bool:
         """Request-count faults apply from request K+1 on (warmups count)."""
@@ -300,6 +311,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--fault-after", type=int, default=0, help="requests served before a request fault starts")
     p.add_argument("--fault-delay-ms", type=float, default=200.0, help="slow-chunks: delay before each chunk")
     p.add_argument("--fault-endpoint", action="append", default=[], help="http-500/401: the paths (repeatable)")
+    p.add_argument("--ttft-ms", type=float, default=2.0, help="first token this long after a request arrives")
+    p.add_argument("--itl-ms", type=float, default=1.0, help="one token every this long after the first")
+    p.add_argument("--slow-ttft-every", type=int, default=0, help="every K-th completion request is slow (0: none)")
+    p.add_argument("--slow-ttft-ms", type=float, default=0.0, help="the slow requests' first token after this long")
     args, rest = p.parse_known_args(argv)
     args.fault = [name for text in args.fault for name in text.split(",") if name]
     unknown = sorted(set(args.fault) - set(FAULTS))

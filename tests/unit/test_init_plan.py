@@ -26,7 +26,7 @@ from servetune.store import StudyStore
 from servetune.study import load_study, parse_study
 from servetune.study.serve_line import parse_serve_line
 from servetune.study.spec import SpecError
-from servetune.tune import known, plan
+from servetune.tune import known, plan, slo_proof
 from servetune.tune.display import StudyDisplay
 from servetune.tune.plan import flag_problems, planned_candidates
 from servetune.tune.runner import StudyRunner
@@ -176,6 +176,20 @@ def test_init_capacity_sizes_the_levels_for_its_percentile(tmp_path: Path, tiny:
     line = assert_one_line_error(servetune("init", tmp_path / "c.yaml", "--model", tiny, "--gpus", "1",
                                            "--goal", "capacity"), "--slo")
     assert "capacity" in line
+
+
+def test_init_sizes_a_tuning_study_for_its_percentile_slo(tmp_path: Path, tiny: Path) -> None:
+    # a p99 is shown met only on 368 requests pooled over a config's boots: a finalist's two boots
+    # of two replicates need 92 a run (the chat preset sends 20 a run on a GPU)
+    study = tmp_path / "study.yaml"
+    assert servetune("init", study, "--model", tiny, "--gpus", "1", "--slo", "ttft:p99=1000",
+                     "--workload", "chat").code == 0
+    spec = load_study(study)
+    assert [s.num_prompts for s in spec.scenarios] == [92]
+    assert slo_proof.unprovable(spec) == []
+    assert "368 requests" in study.read_text()
+    smaller = study.read_text().replace("num_prompts: 92", "num_prompts: 20")
+    assert slo_proof.unprovable(parse_study(smaller)) != []   # what plan would warn of
 
 
 def test_init_bad_workload_and_model_mismatch(tmp_path: Path, tiny: Path) -> None:

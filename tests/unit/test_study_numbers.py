@@ -19,10 +19,10 @@ BAD_NUMBERS = [
     ("uniform low above high", "input_len: 128\n    output_len: 96",
      "input_len: {kind: uniform, low: 64, high: 8}\n    output_len: 96",
      "scenarios[1].input_len", "kind: uniform"),
-    ("negative SLO", "slo: {p99_ttft_ms: 5000}", "slo: {p99_ttft_ms: -1}", "objective.slo.p99_ttft_ms", "slo:"),
-    ("zero SLO of one scenario", "slo: {p99_ttft_ms: 5000}", "slo:\n    burst: {p99_ttft_ms: 0}",
+    ("negative SLO", "slo: {p90_ttft_ms: 5000}", "slo: {p99_ttft_ms: -1}", "objective.slo.p99_ttft_ms", "slo:"),
+    ("zero SLO of one scenario", "slo: {p90_ttft_ms: 5000}", "slo:\n    burst: {p99_ttft_ms: 0}",
      "objective.slo.burst.p99_ttft_ms", "burst: {p99_ttft_ms: 0}"),
-    ("NaN SLO", "slo: {p99_ttft_ms: 5000}", "slo: {p99_ttft_ms: .nan}", "objective.slo.p99_ttft_ms", "slo:"),
+    ("NaN SLO", "slo: {p90_ttft_ms: 5000}", "slo: {p99_ttft_ms: .nan}", "objective.slo.p99_ttft_ms", "slo:"),
     ("zero replicates", "replicates: 3", "replicates: 0", "replicates", "replicates: 0"),
     ("negative replicates", "replicates: 3", "replicates: -2", "replicates", "replicates: -2"),
     ("absurd replicates", "replicates: 3", "replicates: 5000", "replicates", "replicates: 5000"),
@@ -55,6 +55,6 @@ def test_bad_number_names_file_line_and_key(what: str, old: str, new: str, key: 
 
 def test_sensible_bounds_still_load() -> None:
     text = (TEXT.replace("replicates: 3", "replicates: 1000").replace("input_len: 128", "input_len: 1")
-            .replace("slo: {p99_ttft_ms: 5000}", "slo: {p99_ttft_ms: 0.5}").replace("concurrency: 8", "rate: .inf"))
+            .replace("slo: {p90_ttft_ms: 5000}", "slo: {p99_ttft_ms: 0.5}").replace("concurrency: 8", "rate: .inf"))
     spec = parse_study(text, "study.yaml")
     assert spec.replicates.max == 1000 and spec.scenarios[0].input_len == 1

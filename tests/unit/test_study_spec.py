@@ -53,7 +53,7 @@ def test_example_loads_unchanged() -> None:
     assert decode.concurrency == PRESETS["single-decode"].concurrency
     assert spec.scenarios[1].concurrency == 8
     assert spec.objective.metric == "output_throughput" and spec.objective.maximizing
-    assert spec.objective.slo_for("burst") == {"p99_ttft_ms": 5000}
+    assert spec.objective.slo_for("burst") == {"p90_ttft_ms": 5000}
     assert spec.strategy == "ofat"
     assert (spec.replicates.min, spec.replicates.max) == (3, 3)
     assert (spec.budget.trials, spec.budget.wall_minutes) == (12, 90)
@@ -126,9 +126,9 @@ ERRORS = [
      "objective.weights.burst: Input should be greater than or equal to 0", "weights"),
     ("unknown objective metric", "maximize: output_throughput", "maximize: output_thruput",
      "objective.maximize: unknown metric 'output_thruput' (did you mean 'output_throughput'?)", "thruput"),
-    ("unknown slo metric", "slo: {p99_ttft_ms: 5000}", "slo:\n    p99_ttf_ms: 5000",
+    ("unknown slo metric", "slo: {p90_ttft_ms: 5000}", "slo:\n    p99_ttf_ms: 5000",
      "objective.slo.p99_ttf_ms: unknown metric 'p99_ttf_ms' (did you mean 'p99_ttft_ms'?)", "p99_ttf_ms"),
-    ("unknown slo scenario", "slo: {p99_ttft_ms: 5000}", "slo:\n    brust: {p99_ttft_ms: 100}",
+    ("unknown slo scenario", "slo: {p90_ttft_ms: 5000}", "slo:\n    brust: {p99_ttft_ms: 100}",
      "objective.slo.brust: no scenario named 'brust' (did you mean 'burst'?)", "brust"),
     ("missing key", "  model: ./models/tiny\n", "", "engine.model: required key is missing", "engine:"),
     ("reserved engine arg", "{load-format: dummy", "{port: 8000, load-format: dummy", "set engine.port instead of args.port", "port: 8000"),

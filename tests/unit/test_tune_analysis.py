@@ -187,8 +187,8 @@ def test_interval_level_follows_alpha(tmp_path):
     groups: dict[str, list] = {}
     for m in analysis._all_measured(store):
         groups.setdefault(m.trial.config.key(), []).append(m)
-    boots = {k: analysis._metric_boots(g) for k, g in groups.items()}
-    pooled = analysis._metric_components(boots, {k: analysis._metric_censoring(g) for k, g in groups.items()})[name]
+    boots = {k: analysis._metric_boots(g, analysis.REPORTED_METRICS) for k, g in groups.items()}
+    pooled = analysis._metric_components(boots, {k: analysis._metric_censoring(g, analysis.REPORTED_METRICS) for k, g in groups.items()})[name]
     # A config's interval rests on the study's pooled boot variance (log scale), at the study's alpha.
     own = boots[spec.baseline_config().key()][name]
     half = stats.log_mean_se(own, pooled) * scipy_stats.t.ppf(0.95, pooled.boot_df)

@@ -107,6 +107,8 @@ def _print(plan: StudyPlan, study_file: Path) -> None:
                   f"{budget}")
     for line in located_lines(load_yaml(study_file), plan.warnings):
         console.print(f"[bold red]warning[/]: {escape(line)}")
+    for note in plan.slo_notes:
+        console.print(f"[yellow]SLO[/] {escape(note)}")
     if not plan.problems:
         console.print("[green]ready[/]: nothing was started; run it with servetune tune "
                       f"{escape(str(study_file))} --out DIR")

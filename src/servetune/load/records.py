@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Protocol, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import ServetuneError
 from ..vocabulary import Outcome
 
 
@@ -42,6 +44,29 @@ class RequestRecord(BaseModel):
     @property
     def ok(self) -> bool:
         return self.error is None and self.end_ns is not None
+
+
+def resolve(path: str | Path | None, base_dir: Path | None) -> Path | None:
+    """A records path as stored (absolute, or relative to the study/result directory); None if missing."""
+    if not path:
+        return None
+    p = Path(path)
+    candidates = [p] if p.is_absolute() else [p, *([base_dir / p] if base_dir else [])]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def read_records(path: Path) -> list[RequestRecord]:
+    """A run's JSONL of RequestRecords; a ServetuneError naming the file and line of a bad one."""
+    out: list[RequestRecord] = []
+    with path.open() as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(RequestRecord.model_validate_json(line))
+            except ValueError as exc:
+                raise ServetuneError(f"{path}:{lineno}: not a request record ({exc})") from exc
+    return out
 
 
 class RunSummary(BaseModel):

@@ -29,7 +29,7 @@ from ..study.metrics import GOODPUT, higher_is_better
 from ..study.representative import speculative_warnings
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
 from ..tune import bandwidth, known
-from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
+from ..tune.analysis_types import ConfigResult, Effect, Estimate, SloCheck, SloState, StudyAnalysis
 from ..tune.revalidation import next_look
 from ..tune.verdict_rule import revalidation_cap
 from ..vocabulary import Outcome
@@ -42,6 +42,7 @@ from .prefill_sweep import SweepRow, sweep_rows
 from .requests import resolve, runs_series_ms
 from .roofline import RooflineView, build_roofline
 from .speculative import AcceptanceRow, SweepPeak, acceptance_rows, sweep_peaks
+from .templating import num
 
 MAX_DISTRIBUTION_CONFIGS = 5
 MIN_CONFIGS_FOR_IMPORTANCE = 12  # PED-ANOVA ranks by the top quantile: noise with fewer configs
@@ -61,6 +62,7 @@ class MetricRow:
     winner: Estimate | None
     effect: Effect | None
     slo_limit: float | None = None
+    slo_bound: str = ""            # "≤ 300" for a ceiling, "≥ 50" for a floor; "" without an SLO
 
 
 @dataclass
@@ -75,6 +77,17 @@ class ConfigLine:
     is_baseline: bool
     is_winner: bool
     not_applied: str = ""  # "not applied: env.X": what its verdict column says instead of an effect
+    slo_state: str = ""              # met | unproven | violated; "" without an SLO or a measurement
+    slo_open: list[str] = field(default_factory=list)   # "scenario metric" of each SLO not met
+
+
+@dataclass
+class SloRow:
+    """One SLO of one scenario on one config, as judged (tune/slo_proof.py)."""
+
+    label: str
+    check: SloCheck
+    is_winner: bool = False
 
 
 @dataclass
@@ -158,6 +171,7 @@ class ReportData:
     roofline: RooflineView | None = None          # decode TPOT against the bandwidth floor
     fidelity: list[FidelityRow] = field(default_factory=list)  # how faithfully each run sent its traffic
     prefill_sweep: list[SweepRow] = field(default_factory=list)  # per boot, each prompt size's TTFT or timeout
+    slo_rows: list[SloRow] = field(default_factory=list)       # every SLO's interval and state per config
 
 
 def fmt_value(value: Any) -> str:
@@ -212,7 +226,9 @@ def _metric_rows(analysis: StudyAnalysis, subject: ConfigResult | None, objectiv
             if be is None and we is None:
                 continue
             kind = "objective" if name == analysis.objective_metric else "slo" if name in slo else "metric"
-            rows.append(MetricRow(scenario, name, kind, be, we, w.effects.get(name) if w else None, slo.get(name)))
+            limit = slo.get(name)
+            bound = "" if limit is None else f"{'≥' if higher_is_better(name) else '≤'} {num(limit)}"
+            rows.append(MetricRow(scenario, name, kind, be, we, w.effects.get(name) if w else None, limit, bound))
     return rows
 
 
@@ -300,15 +316,21 @@ def _config_heading(analysis: StudyAnalysis, emitted_for: str) -> str:
     return "Recommended config (the baseline: nothing beat it)"
 
 
-def _config_lines(analysis: StudyAnalysis, unapplied: dict[str, list[str]]) -> list[ConfigLine]:
+def _config_label(c: ConfigResult, analysis: StudyAnalysis) -> str:
     base_cfg = analysis.baseline.config if analysis.baseline else None
+    return c.config.label(base_cfg) if base_cfg and not c.is_baseline else c.label
+
+
+def _config_lines(analysis: StudyAnalysis, unapplied: dict[str, list[str]]) -> list[ConfigLine]:
     win_key = analysis.winner.key if analysis.winner else None
-    return [ConfigLine(label=c.config.label(base_cfg) if base_cfg and not c.is_baseline else c.label,
+    return [ConfigLine(label=_config_label(c, analysis),
                        outcome=c.outcome, trials=len(c.trial_ids), objective=c.objective, effect=c.objective_effect,
                        feasible=c.feasible,
                        slo_violations=sorted({v for s in c.scenarios.values() for v in s.slo_violations}),
                        is_baseline=c.is_baseline, is_winner=c.key == win_key,
-                       not_applied=f"not applied: {', '.join(unapplied[c.key])}" if unapplied.get(c.key) else "")
+                       not_applied=f"not applied: {', '.join(unapplied[c.key])}" if unapplied.get(c.key) else "",
+                       slo_state=str(c.slo_state) if c.slo_checks else "",
+                       slo_open=[f"{k.scenario} {k.metric}" for k in c.slo_checks if k.state is not SloState.met])
             for c in analysis.configs]
 
 
@@ -318,6 +340,14 @@ def _unapplied_knobs(analysis: StudyAnalysis, store: StudyStore) -> dict[str, li
     base_cfg = analysis.baseline.config if analysis.baseline else Config()
     return {c.key: [f"env.{var}" for var in gone] for c in analysis.configs
             if (gone := known.did_not_apply(store, c.config, base_cfg))}
+
+
+def _slo_rows(analysis: StudyAnalysis) -> list[SloRow]:
+    """Every measured config's SLOs, scenario by scenario: the baseline and the winner first."""
+    win_key = analysis.winner.key if analysis.winner else None
+    order = sorted(analysis.configs, key=lambda c: (not c.is_baseline, c.key != win_key))
+    return [SloRow(_config_label(c, analysis), check, c.key == win_key)
+            for c in order for check in c.slo_checks]
 
 
 def _redactor(store: StudyStore, spec: dict[str, Any]) -> Callable[[str], str]:
@@ -581,4 +611,5 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),
         acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity,
         roofline=build_roofline(analysis, trial_by_id, spec, store.get_meta_json(bandwidth.META_KEY)),
-        fidelity=fidelity_rows(trials, base_cfg), prefill_sweep=sweep_rows(trials, base_cfg))
+        fidelity=fidelity_rows(trials, base_cfg), prefill_sweep=sweep_rows(trials, base_cfg),
+        slo_rows=_slo_rows(analysis))

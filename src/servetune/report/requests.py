@@ -7,34 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ServetuneError
 from ..load import metrics
-from ..load.records import RequestRecord
+from ..load.records import RequestRecord, read_records, resolve
 
 # Per-request series, named like the vllm-bench metrics they underlie (values in ms).
 SERIES = ("ttft", "tpot", "itl", "e2el")
-
-
-def resolve(path: str | Path | None, base_dir: Path | None) -> Path | None:
-    """A records path as stored (absolute, or relative to the study/result directory); None if missing."""
-    if not path:
-        return None
-    p = Path(path)
-    candidates = [p] if p.is_absolute() else [p, *([base_dir / p] if base_dir else [])]
-    return next((c for c in candidates if c.is_file()), None)
-
-
-def read_records(path: Path) -> list[RequestRecord]:
-    out: list[RequestRecord] = []
-    with path.open() as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(RequestRecord.model_validate_json(line))
-            except ValueError as exc:
-                raise ServetuneError(f"{path}:{lineno}: not a request record ({exc})") from exc
-    return out
+__all__ = ["SERIES", "read_records", "resolve", "runs_series_ms", "series_ms"]
 
 
 def series_ms(records: Iterable[RequestRecord]) -> dict[str, np.ndarray]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import jinja2
 
-from ..tune.analysis_types import Effect, Estimate
+from ..tune.analysis_types import Effect, Estimate, SloCheck
 from ..vocabulary import Outcome
 
 
@@ -49,6 +49,19 @@ def effect(e: Effect | None) -> str:
         return f"{_BOUND[e.censored]}{e.effect_pct:+.1f} %{end}"
     ci = f" [{e.ci_low_pct:+.1f}, {e.ci_high_pct:+.1f}]" if _finite(e.ci_low_pct) and _finite(e.ci_high_pct) else ""
     return f"{e.effect_pct:+.1f} %{ci}"
+
+
+def _end(x: float) -> str:
+    return "∞" if x == math.inf else "−∞" if x == -math.inf else num(x)
+
+
+def slo_interval(c: SloCheck) -> str:
+    """An SLO's statistic with its interval: `5,120 [4,800, ∞]` (an unbounded side: too few values)."""
+    if c.basis == "capacity" or not _finite(c.estimate):
+        return num(c.estimate) if c.basis == "capacity" else "–"
+    if math.isnan(c.low) or math.isnan(c.high):
+        return num(c.estimate)
+    return f"{num(c.estimate)} [{_end(c.low)}, {_end(c.high)}]"
 
 
 def pvalue(e: Effect | None) -> str:
@@ -103,7 +116,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(num=num, est=estimate, eff=effect, pval=pvalue, verdict=verdict, secs=seconds, pct=pct,
-                       when=when, md=md_cell)
+                       when=when, md=md_cell, slo=slo_interval)
     # Templates compare with `Outcome.ok`, never the string: a renamed outcome fails the render (StrictUndefined).
     env.globals.update(share=share, Outcome=Outcome)
     return env

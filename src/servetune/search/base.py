@@ -33,7 +33,8 @@ class TrialView:
 
     `params` are the parameter values the trial was proposed with ({} for the baseline);
     `samples` its objective samples (see study.objective; empty when it failed);
-    `feasible` is False for failed outcomes and for SLO breaches; `running` is True for a
+    `feasible` is False for failed outcomes and for a config with an SLO violated (its interval
+    wholly outside the limit; an unproven one stays feasible); `running` is True for a
     trial still running on a slot (pending: no outcome or samples yet); `trial` is the store's
     record it was scored from (None for a hand-made view), for a strategy that needs more than
     the score.

@@ -169,7 +169,7 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
         out.add("prefer_less_memory: true", "of winners the study cannot tell apart, the one that reserves the "
                 "least memory")
     out.add("strategy: ofat", "one factor at a time: a boot per value, and a value that wins is kept")
-    replicates = 2 if hw.is_gpu else 3
+    replicates = _replicates(inp)
     out.add(f"replicates: {replicates}", "a GPU's runs on one boot vary by ~2 %; a CPU's by 15-25 %, so more"
             if hw.is_gpu else "runs on one CPU boot vary by 15-25 %: three to see it")
     out.add("finalists: 1", "the best candidate is booted again beside a fresh baseline: a winner needs two "
@@ -316,15 +316,22 @@ def _scenarios(inp: DraftInput) -> tuple[list[tuple[str, str, list[str]]], list[
         if not gpu:
             fields.update(_shrunk_for_cpu(preset.input_len, preset.output_len, preset.num_prompts))
             why = "shortened: the CPU build decodes ~100x slower than a GPU"
-        entries.append((flow(fields), why, []))
+        prompts = fields.get("num_prompts", preset.num_prompts)
+        notes = []
+        if prompts is not None and not preset.duration_s and prompts < _slo_prompts(inp):
+            fields["num_prompts"] = _slo_prompts(inp)
+            notes.append(_slo_prompts_note(inp))
+        entries.append((flow(fields), why, notes))
         names.append(name)
     if inp.workload is not None:
         w = inp.workload
+        prompts = max(200 if gpu else _CPU_MAX_PROMPTS, _slo_prompts(inp))
         fields = {"name": "my-traffic", "input_len": w.input.as_yaml(), "output_len": w.output.as_yaml(),
-                  "concurrency": 16 if gpu else 4, "num_prompts": 200 if gpu else _CPU_MAX_PROMPTS}
+                  "concurrency": 16 if gpu else 4, "num_prompts": prompts}
         entries.append((flow(fields), f"from {inp.workload_path} ({w.requests} requests)", [
             f"input tokens: {w.input.describe()} (counted by {w.counted_by})",
-            f"output tokens: {w.output.describe()}; `dataset: {inp.workload_path}` replays the prompts themselves"]))
+            f"output tokens: {w.output.describe()}; `dataset: {inp.workload_path}` replays the prompts themselves",
+            *([_slo_prompts_note(inp)] if prompts > (200 if gpu else _CPU_MAX_PROMPTS) else [])]))
         names.append("my-traffic")
     if not names:
         raise ServetuneError("--workload: give a preset (e.g. chat) or a JSONL file of your requests")
@@ -366,6 +373,25 @@ def _context_needed(inp: DraftInput) -> int:
 
 def _int(length: Any) -> int:
     return length if isinstance(length, int) else _CPU_MAX_INPUT
+
+
+def _replicates(inp: DraftInput) -> int:
+    return 2 if inp.hardware.is_gpu else 3
+
+
+def _slo_prompts(inp: DraftInput) -> int:
+    """Requests a run of a tuning study needs for a finalist's two boots to show each percentile
+    SLO met at all (tune/slo_proof.py pools a config's requests over its boots); 0 for none."""
+    if inp.goal == "capacity":
+        return 0
+    needed = [n for s in inp.slos if (n := requests_to_meet(s, inp.alpha)) is not None]
+    return math.ceil(max(needed) / (2 * _replicates(inp))) if needed else 0
+
+
+def _slo_prompts_note(inp: DraftInput) -> str:
+    needed = max(n for s in inp.slos if (n := requests_to_meet(s, inp.alpha)) is not None)
+    return (f"num_prompts {_slo_prompts(inp)}: an SLO is met only when its interval is inside the limit, and "
+            f"that takes {needed} requests over a finalist's 2 boots x {_replicates(inp)} replicates")
 
 
 def _capacity_prompts(inp: DraftInput) -> int:

@@ -30,6 +30,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,21 +40,24 @@ from .. import stats
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
 from ..engine.placement import server_gpus
-from ..load.records import RunSummary
+from ..load.records import RunSummary, resolve
 from ..search.base import SearchBase, TrialView
 from ..store import BASELINE_ROLES, StudyStore, Trial, TrialRole, TrialState
 from ..study.metrics import CAPACITY, GOODPUT, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
-from . import pool_evidence
+from . import pool_evidence, slo_proof
 from .analysis_types import (
     ConfigResult,
     DriftPoint,
     Effect,
     Estimate,
     ScenarioResult,
+    SloCheck,
+    SloState,
     StudyAnalysis,
+    worst_state,
 )
 from .capacity_trial import censored_value, censoring, is_level_run
 from .eta import for_study, next_trial_s, stored_seed
@@ -77,6 +81,7 @@ class _Measured:
     by_scenario: dict[str, dict[int, RunSummary]]
     server: dict[str, dict[int, dict[str, Any]]]
     censored: dict[str, str] = field(default_factory=dict)
+    records: dict[str, dict[int, str | None]] = field(default_factory=dict)   # each run's request records
 
     def objective_censoring(self, scenarios: Sequence[str]) -> str:
         """How this boot's objective is censored: it grows with each scenario's capacity, so a
@@ -92,6 +97,7 @@ def combine_censoring(kinds: Iterable[str]) -> str:
 def _measured(trial: Trial) -> _Measured:
     by_scenario: dict[str, dict[int, RunSummary]] = defaultdict(dict)
     server: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    records: dict[str, dict[int, str | None]] = defaultdict(dict)
     censored: dict[str, str] = {}
     for run in trial.runs:
         # A capacity search's load levels are not replicates: its capacity Run stands for them.
@@ -103,7 +109,8 @@ def _measured(trial: Trial) -> _Measured:
                 censored[run.scenario] = kind
             by_scenario[run.scenario][run.replicate] = summary
             server[run.scenario][run.replicate] = run.server_stats
-    return _Measured(trial, dict(by_scenario), dict(server), censored)
+            records[run.scenario][run.replicate] = run.records_path
+    return _Measured(trial, dict(by_scenario), dict(server), censored, dict(records))
 
 
 # --- the baseline reference, drift-aware --------------------------------------------------
@@ -206,14 +213,19 @@ def _all_measured(store: StudyStore) -> list[_Measured]:
 
 def history(store: StudyStore, spec: StudySpec) -> list[TrialView]:
     """What the search strategies see: every finished candidate/baseline trial with its objective
-    samples, then the candidates still running on other slots (pending, without samples)."""
-    return history_of(store.trials(), spec)
+    samples, then the candidates still running on other slots (pending, without samples). A trial
+    is feasible unless an SLO of its config is violated (its interval wholly outside the limit,
+    tune/slo_proof.py): an unproven SLO stays in the search, as more boots may prove it, and
+    only a config that meets every SLO can be named the winner."""
+    return history_of(store.trials(), spec, store.path.parent)
 
 
-def history_of(trials: Sequence[Trial], spec: StudySpec) -> list[TrialView]:
-    """`history` of these trials only (a prefix of the study replays what a strategy saw then)."""
+def history_of(trials: Sequence[Trial], spec: StudySpec, study_dir: Path | None = None) -> list[TrialView]:
+    """`history` of these trials only (a prefix of the study replays what a strategy saw then);
+    `study_dir` resolves the runs' relative records paths."""
     measured = [_measured(t) for t in trials]
     reference = _reference(measured, spec)
+    states = _slo_states([m for m in measured if m.trial.done], spec, study_dir)
     views = []
     running = [TrialView(params=m.trial.params, running=True, trial=m.trial) for m in measured
                if m.trial.role is TrialRole.candidate and not m.trial.done]
@@ -225,20 +237,23 @@ def history_of(trials: Sequence[Trial], spec: StudySpec) -> list[TrialView]:
             params=m.trial.params,
             outcome=Outcome(m.trial.outcome or Outcome.crashed),
             samples=tuple(samples),
-            feasible=m.trial.ok and not _violations(m, spec),
+            feasible=m.trial.ok and states[m.trial.config.key()] is not SloState.violated,
             trial=m.trial,
         ))
     return views + running
 
 
-def scored_trials(trials: Sequence[Trial], spec: StudySpec) -> dict[int, tuple[list[float], bool]]:
-    """Every done trial's objective samples and whether it met the SLOs, whatever its role (the
-    baseline's re-measurements too): for reading a finished study as a table, as the replay
-    benchmark does. The same samples `history_of` gives the strategies."""
+def scored_trials(trials: Sequence[Trial], spec: StudySpec,
+                  study_dir: Path | None = None) -> dict[int, tuple[list[float], bool]]:
+    """Every done trial's objective samples and whether its config is feasible (no SLO violated),
+    whatever its role (the baseline's re-measurements too): for reading a finished study as a
+    table, as the replay benchmark does. The same samples and feasibility `history_of` gives the
+    strategies."""
     measured = [_measured(t) for t in trials]
     reference = _reference(measured, spec)
+    states = _slo_states([m for m in measured if m.trial.done], spec, study_dir)
     return {m.trial.id: (objective_samples(m, spec, reference) if m.trial.ok else [],
-                         m.trial.ok and not _violations(m, spec))
+                         m.trial.ok and states[m.trial.config.key()] is not SloState.violated)
             for m in measured if m.trial.done}
 
 
@@ -324,15 +339,13 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
     for m in measured:
         groups[m.trial.config.key()].append(m)
 
-    metric_boots = {key: _metric_boots(group) for key, group in groups.items()}
-    metric_censored = {key: _metric_censoring(group) for key, group in groups.items()}
-    metric_components = _metric_components(metric_boots, metric_censored)
+    metrics = _MetricModel.of(groups, spec)
     design = study_design(groups, spec, baseline_key, revalidation_cap(store))
 
     configs: list[ConfigResult] = []
     for key, group in groups.items():
-        configs.append(_config_result(key, group, spec, reference, (metric_boots, metric_censored),
-                                      metric_components, baseline_key, design))
+        configs.append(_config_result(key, group, spec, reference, metrics, baseline_key, design,
+                                      store.path.parent))
     configs.sort(key=lambda c: (not c.is_baseline, min(c.trial_ids)))
     baseline = next((c for c in configs if c.is_baseline), None)
 
@@ -395,26 +408,58 @@ MetricBoots = dict[tuple[str, str], list[list[float]]]   # (scenario, metric) ->
 MetricCensoring = dict[tuple[str, str], list[str]]       # (scenario, metric) -> per boot, "" / right / left
 
 
-def _metric_boots(group: list[_Measured]) -> MetricBoots:
+def metric_names(spec: StudySpec) -> tuple[str, ...]:
+    """The metrics a study's analysis estimates: the reported ones and every SLO's."""
+    slo_keys = [k for name in spec.scenario_names for k in spec.objective.slo_for(name)]
+    return tuple(dict.fromkeys([*REPORTED_METRICS, *slo_keys]))
+
+
+@dataclass(frozen=True)
+class _MetricModel:
+    """Per config, each (scenario, metric)'s boots and which are bounds; per (scenario, metric),
+    the variance components over every config's exact boots."""
+
+    names: tuple[str, ...]
+    boots: dict[str, MetricBoots]
+    censored: dict[str, MetricCensoring]
+    components: dict[tuple[str, str], stats.VarianceComponents]
+
+    @classmethod
+    def of(cls, groups: dict[str, list[_Measured]], spec: StudySpec) -> _MetricModel:
+        names = metric_names(spec)
+        boots = {key: _metric_boots(group, names) for key, group in groups.items()}
+        censored = {key: _metric_censoring(group, names) for key, group in groups.items()}
+        return cls(names, boots, censored, _metric_components(boots, censored))
+
+    def estimates(self, key: str, group: list[_Measured], scenario: str, spec: StudySpec) -> dict[str, Estimate]:
+        """The config's estimate of every metric measured in `scenario`."""
+        values = _metric_samples(group, self.names).get(scenario, {})
+        return {k: _metric_estimate(v, self.boots[key].get((scenario, k)),
+                                    self.censored[key].get((scenario, k), []),
+                                    self.components.get((scenario, k)), spec)
+                for k, v in values.items()}
+
+
+def _metric_boots(group: list[_Measured], names: Sequence[str]) -> MetricBoots:
     out: MetricBoots = defaultdict(list)
     for m in group:
-        for scenario, metric, values in _boot_values(m):
+        for scenario, metric, values in _boot_values(m, names):
             out[(scenario, metric)].append(values)
     return dict(out)
 
 
-def _metric_censoring(group: list[_Measured]) -> MetricCensoring:
+def _metric_censoring(group: list[_Measured], names: Sequence[str]) -> MetricCensoring:
     """Aligned with _metric_boots: which boots' values are bounds (a censored capacity)."""
     out: MetricCensoring = defaultdict(list)
     for m in group:
-        for scenario, metric, _ in _boot_values(m):
+        for scenario, metric, _ in _boot_values(m, names):
             out[(scenario, metric)].append(m.censored.get(scenario, "") if metric == CAPACITY else "")
     return dict(out)
 
 
-def _boot_values(m: _Measured) -> Iterator[tuple[str, str, list[float]]]:
+def _boot_values(m: _Measured, names: Sequence[str]) -> Iterator[tuple[str, str, list[float]]]:
     for scenario, reps in m.by_scenario.items():
-        for metric in REPORTED_METRICS:
+        for metric in names:
             values = [float(s[metric]) for s in reps.values() if _finite(s.get(metric)) and s[metric] > 0]
             if values:
                 yield scenario, metric, values
@@ -429,24 +474,54 @@ def _metric_components(metric_boots: dict[str, MetricBoots], censored: dict[str,
             for name in names}
 
 
-def _metric_samples(group: list[_Measured]) -> dict[str, dict[str, list[float]]]:
+def _metric_samples(group: list[_Measured], names: Sequence[str]) -> dict[str, dict[str, list[float]]]:
     """{scenario: {metric: per-replicate values}} pooled over the group's trials."""
     out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for m in group:
         for scenario, reps in m.by_scenario.items():
             for summary in reps.values():
-                for metric in REPORTED_METRICS:
+                for metric in names:
                     if _finite(summary.get(metric)):
                         out[scenario][metric].append(float(summary[metric]))
     return out
 
 
+def _slo_checks(group: list[_Measured], scenario: str, estimates: dict[str, Estimate], spec: StudySpec,
+                study_dir: Path | None) -> list[SloCheck]:
+    """Every SLO of `scenario` judged on the config's runs there (tune/slo_proof.py); none where
+    the config has no run of it."""
+    limits = spec.objective.slo_for(scenario)
+    if not limits or not estimates:
+        return []
+    if spec.objective.metric == CAPACITY:
+        return [slo_proof.capacity_check(scenario, estimates.get(CAPACITY))]
+    stored = [m.records.get(scenario, {}).get(r) for m in sorted(group, key=lambda m: m.trial.seq)
+              for r in sorted(m.by_scenario.get(scenario, {}))]
+    paths = [resolve(p, study_dir) for p in stored]
+    records = [p for p in paths if p is not None]
+    return slo_proof.check_scenario(scenario, limits, records if len(records) == len(paths) else None,
+                                    estimates, spec.alpha)
+
+
+def _slo_states(measured: list[_Measured], spec: StudySpec, study_dir: Path | None) -> dict[str, SloState]:
+    """Every config's worst SLO state over its scenarios, judged as `analyze` judges it."""
+    groups: dict[str, list[_Measured]] = defaultdict(list)
+    for m in measured:
+        groups[m.trial.config.key()].append(m)
+    model = _MetricModel.of(groups, spec)
+    out = {}
+    for key, group in groups.items():
+        checks = [c for name in spec.scenario_names
+                  for c in _slo_checks(group, name, model.estimates(key, group, name, spec), spec, study_dir)]
+        out[key] = worst_state(checks)
+    return out
+
+
 def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference: SlotReferences,
-                   boots_and_censoring: tuple[dict[str, MetricBoots], dict[str, MetricCensoring]],
-                   metric_components: dict[tuple[str, str], stats.VarianceComponents],
-                   baseline_key: str, design: StudyDesign) -> ConfigResult:
+                   metrics: _MetricModel, baseline_key: str, design: StudyDesign,
+                   study_dir: Path | None) -> ConfigResult:
     is_baseline = key == baseline_key
-    metric_boots, metric_censored = boots_and_censoring
+    metric_boots, metric_censored, metric_components = metrics.boots, metrics.censored, metrics.components
     first = group[0].trial
     outcomes = [m.trial.outcome for m in group if m.trial.done and m.trial.outcome is not None]
     ok = any(o is Outcome.ok for o in outcomes)
@@ -455,22 +530,18 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
              if (s := objective_samples(m, spec, reference)) and min(s) > 0]
     per_boot = [s for s, _ in boots]
     samples = [x for s in per_boot for x in s]
-    metrics = _metric_samples(group)
+    samples_by_scenario = _metric_samples(group, metrics.names)
     scenarios: dict[str, ScenarioResult] = {}
     for scenario in spec.scenarios:
-        values = metrics.get(scenario.name, {})
+        values = samples_by_scenario.get(scenario.name, {})
+        estimates = metrics.estimates(key, group, scenario.name, spec)
         result = ScenarioResult(
             scenario=scenario.name,
             replicates=max((len(v) for v in values.values()), default=0),
-            metrics={k: _metric_estimate(v, metric_boots[key].get((scenario.name, k)),
-                                         metric_censored[key].get((scenario.name, k), []),
-                                         metric_components.get((scenario.name, k)), spec)
-                     for k, v in values.items()},
+            metrics=estimates,
             server=_server_means(group, scenario.name),
+            slo_checks=_slo_checks(group, scenario.name, estimates, spec, study_dir),
         )
-        result.slo_violations = Objective(spec).slo_violations(
-            scenario.name, {k: e.estimate for k, e in result.metrics.items()}
-        ) if values else []
         if not is_baseline:
             for metric in values:
                 name = (scenario.name, metric)
@@ -496,7 +567,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         objective_boots=per_boot,
         objective_censored=[c for _, c in boots],
         boot_samples=[float(np.mean(s)) for s in per_boot],
-        feasible=ok and not any(s.slo_violations for s in scenarios.values()),
+        feasible=ok and worst_state(c for s in scenarios.values() for c in s.slo_checks) is not SloState.violated,
         is_baseline=is_baseline,
         is_finalist=any(m.trial.role is TrialRole.finalist for m in group),
     )
@@ -557,7 +628,9 @@ def _stored_defaults(store: StudyStore) -> EngineDefaults:
 def _winner(configs: list[ConfigResult], spec: StudySpec,
             defaults: EngineDefaults) -> tuple[ConfigResult | None, str]:
     """Only re-validated configs may win: a candidate measured on one boot carries that boot's luck
-    and the luck of being picked for it. `finalists: 0` screens only, so it names no winner."""
+    and the luck of being picked for it. `finalists: 0` screens only, so it names no winner. A
+    winner meets every SLO: each interval, pooled over its boots, inside the limit (slo_proof.py);
+    a finalist proven better whose SLO is unproven is named as such, not as the winner."""
     if spec.finalists == 0:
         labels = [c.objective_effect.verdict for c in configs if not c.is_baseline and c.objective_effect is not None]
         screened, promising = labels, [v for v in labels if v == "promising"]
@@ -568,8 +641,14 @@ def _winner(configs: list[ConfigResult], spec: StudySpec,
     if not finalists:
         tried = len([c for c in configs if not c.is_baseline])
         return None, f"no config beat the baseline: {tried} tried, none was good enough to re-validate"
-    good = [(c, c.objective_effect) for c in finalists if c.feasible and c.objective_effect is not None
-            and c.objective_effect.verdict == "better" and c.objective_effect.unit == "boot"]
+    better = [(c, c.objective_effect) for c in finalists if c.feasible and c.objective_effect is not None
+              and c.objective_effect.verdict == "better" and c.objective_effect.unit == "boot"]
+    good = [(c, eff) for c, eff in better if c.slo_state is SloState.met]
+    if not good and better:
+        best, eff = max(better, key=lambda g: g[0].objective.estimate if g[0].objective else -math.inf)
+        open_slos = "; ".join(c.text() for c in best.slo_checks if c.state is not SloState.met)
+        return None, (f"{best.label} beat the baseline ({_shown(eff)}) but does not meet every SLO at "
+                      f"{100 * _confidence(spec):g} % confidence: {open_slos}")
     if not good:
         return None, (f"no config beat the baseline significantly after re-validation ({len(finalists)} finalist(s), "
                       f"selection-calibrated alpha {spec.alpha}, minimum effect {spec.min_effect_pct:g} %)")
@@ -577,11 +656,11 @@ def _winner(configs: list[ConfigResult], spec: StudySpec,
     preferred = ""
     if spec.prefer_less_memory:
         best, eff, preferred = _least_memory_of_the_tied(best, eff, good, defaults)
-    shown = (f"at least {eff.effect_pct:+.1f}% (lower bound {eff.ci_low_pct:+.1f}: a censored capacity)"
-             if eff.censored == "right" else f"{eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}]")
-    return best, (f"objective {shown} vs baseline, "
+    slos = (f"every SLO met at {100 * _confidence(spec):g} % confidence (each interval inside its limit)"
+            if best.slo_checks else "no SLO set")
+    return best, (f"objective {_shown(eff)} vs baseline, "
                   f"selection-calibrated p = {eff.p_adjusted:.3g} (at least {spec.min_effect_pct:g} % needed), "
-                  f"every SLO met{preferred}")
+                  f"{slos}{preferred}")
 
 
 def _least_memory_of_the_tied(best: ConfigResult, eff: Effect, good: list[tuple[ConfigResult, Effect]],
@@ -598,6 +677,13 @@ def _least_memory_of_the_tied(best: ConfigResult, eff: Effect, good: list[tuple[
         return best, eff, ""
     return chosen, chosen_eff, (f"; preferred (prefer_less_memory) over {best.label}, whose objective it cannot be "
                                 "told apart from (within its interval), as it reserves less memory")
+
+
+def _shown(eff: Effect) -> str:
+    """An objective effect with its interval (a censored capacity's: its lower bound)."""
+    if eff.censored == "right":
+        return f"at least {eff.effect_pct:+.1f}% (lower bound {eff.ci_low_pct:+.1f}: a censored capacity)"
+    return f"{eff.effect_pct:+.1f}% [{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}]"
 
 
 def _unmeasured_baseline_reason(store: StudyStore, configs: list[ConfigResult], baseline_key: str) -> str:
@@ -633,7 +719,8 @@ def _metric_estimate(values: list[float], boots: list[list[float]] | None, censo
     kind = combine_censoring(censored)
     if kind:
         return Estimate(float(np.mean(values)), math.nan, math.nan, len(values), kind)
-    if boots and components is not None and components.known:
+    # A zero (no failed request) has no log: the boots then hold only some of the values.
+    if boots and sum(map(len, boots)) == len(values) and components is not None and components.known:
         se = stats.log_mean_se(boots, components)
         t = float(scipy_stats.t.ppf(0.5 + _confidence(spec) / 2, components.boot_df))
         mean = float(np.mean(values))
@@ -655,18 +742,6 @@ def _server_means(group: list[_Measured], scenario: str) -> dict[str, float]:
                 if _finite(value):
                     values[name].append(float(value))
     return {k: float(np.mean(v)) for k, v in values.items()}
-
-
-def _violations(m: _Measured, spec: StudySpec) -> list[str]:
-    out = []
-    for scenario, reps in m.by_scenario.items():
-        means = {}
-        for metric in {k for s in reps.values() for k in s.keys()}:  # noqa: SIM118 (a RunSummary iterates pairs)
-            vals = [s[metric] for s in reps.values() if _finite(s.get(metric))]
-            if vals:
-                means[metric] = float(np.mean(vals))
-        out += Objective(spec).slo_violations(scenario, means)
-    return out
 
 
 def _cost(store: StudyStore) -> dict[str, float]:

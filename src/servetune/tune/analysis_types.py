@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from ..engine.config import Config
 from ..stats.hierarchy import VarianceComponents
 from ..store.model import TrialState
+from ..study.metrics import higher_is_better
 from ..vocabulary import Outcome
 
 
@@ -45,14 +48,70 @@ class Effect:
     df: int = 0                   # boot-level df behind the comparison's variance
 
 
+class SloState(StrEnum):
+    """Where an SLO's interval lies against its limit (tune/slo_proof.py)."""
+
+    met = "met"               # wholly inside the limit
+    unproven = "unproven"     # it straddles the limit, or there is no interval (too few values)
+    violated = "violated"     # wholly outside it
+
+
+@dataclass(frozen=True)
+class SloCheck:
+    """One SLO of one scenario judged on one config's runs: the statistic, its interval and the state."""
+
+    scenario: str
+    metric: str           # the study's key: p99_ttft_ms, output_throughput, ...
+    limit: float
+    estimate: float       # NaN: nothing to compute it from
+    low: float            # the interval at the study's confidence (-inf / inf: unbounded, NaN: none)
+    high: float
+    state: SloState
+    basis: str            # requests: per-request values pooled over boots; runs: one value per run,
+                          # boots nested; capacity: some load level met every SLO; "": no value
+    n: int = 0            # the values behind it (requests, ITL gaps or runs)
+
+    @property
+    def bound(self) -> str:
+        """The limit as a reader reads it: ≤ for latencies, ≥ for throughputs."""
+        if self.basis == "capacity":
+            return "some load level meets every SLO"
+        return f"{'≥' if higher_is_better(self.metric) else '≤'} {self.limit:g}"
+
+    def text(self) -> str:
+        """`a: p99_ttft_ms 5120 [4800, 8300] ≤ 5300 unproven` (the report's and a reason's words)."""
+        if self.basis == "capacity":
+            met = self.state is not SloState.violated
+            return f"{self.scenario}: {self.bound if met else 'no load level met every SLO'}"
+        if not math.isfinite(self.estimate):
+            return f"{self.scenario}: {self.metric} has no value {self.bound}, {self.state}"
+        return (f"{self.scenario}: {self.metric} {self.estimate:.4g} [{_bound(self.low)}, {_bound(self.high)}] "
+                f"{self.bound}, {self.state}")
+
+
+def _bound(x: float) -> str:
+    return "?" if math.isnan(x) else "∞" if x == math.inf else "-∞" if x == -math.inf else f"{x:.4g}"
+
+
+def worst_state(checks: Iterable[SloCheck]) -> SloState:
+    """violated if any SLO is, else unproven if any is, else met (no SLO: met)."""
+    states = {c.state for c in checks}
+    return next((s for s in (SloState.violated, SloState.unproven) if s in states), SloState.met)
+
+
 @dataclass
 class ScenarioResult:
     scenario: str
     replicates: int
     metrics: dict[str, Estimate]                  # vllm-bench field name -> estimate over replicates
     effects: dict[str, Effect] = field(default_factory=dict)   # vs baseline, per metric
-    slo_violations: list[str] = field(default_factory=list)
+    slo_checks: list[SloCheck] = field(default_factory=list)   # every SLO of the scenario, judged
     server: dict[str, Any] = field(default_factory=dict)       # mean of /metrics deltas and peaks
+
+    @property
+    def slo_violations(self) -> list[str]:
+        """The SLOs whose interval lies wholly outside the limit, as text."""
+        return [c.text() for c in self.slo_checks if c.state is SloState.violated]
 
 
 @dataclass
@@ -70,7 +129,7 @@ class ConfigResult:
     objective_censored: list[str] = field(default_factory=list)   # per boot: "" exact, right / left: a bound
     boot_samples: list[float] = field(default_factory=list)   # one objective mean per boot
     objective_effect: Effect | None = None
-    feasible: bool = True
+    feasible: bool = True        # ran, and no SLO is violated (the search's constraint; a winner needs slo_state met)
     is_baseline: bool = False
     is_finalist: bool = False
     unfinished_trial_ids: list[int] = field(default_factory=list)   # stopped mid-trial: resumed by `servetune tune`
@@ -79,6 +138,15 @@ class ConfigResult:
     def ok(self) -> bool:
         """Some boot of the config ran to the end with outcome ok."""
         return self.outcome == Outcome.ok
+
+    @property
+    def slo_checks(self) -> list[SloCheck]:
+        return [c for s in self.scenarios.values() for c in s.slo_checks]
+
+    @property
+    def slo_state(self) -> SloState:
+        """met only when every SLO of every scenario is (at the study's confidence)."""
+        return worst_state(self.slo_checks)
 
     @property
     def measured(self) -> bool:

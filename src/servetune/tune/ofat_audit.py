@@ -23,7 +23,7 @@ def off_one_factor(store: StudyStore, spec: StudySpec) -> list[str]:
     for i, trial in enumerate(trials):
         if trial.role is not TrialRole.candidate:
             continue
-        incumbent = strategy.incumbent(history_of(trials[:i], spec))
+        incumbent = strategy.incumbent(history_of(trials[:i], spec, store.path.parent))
         changed = _changed(incumbent, trial.params)
         if len(changed) != 1:
             problems.append(f"#{trial.seq} {trial.params} changes {sorted(changed) or 'nothing'} "

@@ -40,7 +40,7 @@ from ..study.space import env_var, json_field
 from ..study.spec import Loc, SpecError, StudySpec
 from ..vocabulary import Outcome
 from . import eta as eta_seed
-from . import pool_evidence
+from . import pool_evidence, slo_proof
 from .analysis import trial_count
 
 # Optuna without a trial budget: how many of its proposals the plan lists.
@@ -74,6 +74,7 @@ class StudyPlan:
     # Each env knob (`env.NAME`) -> what can show it applied or not; None: nothing, it reads unproven
     knob_evidence: dict[str, str | None] = field(default_factory=dict)
     warnings: list[tuple[Loc, str]] = field(default_factory=list)  # what will likely fail or run otherwise
+    slo_notes: tuple[str, ...] = ()  # SLOs no config of the study can be shown to meet (slo_proof.unprovable)
 
     @property
     def booting(self) -> list[PlannedCandidate]:
@@ -106,7 +107,8 @@ def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engi
                      boots=boots, runs=boots * per_scenario * len(spec.scenarios),
                      eta_s=boots * eta_seed.next_trial_s(spec, seed) / spec.parallel.slots,
                      eta_basis=basis, problems=problems, knob_evidence=knob_evidence(spec),
-                     warnings=speculative_warnings(spec) + hardware_warnings(spec, hardware, defaults.modules))
+                     warnings=speculative_warnings(spec) + hardware_warnings(spec, hardware, defaults.modules),
+                     slo_notes=tuple(slo_proof.unprovable(spec)))
 
 
 def knob_evidence(spec: StudySpec) -> dict[str, str | None]:

@@ -103,7 +103,7 @@ class GridTable:
     def from_store(cls, store: StudyStore, spec: StudySpec, where: str = "") -> GridTable:
         where = where or str(store.path)
         trials = [t for t in store.trials() if t.done]
-        scored = analysis.scored_trials(trials, spec)
+        scored = analysis.scored_trials(trials, spec, store.path.parent)
         by_key: dict[str, list[Trial]] = defaultdict(list)
         for t in trials:
             by_key[t.config.key()].append(t)

@@ -7,6 +7,11 @@ the study's cap (`revalidation.max_boots`). Ruled out: its interval lies under t
 or even at the effect measured so far the boots left up to the cap would decide it better with
 less than `FUTILITY_POWER` chance. Stopping for futility never raises the false-winner rate: the
 critical value already counts every look up to the cap (stats/pipeline.py).
+
+A finalist with an SLO violated (its interval wholly outside the limit) is out. One proven better
+whose SLO is still unproven is not a winner: it is booted again while the cap allows, since each
+boot pair adds requests to the pooled interval its SLO is judged by (tune/slo_proof.py), unless
+even the cap's boots would measure too few requests to bound that percentile.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..capacity.slo import requests_to_meet
 from ..stats.pipeline import detection_power
 from ..study.spec import StudySpec
-from .analysis_types import StudyAnalysis
+from . import slo_proof
+from .analysis_types import SloCheck, SloState, StudyAnalysis
 
 FUTILITY_POWER = 0.10
 
@@ -66,6 +73,18 @@ def next_look(result: StudyAnalysis, spec: StudySpec, cap: int) -> NextLook:
     power_next = detection_power(d, se, now, (boots + 1, base_boots + 1), eff.df, eff.level)
     power_cap = detection_power(d, se, now, (boots + more, base_boots + more), eff.df, eff.level)
     look = NextLook(None, "", leader.label, boots, cap, power_next, power_cap)
+    if eff.verdict == "better" and leader.slo_state is not SloState.met:
+        # (the chances of proving it better are beside the point: it is)
+        open_slos = "; ".join(c.text() for c in leader.slo_checks if c.state is not SloState.met)
+        if boots >= cap:
+            return NextLook(None, f"better, but an SLO is unproven at the cap (revalidation.max_boots: {cap}): "
+                                  f"{open_slos}", leader.label, boots, cap)
+        short = _unprovable(leader.slo_checks, boots, cap, spec.alpha)
+        if short:
+            return NextLook(None, f"better, but an SLO cannot be proven within the cap: {short}",
+                            leader.label, boots, cap)
+        return NextLook(leader.key, f"better at {eff.effect_pct:+.1f} %, but an SLO is unproven: {open_slos}",
+                        leader.label, boots, cap)
     if boots >= cap:
         return _with(look, None, f"undecided at the cap (revalidation.max_boots: {cap})")
     if eff.ci_high_pct < spec.min_effect_pct:
@@ -76,6 +95,19 @@ def next_look(result: StudyAnalysis, spec: StudySpec, cap: int) -> NextLook:
                                  f"would prove it better with chance {power_cap:.0%} only")
     return _with(look, leader.key, f"undecided at {eff.effect_pct:+.1f} % "
                                    f"[{eff.ci_low_pct:+.1f}, {eff.ci_high_pct:+.1f}]")
+
+
+def _unprovable(checks: list[SloCheck], boots: int, cap: int, alpha: float) -> str:
+    """An unproven percentile SLO whose requests, at this many a boot, stay too few at the cap to
+    bound it even if they were independent (capacity/slo.py `requests_to_meet`): more boots of the
+    leader cannot make it a winner. Empty when every unproven SLO may still be proven."""
+    for c in checks:
+        slo = slo_proof.percentile_slo(c.metric, c.limit)
+        need = requests_to_meet(slo, alpha) if slo is not None and c.basis == "requests" else None
+        if c.state is SloState.unproven and need is not None and c.n * cap < need * boots:
+            return (f"{c.scenario} {c.metric} needs at least {need} requests, {cap} boot(s) measure about "
+                    f"{c.n * cap // boots}")
+    return ""
 
 
 def _with(look: NextLook, key: str | None, why: str) -> NextLook:
