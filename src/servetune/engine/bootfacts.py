@@ -46,6 +46,10 @@ _ATTENTION = re.compile(r"Using (?P<b>[A-Z][A-Z0-9_]*) (?:attention )?backend\b"
 _ENGINE_CONFIG = re.compile(r"Initializing a V1 LLM engine \([^)]*\) with config: (?P<cfg>.*)$")
 _MAMBA_MODE = re.compile(r"Mamba cache mode is set to '(?P<mode>\w+)'")
 _DEFAULT_MOE = re.compile(r"Using default MoE config")
+_MOE_CONFIG = re.compile(r"Using configuration from (?P<path>.+?) for MoE layer")
+# "Using FlashInfer for top-p & top-k sampling." / "... Falling back to the PyTorch-native
+# implementation of top-p & top-k sampling." / "FlashInfer top-p/top-k sampling unavailable: ..."
+_SAMPLER = re.compile(r"top-p (?:&|/) top-k sampling|top-p/top-k sampling")
 
 
 class BootFacts(BaseModel):
@@ -72,6 +76,8 @@ class BootFacts(BaseModel):
     max_model_len: int | None = None
     mamba_cache_mode: str | None = None  # set by the model/platform, not by the user
     default_moe_config: bool = False  # no tuned fused-MoE config for this device: slow kernels
+    moe_config_file: str | None = None  # the tuned fused-MoE config file the engine loaded
+    sampler: str | None = None  # the top-p/top-k sampler line (FlashInfer, PyTorch-native, ...)
     notable: list[str] = Field(default_factory=list)  # lines worth a user's attention
     warnings: list[str] = Field(default_factory=list)  # every distinct WARNING message
     evidence: dict[str, str] = Field(default_factory=dict)  # fact name -> the log line it came from
@@ -164,6 +170,12 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
         f.mamba_cache_mode = m["mode"]
         found("mamba_cache_mode")
         f.notable.append(msg)
+    if m := _MOE_CONFIG.search(msg):
+        f.moe_config_file = m["path"]
+        found("moe_config_file")
+    if _SAMPLER.search(msg):
+        f.sampler = msg.strip()
+        found("sampler")
     if _DEFAULT_MOE.search(msg) and not f.default_moe_config:
         f.default_moe_config = True
         found("default_moe_config")
