@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from servetune.ab.analysis import DEFAULTS_META_KEY, analyze
-from servetune.ab.config_diff import ConfigDiff, SideConfig, diff_sides, normalise_warning
+from servetune.ab.config_diff import ConfigDiff, SideConfig, as_setting, diff_sides, normalise_warning
 from servetune.ab.explain import explain_study, sides_by_age
 from servetune.ab.render import markdown
 from servetune.ab.spec import load_ab
@@ -67,6 +67,11 @@ def test_vllm_032_against_031_lists_the_real_differences_and_nothing_the_same() 
                  "KV cache size (tokens)", "port", "host", "max_seq_len", "compilation_config.cudagraph_mode"):
         assert same not in found
     assert not [d for d in diff.differences if d.source == "requested"]
+    # set by: a JSON flag's field where the parsers take the flag, nothing where neither does
+    flags = {d.what: d.flag for d in diff.differences}
+    assert flags["compilation_config.cudagraph_decoder_replay"] == "compilation-config.cudagraph_decoder_replay"
+    assert flags["observability_config.custom_histogram_buckets"] is None  # no --observability-config
+    assert flags["compilation_config.pass_config.enable_sp"] is None  # a field of a field
     # warnings both versions log, with their own pids and paths, are not listed
     assert not [w for w in found if "LD_PRELOAD" in w or "SSM cache type" in w]
 
@@ -114,6 +119,7 @@ def test_explain_boots_the_newer_side_with_each_changed_default_set_back(tmp_pat
     assert text is not None and [(t.param, t.value) for t in toggles] == [("disable-cascade-attn", True)]
     study = parse_study(text, "explain.yaml")
     assert study.engine.command == VLLM  # the newer version, as the A/B ran it
+    assert "\n  command: [python, -m, vllm.entrypoints.openai.api_server]\n" in text  # said, though the default
     assert study.engine.args == {"load-format": "dummy", "max-model-len": 2048}
     # 0.31's default set back on 0.32; flags 0.31 lacks and fields no flag sets are not toggled
     assert {name: p.values for name, p in study.space.items()} == {"disable-cascade-attn": (True,)}
@@ -161,7 +167,7 @@ def test_the_report_lists_the_differences_under_the_verdict(tmp_path: Path) -> N
     verdict_at, differences_at = text.index("| scenario | metric |"), text.index("### What differs between A and B")
     assert verdict_at < differences_at < text.index("### Boots")
     assert "| argument default | --disable-cascade-attn | None (resolved at start-up) | True | " \
-           "--disable-cascade-attn |" in text
+           "disable-cascade-attn |" in text
 
 
 def test_an_ab_without_stored_defaults_says_so(tmp_path: Path) -> None:
@@ -203,6 +209,12 @@ def test_cli_explain_writes_a_study_that_plans_and_never_overwrites(tmp_path: Pa
     assert explain.read_text() == before
     forced = servetune("ab", path, "--out", out, "--boots", "1", "--explain", explain, "--force")
     assert forced.code == 0, forced.stdout + forced.stderr
+
+
+def test_a_logged_value_becomes_what_its_flag_takes() -> None:
+    assert [as_setting(v) for v in ("<CUDAGraphMode.PIECEWISE: 1>", "True", "8192", "torch.bfloat16", "auto",
+                                     "None", "[1, 2]", "ObservabilityConfig(a=1)")] == [
+        "PIECEWISE", True, 8192, "bfloat16", "auto", None, None, None]
 
 
 @pytest.mark.parametrize("versions,expected", [

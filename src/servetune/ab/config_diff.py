@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Any
 
@@ -129,6 +129,10 @@ def diff_sides(sides: Mapping[str, SideConfig]) -> ConfigDiff:
                   for s, d in defaults.items() if d is None or not d.known]
     out += _warning_differences({s: sides[s].facts for s in SIDES})
     flags = {s: list(d.flags) if d is not None else [] for s, d in defaults.items()}
+    known = set(flags["A"]) | set(flags["B"])
+    if known:  # a key of the engine config line that neither parser takes is set by no flag
+        out = [d if d.flag is None or d.flag.partition(".")[0] in known else replace(d, flag=None, settings={})
+               for d in out]
     return ConfigDiff(out, notes, flags)
 
 
@@ -282,7 +286,8 @@ def as_setting(value: Any) -> Any:
     try:
         literal = ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        return text if re.fullmatch(r"[\w.\-]+", text) else None
+        # `dtype=torch.bfloat16`: the flag takes `bfloat16`
+        return text.removeprefix("torch.") if re.fullmatch(r"[\w.\-]+", text) else None
     return literal if isinstance(literal, bool | int | float | str | dict) else None
 
 

@@ -90,7 +90,7 @@ def explain_study(spec: AbSpec, diff: ConfigDiff, versions: dict[str, list[str]]
              f"# Run:         servetune tune {out_name} --out runs/{_name(new_spec)}",
              f"name: {flow(_name(new_spec))}", "engine:"]
     engine = new_spec.engine.model_dump(mode="json", exclude_defaults=True)
-    engine.setdefault("model", new_spec.engine.model)
+    engine = {"command": new_spec.engine.command, "model": new_spec.engine.model, **engine}  # always said
     lines += [f"  {key}: {flow(value)}" for key, value in engine.items()]
     lines.append("space:")
     for t in found:

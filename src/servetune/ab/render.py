@@ -57,12 +57,12 @@ def terminal_table(result: AbAnalysis) -> Table:
     return table
 
 
-CONFIG_COLUMNS = ("source", "what", "A", "B", "set by")
+CONFIG_COLUMNS = ("source", "what", "A", "B", "set by (study parameter)")
 _TERMINAL_CELL = 100  # a warning's text is cut here on the terminal; ab.md keeps it whole
 
 
 def _config_cells(d: Difference) -> list[str]:
-    return [d.source, d.what, d.a, d.b, f"--{d.flag}" if d.flag else "-"]
+    return [d.source, d.what, d.a, d.b, d.flag or "-"]
 
 
 def config_table(diff: ConfigDiff) -> Table:
@@ -81,8 +81,9 @@ def config_markdown(diff: ConfigDiff) -> list[str]:
            "Each side's first boot log (resolved values, the engine config line, the non-default args it "
            "parsed), its engine's argument defaults (read with its own interpreter), and WARNING lines "
            "logged on every boot of one side and none of the other (pids, ports, times, paths and hashes "
-           "normalised). `set by`: the flag that sets it; `servetune ab --explain OUT.yaml` writes a study "
-           "that boots the new version with each of them set back to the old side's value.", ""]
+           "normalised). `set by`: the flag that sets it, as a study file's `space` names it (a JSON flag's "
+           "field as `FLAG.field`); `servetune ab --explain OUT.yaml` writes a study that boots the newer "
+           "version with each of them set back to the older side's value.", ""]
     out += [f"- {n}" for n in diff.notes]
     if diff.notes:
         out.append("")
