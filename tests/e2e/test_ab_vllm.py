@@ -87,7 +87,7 @@ def test_two_vllm_versions_side_by_side(tmp_path: Path, second_vllm_python: str)
 
 def _check_what_differs(result, stdout: str, explain: Path) -> None:
     """0.31.0 against 0.32.0, each side's defaults read with its own interpreter and its boots' logs."""
-    assert result.config is not None and result.config.notes == []
+    assert result.config.notes == []
     found = {d.what: (d.source, d.a, d.b) for d in result.config.differences}
     assert found["--disable-cascade-attn"] == ("argument default", "None (resolved at start-up)", "True")
     assert found["--enable-shm-tensor-arena"] == ("argument default", "False", "- (no such flag)")  # new in 0.32

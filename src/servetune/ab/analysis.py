@@ -76,7 +76,7 @@ class AbAnalysis:
     min_effect_pct: float
     planned_boots: int = 0
     versions: dict[str, list[str]] = field(default_factory=dict)
-    config: ConfigDiff | None = None  # what differs in the two sides' resolved configuration
+    config: ConfigDiff = field(default_factory=ConfigDiff)  # what differs in the sides' resolved configuration
 
     def measured_boots(self, side: str) -> int:
         return len([b for b in self.boots if b.side == side and b.runs and b.outcome == str(Outcome.ok)])

@@ -99,9 +99,9 @@ class SideConfig:
 
 @dataclass(frozen=True)
 class ConfigDiff:
-    differences: list[Difference]
-    notes: list[str]  # what could not be compared, and why
-    flags: dict[str, list[str]]  # per side, the flags its parser takes (empty: not read)
+    differences: list[Difference] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be compared, and why
+    flags: dict[str, list[str]] = field(default_factory=dict)  # per side, the flags its parser takes (empty: not read)
 
     def by_source(self, source: str) -> list[Difference]:
         return [d for d in self.differences if d.source == source]

@@ -96,7 +96,7 @@ def config_markdown(diff: ConfigDiff) -> list[str]:
 
 def terminal_lines(result: AbAnalysis) -> list[str]:
     """Plain lines (no markup) printed after the table."""
-    notes = [f"configuration: {n}" for n in result.config.notes] if result.config else []
+    notes = [f"configuration: {n}" for n in result.config.notes]
     return [*(_side_line(result, s).replace("`", "") for s in SIDES), *(reuse_line(r) for r in result.reuse),
             *notes, f"verdict: {result.headline}"]
 
@@ -112,8 +112,7 @@ def markdown(result: AbAnalysis) -> str:
             "or over 1000).", ""]
     out += ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     out += ["| " + " | ".join(x.replace("|", "\\|") for x in _cells(r)) + " |" for r in result.rows]
-    if result.config is not None:
-        out += ["", *config_markdown(result.config)]
+    out += ["", *config_markdown(result.config)]
     if result.reuse:
         out += ["", "### Prefix cache: cold versus warm", "",
                 "A long prompt sent, then the identical prompt sent again (as agents re-send their context); "

@@ -80,7 +80,7 @@ def _ab(spec: AbSpec, out: Path, boots: int, reuse: PrefixReuse | None, metrics:
     result = AbRunner(spec, out, boots=boots, reuse=reuse, metrics=metrics,
                       display=StudyDisplay(Console(stderr=True))).run()
     console.print(terminal_table(result))
-    if result.config is not None and result.config.differences:
+    if result.config.differences:
         console.print(config_table(result.config))
     for line in terminal_lines(result):
         console.print(escape(line))
@@ -93,8 +93,6 @@ def _ab(spec: AbSpec, out: Path, boots: int, reuse: PrefixReuse | None, metrics:
 def _write_explain(spec: AbSpec, result: AbAnalysis, out: Path, explain: Path) -> None:
     from ..ab.explain import explain_study
 
-    if result.config is None:
-        raise ServetuneError(f"--explain {explain}: the A/B's configuration could not be compared")
     text, toggles = explain_study(spec, result.config, result.versions, str(out), str(explain))
     if text is None:
         console.print(f"[yellow]explain[/]: {escape(str(explain))} not written: no setting that differs between A "
