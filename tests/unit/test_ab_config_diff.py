@@ -76,6 +76,21 @@ def test_vllm_032_against_031_lists_the_real_differences_and_nothing_the_same() 
     assert not [w for w in found if "LD_PRELOAD" in w or "SSM cache type" in w]
 
 
+def test_backends_sampler_and_moe_kernel_config_are_compared() -> None:
+    """A GPU MoE boot (vLLM 0.26 on an H200, a tuned MoE config loaded) against the same boot as
+    it would read without the tuned file, with another attention backend and sampler."""
+    tuned = parse_boot_facts((FIXTURES / "logs" / "vllm026-gpu-moe-mbt16k-noasync.log").read_text())
+    untuned = tuned.model_copy(update={"moe_config_file": None, "default_moe_config": True,
+                                       "attention_backend": "TRITON_ATTN", "sampler": "Using FlashInfer for "
+                                       "top-p & top-k sampling."})
+    found = _by_what(diff_sides({"A": SideConfig([untuned], None, Config()), "B": SideConfig([tuned], None, Config())}))
+    assert found["MoE kernel config file"] == ("boot log", "-", "E=128,N=768,device_name=NVIDIA_H200.json")
+    assert found["default MoE config (no tuned kernel config)"] == ("boot log", "True", "-")
+    assert found["attention backend"] == ("boot log", "TRITON_ATTN", tuned.attention_backend)
+    assert found["sampler"][1:] == ("Using FlashInfer for top-p & top-k sampling.", tuned.sampler)
+    assert "MoE backend" not in found and "async scheduling" not in found
+
+
 def test_warnings_differ_only_in_what_changes_between_boots() -> None:
     a = "force killing sub process VLLM::Worker pid 7932 at 08:53:18.123 (see /tmp/vllm_dist_e240994f4e4d4296/x.log)"
     b = "force killing sub process VLLM::Worker pid 15 at 21:42:26 (see /work/other/venv/x.log)"

@@ -4,8 +4,8 @@ An upgrade changes more than its version: new defaults (async scheduling, a chun
 budget, a CUDA graph mode), another attention backend or sampler, new warnings. The field
 reports found the regression by reading two boot logs side by side and toggling the new defaults
 off; this module does the reading. Sources, per side:
-- the boot log's resolved values (`BootFacts`: backend, async scheduling, budget, lengths, the KV
-  cache, MoE kernel config, sampler, the CUDA graph mode),
+- the boot log's resolved values (`BootFacts`: attention and MoE backends, async scheduling,
+  budget, lengths, the KV cache, the MoE kernel config, sampler, the CUDA graph mode),
 - the engine config line, its nested configs flattened (`compilation_config.cudagraph_mode`),
 - the non-default args vLLM parsed (what was asked, launcher flags left out),
 - the argument defaults of the side's own engine parser (`engine.defaults`, read with its Python),
@@ -64,6 +64,7 @@ _FACTS = (
           "compilation-config.cudagraph_mode", covers="compilation_config.cudagraph_mode"),
     _Fact("mamba cache mode", _flag_value("mamba-cache-mode"), "mamba-cache-mode"),
     _Fact("sampler", lambda f: f.sampler),
+    _Fact("MoE backend", lambda f: f.moe_backend),
     _Fact("MoE kernel config file", _moe_file),
     _Fact("default MoE config (no tuned kernel config)", lambda f: f.default_moe_config or None),
     _Fact("KV cache size (tokens)", lambda f: f.kv_cache_tokens),

@@ -47,6 +47,7 @@ _ENGINE_CONFIG = re.compile(r"Initializing a V1 LLM engine \([^)]*\) with config
 _MAMBA_MODE = re.compile(r"Mamba cache mode is set to '(?P<mode>\w+)'")
 _DEFAULT_MOE = re.compile(r"Using default MoE config")
 _MOE_CONFIG = re.compile(r"Using configuration from (?P<path>.+?) for MoE layer")
+_MOE_BACKEND = re.compile(r"Using (?P<b>\S+) MoE backend\b")  # "Using TritonExperts MoE backend"
 # "Using FlashInfer for top-p & top-k sampling." / "... Falling back to the PyTorch-native
 # implementation of top-p & top-k sampling." / "FlashInfer top-p/top-k sampling unavailable: ..."
 _SAMPLER = re.compile(r"top-p (?:&|/) top-k sampling|top-p/top-k sampling")
@@ -77,6 +78,7 @@ class BootFacts(BaseModel):
     mamba_cache_mode: str | None = None  # set by the model/platform, not by the user
     default_moe_config: bool = False  # no tuned fused-MoE config for this device: slow kernels
     moe_config_file: str | None = None  # the tuned fused-MoE config file the engine loaded
+    moe_backend: str | None = None  # the fused-MoE experts kernel ("TritonExperts")
     sampler: str | None = None  # the top-p/top-k sampler line (FlashInfer, PyTorch-native, ...)
     notable: list[str] = Field(default_factory=list)  # lines worth a user's attention
     warnings: list[str] = Field(default_factory=list)  # every distinct WARNING message
@@ -173,6 +175,9 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
     if m := _MOE_CONFIG.search(msg):
         f.moe_config_file = m["path"]
         found("moe_config_file")
+    if m := _MOE_BACKEND.search(msg):
+        f.moe_backend = m["b"]
+        found("moe_backend")
     if _SAMPLER.search(msg):
         f.sampler = msg.strip()
         found("sampler")
