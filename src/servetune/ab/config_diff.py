@@ -109,6 +109,8 @@ class ConfigDiff:
 
 
 def diff_sides(sides: Mapping[str, SideConfig]) -> ConfigDiff:
+    """Every difference between side A and side B, in the report's order: the boot log's resolved
+    values, the engine config line, the requested args, the parsers' defaults, one-side warnings."""
     notes: list[str] = []
     facts = {s: sides[s].facts[0] if sides[s].facts else None for s in SIDES}
     for s in SIDES:
@@ -203,14 +205,13 @@ def _default_text(flag: str, flags: set[str], defaults: EngineDefaults) -> str:
 def _warning_differences(facts: Mapping[str, Sequence[BootFacts]]) -> list[Difference]:
     """Warnings on every boot of one side and on no boot of the other (one boot's chance warning,
     a shutdown race, is neither side's)."""
-    every = {}
-    ever = {}
-    for side in SIDES:
-        boots = [{normalise_warning(w) for w in f.warnings} for f in facts[side]]
-        every[side] = set.intersection(*boots) if boots else set()
-        ever[side] = set.union(*boots) if boots else set()
     if not facts["A"] or not facts["B"]:
         return []
+    every: dict[str, set[str]] = {}
+    ever: dict[str, set[str]] = {}
+    for side in SIDES:
+        boots = [{normalise_warning(w) for w in f.warnings} for f in facts[side]]
+        every[side], ever[side] = set.intersection(*boots), set.union(*boots)
     out = []
     for side, other in (("A", "B"), ("B", "A")):
         for text in sorted(every[side] - ever[other]):
