@@ -47,6 +47,9 @@ def test_vllm026_gpu_moe_no_async_full_server_log() -> None:
     assert f.engine_config["enable_prefix_caching"] == "True"
     assert f.engine_config["dtype"] == "torch.bfloat16"
     assert f.default_moe_config is False  # this run found a tuned config for the H200
+    assert f.moe_config_file is not None and f.moe_config_file.endswith("/E=128,N=768,device_name=NVIDIA_H200.json")
+    assert f.moe_backend == "TritonExperts"
+    assert f.sampler == "FlashInfer top-p/top-k sampling disabled via VLLM_USE_FLASHINFER_SAMPLER=0."
     # every distinct WARNING once, including ones after start-up
     assert any("Triton kernel JIT compilation during inference" in w for w in f.warnings)
     assert len(f.warnings) == len(set(f.warnings))

@@ -135,6 +135,8 @@ OUTPUTS: dict[tuple[str, str], Output] = {
     ("serve", "log_dir"): Output(lambda s, o: ["serve", *_probe(s), "--log-dir", o], "directory"),
     ("tune", "out"): Output(lambda s, o: ["tune", s.study, "--out", o], "directory", own_input=lambda s: s.study),
     ("ab", "out"): Output(lambda s, o: ["ab", s.study, s.study_b, "--out", o], "directory", own_input=lambda s: s.study),
+    ("ab", "explain"): Output(lambda s, o: ["ab", s.study, s.study_b, "--out", s.root / "ab", "--explain", o],
+                              "YAML", ".yaml", lambda s: s.study),
     ("report", "out"): Output(lambda s, o: ["report", s.study_dir, "--out", o], "directory"),
     ("trace summary", "plot"): Output(lambda s, o: ["trace", "summary", s.trace, "--plot", o], "PNG", ".png",
                                       lambda s: s.trace),

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from ..engine.defaults import EngineDefaults
 from ..stats.hierarchy import compare_boots, variance_components
 from ..stats.intervals import geometric_mean_ci
 from ..stats.multiple import holm
@@ -17,12 +18,15 @@ from ..store import Run, StudyStore, Trial, TrialRole
 from ..study.metrics import higher_is_better
 from ..vocabulary import Outcome
 from . import prefix_reuse
+from .config_diff import ConfigDiff, SideConfig, diff_sides
 from .spec import SIDES, AbSpec
 
 TARGET_EFFECT_PCT = 10.0
 DEFAULT_METRICS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
 REUSE_METRICS = ("mean_cold_ttft_ms", "mean_warm_ttft_ms", "warm_over_cold")
 _LOWER_IS_BETTER = {"warm_over_cold"}  # a ratio of times: the warm send should take a fraction
+# Store meta: each side's engine argument defaults ({side: EngineDefaults}), read at the A/B's start.
+DEFAULTS_META_KEY = "ab_defaults"
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class AbAnalysis:
     min_effect_pct: float
     planned_boots: int = 0
     versions: dict[str, list[str]] = field(default_factory=dict)
+    config: ConfigDiff = field(default_factory=ConfigDiff)  # what differs in the sides' resolved configuration
 
     def measured_boots(self, side: str) -> int:
         return len([b for b in self.boots if b.side == side and b.runs and b.outcome == str(Outcome.ok)])
@@ -117,7 +122,18 @@ def analyze(store: StudyStore, spec: AbSpec, metrics: Sequence[str] = DEFAULT_ME
         commands={s: " ".join(spec.side(s).engine.command) for s in SIDES},
         alpha=spec.workload.alpha, min_effect_pct=spec.workload.min_effect_pct,
         versions={s: sorted({b.version for b in boots if b.side == s and b.version}) for s in SIDES},
+        config=config_differences(store, spec, by_side),
     )
+
+
+def config_differences(store: StudyStore, spec: AbSpec, by_side: dict[str, list[Trial]]) -> ConfigDiff:
+    """Each side's boot facts (its boots in order) and parser defaults (stored at the start) compared."""
+    stored = store.get_meta_json(DEFAULTS_META_KEY) or {}
+    sides = {s: SideConfig(facts=[t.boot_facts for t in sorted(by_side[s], key=lambda t: t.seq) if t.boot_facts],
+                           defaults=EngineDefaults.model_validate(stored[s]) if s in stored else None,
+                           requested=spec.side(s).baseline_config())
+             for s in SIDES}
+    return diff_sides(sides)
 
 
 def boot_values(trials: Sequence[Trial], ok_runs: Sequence[Run], scenario: str, metric: str) -> list[list[float]]:

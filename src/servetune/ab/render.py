@@ -9,6 +9,7 @@ from rich.table import Table
 
 from ..stats.types import Interval
 from .analysis import TARGET_EFFECT_PCT, AbAnalysis, AbRow, ReuseSide
+from .config_diff import ConfigDiff, Difference
 from .spec import SIDES
 
 _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "promising": "green", "not_promising": "red"}
@@ -56,10 +57,48 @@ def terminal_table(result: AbAnalysis) -> Table:
     return table
 
 
+CONFIG_COLUMNS = ("source", "what", "A", "B", "set by (study parameter)")
+_TERMINAL_CELL = 100  # a warning's text is cut here on the terminal; ab.md keeps it whole
+
+
+def _config_cells(d: Difference) -> list[str]:
+    return [d.source, d.what, d.a, d.b, d.flag or "-"]
+
+
+def config_table(diff: ConfigDiff) -> Table:
+    table = Table(title=f"What differs between A and B: {len(diff.differences)} difference(s) in the resolved "
+                        "configuration")
+    for col in CONFIG_COLUMNS:
+        table.add_column(col, overflow="fold")
+    for d in diff.differences:
+        table.add_row(*(escape(c if len(c) <= _TERMINAL_CELL else c[:_TERMINAL_CELL - 1] + "…")
+                        for c in _config_cells(d)))
+    return table
+
+
+def config_markdown(diff: ConfigDiff) -> list[str]:
+    out = ["### What differs between A and B", "",
+           "Each side's first boot log (resolved values, the engine config line, the non-default args it "
+           "parsed), its engine's argument defaults (read with its own interpreter), and WARNING lines "
+           "logged on every boot of one side and none of the other (pids, ports, times, paths and hashes "
+           "normalised). `set by`: the flag that sets it, as a study file's `space` names it (a JSON flag's "
+           "field as `FLAG.field`); `servetune ab --explain OUT.yaml` writes a study that boots the newer "
+           "version with each of them set back to the older side's value.", ""]
+    out += [f"- {n}" for n in diff.notes]
+    if diff.notes:
+        out.append("")
+    if not diff.differences:
+        return [*out, "Nothing differs in what was compared."]
+    out += ["| " + " | ".join(CONFIG_COLUMNS) + " |", "|" + " --- |" * len(CONFIG_COLUMNS)]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in _config_cells(d)) + " |" for d in diff.differences]
+    return out
+
+
 def terminal_lines(result: AbAnalysis) -> list[str]:
     """Plain lines (no markup) printed after the table."""
+    notes = [f"configuration: {n}" for n in result.config.notes]
     return [*(_side_line(result, s).replace("`", "") for s in SIDES), *(reuse_line(r) for r in result.reuse),
-            f"verdict: {result.headline}"]
+            *notes, f"verdict: {result.headline}"]
 
 
 def markdown(result: AbAnalysis) -> str:
@@ -73,6 +112,7 @@ def markdown(result: AbAnalysis) -> str:
             "or over 1000).", ""]
     out += ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     out += ["| " + " | ".join(x.replace("|", "\\|") for x in _cells(r)) + " |" for r in result.rows]
+    out += ["", *config_markdown(result.config)]
     if result.reuse:
         out += ["", "### Prefix cache: cold versus warm", "",
                 "A long prompt sent, then the identical prompt sent again (as agents re-send their context); "

@@ -26,7 +26,7 @@ from ..tune.session import TunerSession
 from ..tune.trial import ProgressFn, TrialExecutor, TrialPlan
 from ..vocabulary import Outcome
 from . import prefix_reuse
-from .analysis import AbAnalysis, analyze
+from .analysis import DEFAULTS_META_KEY, AbAnalysis, analyze
 from .spec import SIDES, AbSpec
 
 ROLES = {"A": TrialRole.ab_a, "B": TrialRole.ab_b}
@@ -114,11 +114,12 @@ class AbRunner:
         defaults, as `tune` checks a study's (plan.check_start, plan.check_flags), at every start,
         a resume too: located lines and exit 2 before anything boots, instead of a failed boot per
         side. Checked before the A/B is stored, so the corrected file then starts this directory's
-        A/B. The defaults are read at each start, not kept (the A/B uses them for nothing else),
-        and once for sides of one engine kind and command (a subprocess of ~10 s each for vLLM): the usual
-        A/B compares flags of one engine."""
+        A/B. The defaults are read at each start with each side's own interpreter, once for sides
+        of one engine kind and command (a subprocess of ~10 s each for vLLM: the usual A/B compares
+        flags of one engine), and stored once the A/B is: the report compares them (ab.config_diff)."""
         lines: list[str] = []
         defaults: dict[tuple[str, ...], EngineDefaults] = {}
+        by_side: dict[str, EngineDefaults] = {}
         for side in SIDES:
             try:
                 plan.check_start(self.spec.side(side))
@@ -126,12 +127,14 @@ class AbRunner:
                 key = (engine.kind, *engine.command)
                 if key not in defaults:
                     defaults[key] = self.engines[side].read_defaults()
+                by_side[side] = defaults[key]
                 plan.check_flags(self.spec.side(side), defaults[key])
             except SpecError as exc:
                 lines += self.spec.located(side, exc.problems)
         if lines:  # one file's shared engine key fails on both sides: said once
             raise ServetuneError("\n".join(dict.fromkeys(lines)))
         self._check_same_ab(store)
+        store.set_meta_json(DEFAULTS_META_KEY, {s: d.model_dump(mode="json") for s, d in by_side.items()})
 
     def _check_same_ab(self, store: StudyStore) -> None:
         new = {"A": self.spec.a.model_dump(mode="json"), "B": self.spec.b.model_dump(mode="json"),

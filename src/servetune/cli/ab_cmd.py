@@ -13,9 +13,10 @@ from ..errors import ServetuneError
 from ..store import StudyStore
 from ..study.metrics import metric_problem
 from .boundary import EXIT_NO_RESULT, on_interrupt, store_errors
-from .paths import check_store_kind, writable_dir
+from .paths import check_store_kind, output_file, writable_dir
 
 if TYPE_CHECKING:  # the command imports them when it runs (a fast --help)
+    from ..ab.analysis import AbAnalysis
     from ..ab.prefix_reuse import PrefixReuse
     from ..ab.spec import AbSpec
 
@@ -38,6 +39,10 @@ def ab(
                                               "sent, then the identical one again (0: off)"),
     prefix_reuse_pairs: int = typer.Option(3, "--prefix-reuse-pairs", min=1, max=1000,
                                            help="cold/warm pairs per boot"),
+    explain: Path | None = typer.Option(None, "--explain", dir_okay=False, metavar="OUT.yaml",
+                                        help="also write a study that boots the newer version with each setting "
+                                             "that differs set back to the older side's value, one at a time"),
+    force: bool = typer.Option(False, "--force", help="overwrite the --explain file if it exists"),
 ) -> None:
     """Measure two engines (vLLM versions, images, launch commands) on the same workload, booted
     alternately, and judge B against A per scenario and metric (two-level model, Holm)."""
@@ -50,29 +55,49 @@ def ab(
             raise ServetuneError(f"--metric {name}: {problem}")
     spec = load_ab(study_files)
     reuse = prefix_reuse.prefix_reuse_scenario(prefix_reuse_len, prefix_reuse_pairs) if prefix_reuse_len else None
+    if explain is not None:  # before --out is made: a refused name leaves nothing behind
+        output_file(explain, "--explain", force, "YAML", study_files)
     with store_errors(out / StudyStore.FILENAME):
         check_store_kind(out, "ab", "--out")  # a study's store must not take an A/B's boots
         writable_dir(out, "--out")  # after the files loaded: bad input writes nothing
         on_interrupt(f"the store in {out} keeps every finished boot; run the same command again to resume")
-        _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS))
+        result = _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS))
+    if explain is not None:
+        _write_explain(spec, result, out, explain)
+    if not result.measured_boots("A") or not result.measured_boots("B"):
+        raise typer.Exit(EXIT_NO_RESULT)
 
 
 def register(app: typer.Typer) -> None:
     app.command("ab")(ab)
 
 
-def _ab(spec: AbSpec, out: Path, boots: int, reuse: PrefixReuse | None, metrics: list[str]) -> None:
-    from ..ab.render import markdown, terminal_lines, terminal_table
+def _ab(spec: AbSpec, out: Path, boots: int, reuse: PrefixReuse | None, metrics: list[str]) -> AbAnalysis:
+    from ..ab.render import config_table, markdown, terminal_lines, terminal_table
     from ..ab.runner import AbRunner
     from ..tune.display import StudyDisplay
 
     result = AbRunner(spec, out, boots=boots, reuse=reuse, metrics=metrics,
                       display=StudyDisplay(Console(stderr=True))).run()
     console.print(terminal_table(result))
+    if result.config.differences:
+        console.print(config_table(result.config))
     for line in terminal_lines(result):
         console.print(escape(line))
     path = out / REPORT_NAME
     path.write_text(markdown(result))
     console.print(f"report: {escape(str(path))}")
-    if not result.measured_boots("A") or not result.measured_boots("B"):
-        raise typer.Exit(EXIT_NO_RESULT)
+    return result
+
+
+def _write_explain(spec: AbSpec, result: AbAnalysis, out: Path, explain: Path) -> None:
+    from ..ab.explain import explain_study
+
+    text, toggles = explain_study(spec, result.config, result.versions, str(out), str(explain))
+    if text is None:
+        console.print(f"[yellow]explain[/]: {escape(str(explain))} not written: no setting that differs between A "
+                      "and B is one a flag of the newer engine sets back")
+        return
+    explain.write_text(text)
+    console.print(f"explain: {escape(str(explain))} ({len(toggles)} setting(s) to toggle: "
+                  f"{escape(', '.join(t.param for t in toggles))}); next: servetune plan {escape(str(explain))}")

@@ -63,6 +63,11 @@ _GRAPH_ACCOUNTING = re.compile(
     r"--gpu-memory-utilization=(?P<eq>\d+(?:\.\d+)?) without CUDA graph memory profiling.*?"
     r"increase --gpu-memory-utilization to (?P<keep>\d+(?:\.\d+)?)"
     r"|increasing --gpu-memory-utilization from (?P<off_cur>\d+(?:\.\d+)?) to (?P<off_keep>\d+(?:\.\d+)?)")
+_MOE_CONFIG = re.compile(r"Using configuration from (?P<path>.+?) for MoE layer")
+_MOE_BACKEND = re.compile(r"Using (?P<b>\S+) MoE backend\b")  # "Using TritonExperts MoE backend"
+# "Using FlashInfer for top-p & top-k sampling." / "... Falling back to the PyTorch-native
+# implementation of top-p & top-k sampling." / "FlashInfer top-p/top-k sampling unavailable: ..."
+_SAMPLER = re.compile(r"top-p (?:&|/) top-k sampling|top-p/top-k sampling")
 
 
 class BootFacts(BaseModel):
@@ -100,6 +105,9 @@ class BootFacts(BaseModel):
     gpu_memory_utilization_logged: float | None = None
     gpu_memory_utilization_without_graphs: float | None = None
     gpu_memory_utilization_to_keep_kv: float | None = None
+    moe_config_file: str | None = None  # the tuned fused-MoE config file the engine loaded
+    moe_backend: str | None = None  # the fused-MoE experts kernel ("TritonExperts")
+    sampler: str | None = None  # the top-p/top-k sampler line (FlashInfer, PyTorch-native, ...)
     notable: list[str] = Field(default_factory=list)  # lines worth a user's attention
     warnings: list[str] = Field(default_factory=list)  # every distinct WARNING message
     evidence: dict[str, str] = Field(default_factory=dict)  # fact name -> the log line it came from
@@ -205,6 +213,15 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
         f.gpu_memory_utilization_to_keep_kv = float(m["keep"] or m["off_keep"])
         found("graph_memory_accounting")
         f.notable.append(msg)
+    if m := _MOE_CONFIG.search(msg):
+        f.moe_config_file = m["path"]
+        found("moe_config_file")
+    if m := _MOE_BACKEND.search(msg):
+        f.moe_backend = m["b"]
+        found("moe_backend")
+    if _SAMPLER.search(msg):
+        f.sampler = msg.strip()
+        found("sampler")
     if _DEFAULT_MOE.search(msg) and not f.default_moe_config:
         f.default_moe_config = True
         found("default_moe_config")
