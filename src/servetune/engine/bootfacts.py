@@ -46,6 +46,9 @@ _ATTENTION = re.compile(r"Using (?P<b>[A-Z][A-Z0-9_]*) (?:attention )?backend\b"
 _ENGINE_CONFIG = re.compile(r"Initializing a V1 LLM engine \([^)]*\) with config: (?P<cfg>.*)$")
 _MAMBA_MODE = re.compile(r"Mamba cache mode is set to '(?P<mode>\w+)'")
 _DEFAULT_MOE = re.compile(r"Using default MoE config")
+# Where torch.compile's artifacts of this boot live (vLLM's compile cache, engine/cache.py)
+_COMPILE_CACHE = re.compile(r"(?:Using cache directory: |saved AOT compiled function to |Directly load AOT compilation "
+                            r"from path |Compiling model again due to a load failure from )(?P<path>\S+?)(?:,|\s|$)")
 
 
 class BootFacts(BaseModel):
@@ -76,6 +79,7 @@ class BootFacts(BaseModel):
     warnings: list[str] = Field(default_factory=list)  # every distinct WARNING message
     evidence: dict[str, str] = Field(default_factory=dict)  # fact name -> the log line it came from
     startup_seconds: float | None = None  # measured by the launcher: launch -> /health 200
+    compile_cache_paths: list[str] = Field(default_factory=list)  # compile-cache directories the log names
 
 
 def parse_boot_facts(text: str) -> BootFacts:
@@ -164,6 +168,9 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
         f.mamba_cache_mode = m["mode"]
         found("mamba_cache_mode")
         f.notable.append(msg)
+    if (m := _COMPILE_CACHE.search(msg)) and m["path"] not in f.compile_cache_paths:
+        f.compile_cache_paths.append(m["path"])
+        found("compile_cache_paths")
     if _DEFAULT_MOE.search(msg) and not f.default_moe_config:
         f.default_moe_config = True
         found("default_moe_config")

@@ -26,17 +26,19 @@ from ..engine.defaults import EngineDefaults
 from ..search import Strategy, make_strategy
 from ..store import PlannedTrial, StudyStore, TrialRole
 from ..study.spec import StudySpec
-from . import analysis, known, revalidation, verdict_rule
+from . import analysis, known, outliers, revalidation, verdict_rule
 from . import eta as eta_seed
 
 
 @dataclass(frozen=True)
 class Work:
-    """A trial to begin: why it boots, its config, and the strategy's params for it."""
+    """A trial to begin: why it boots, its config, and the strategy's params for it; `replaces`:
+    the seq of the excluded boot it is booted for, on a wiped cache (tune/outliers.py)."""
 
     role: TrialRole
     config: Config
     params: dict[str, Any] = field(default_factory=dict)
+    replaces: int | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,17 @@ class StudyState:
     eta: Callable[[], eta_seed.Eta]
     note: Callable[[str], None]
 
+    def reboot(self) -> Work | None:
+        """A far boot's re-boot on a wiped cache, before any other work (tune/outliers.py)."""
+        found = outliers.next_reboot(self.store, self.spec)
+        if found is None:
+            return None
+        trial = found.trial
+        if found.exclusion is not None:
+            self.store.exclude_trial(trial.id, found.exclusion)
+            self.note(escape(outliers.describe(trial, found.exclusion)))
+        return Work(trial.role, trial.config, trial.params, replaces=trial.seq)
+
 
 class SearchPhase:
     """The search: baselines, their re-measurements and the strategy's candidates, within budget."""
@@ -78,9 +91,12 @@ class SearchPhase:
         store, spec, baseline = self.study.store, self.study.spec, self.study.baseline
         if not self._slot_has_baseline(slot):
             return Work(TrialRole.baseline, baseline)
+        reboot = self.study.reboot()
+        if reboot is not None:
+            return reboot
         if self.over:
             return None
-        candidates = [t for t in store.trials(TrialRole.candidate) if known.was_booted(t)]
+        candidates = [t for t in store.trials(TrialRole.candidate) if known.was_booted(t) and t.reboots is None]
         if spec.budget.trials is not None and len(candidates) >= spec.budget.trials:
             self._end(f"trial budget reached ({spec.budget.trials} candidates)")
             return None
@@ -130,7 +146,7 @@ class SearchPhase:
                 continue
             if trial.role.is_baseline:
                 break
-            if trial.role is TrialRole.candidate and known.was_booted(trial):
+            if trial.role is TrialRole.candidate and known.was_booted(trial) and trial.reboots is None:
                 count += 1
         return count
 
@@ -165,6 +181,8 @@ class FinalPhase:
         """The next boot of the round for `slot`. A finalist runs on the slot that has just booted
         the baseline for it, right after it: the comparison it is made for."""
         queued = self._queued.setdefault(slot, [])
+        if not queued and (reboot := self.study.reboot()) is not None:
+            return reboot
         if not queued and self._left:
             queued.append(self._left.pop(0))
             if queued[0].role is TrialRole.baseline_final and self._left and self._left[0].role is TrialRole.finalist:
@@ -196,7 +214,7 @@ class FinalPhase:
         """The plan's boots after those already begun (validation trials are begun in plan order)."""
         trials = self.study.store.trials()
         configs = {t.config.key(): t for t in trials}
-        begun = [t for t in trials if t.role in (TrialRole.finalist, TrialRole.baseline_final)]
+        begun = [t for t in trials if t.role in (TrialRole.finalist, TrialRole.baseline_final) and t.reboots is None]
         return [Work(role, configs[key].config, configs[key].params) for role, key in plan[len(begun):]]
 
     def _next_revalidation(self) -> str | None:
