@@ -24,6 +24,10 @@ AOT compilation from path ...", "Compiling model again due to a load failure fro
 
 - `warm` when an entry it used already existed before it started (this config, or one with the
   same compile key, was compiled into this root earlier);
+- `stale` when such an entry existed but the engine could not load it and compiled again ("Compiling
+  model again due to a load failure from ..."; vLLM logs it only when the file exists: the 0.32 CPU
+  build's logs under tests/fixtures/logs show it for its AOT artifacts, "'function' object has no
+  attribute 'finalize_loading'");
 - `cold` when none did: the root was empty, or held only other configs' entries (their Triton and
   inductor kernels may still be reused by content hash; `root_empty_before` tells the two apart);
 - `unknown` when the log names no entry (no torch.compile: `enforce-eager`, another engine) and the
@@ -47,7 +51,7 @@ _COMPILE_DIR = "torch_compile_cache"
 # An entry of vLLM's compile cache: torch_compile_cache/<hash> or torch_compile_cache/torch_aot_compile/<hash>
 _ENTRY = re.compile(r"torch_compile_cache/(?:(torch_aot_compile)/)?([0-9a-f]{8,64})(?:/|$)")
 
-CacheState = Literal["cold", "warm", "unknown"]
+CacheState = Literal["cold", "warm", "stale", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -118,10 +122,11 @@ class CacheRecord(BaseModel):
     replaces_trial: int | None = None     # the seq of the excluded boot this one was booted for
 
 
-def compile_entries(facts: BootFacts) -> list[str]:
-    """The compile-cache entries (`<hash>`, `torch_aot_compile/<hash>`) a boot log names."""
+def compile_entries(facts: BootFacts, *, failed: bool = False) -> list[str]:
+    """The compile-cache entries (`<hash>`, `torch_aot_compile/<hash>`) a boot log names (`failed`:
+    those it could not load)."""
     out: list[str] = []
-    for path in facts.compile_cache_paths:
+    for path in facts.compile_cache_load_failed if failed else facts.compile_cache_paths:
         m = _ENTRY.search(path)
         if m:
             entry = f"{m[1]}/{m[2]}" if m[1] else m[2]
@@ -135,8 +140,11 @@ def cache_record(dirs: CacheDirs, before: CacheSnapshot, facts: BootFacts, *, wi
     """The record of a boot that started with `before` in `dirs` and logged `facts`."""
     used = compile_entries(facts)
     present = [e for e in used if e in before.entries]
+    failed = set(compile_entries(facts, failed=True))
     state: CacheState
-    if present:
+    if present and all(e in failed for e in present):
+        state = "stale"
+    elif present:
         state = "warm"
     elif used or before.files == 0:
         state = "cold"

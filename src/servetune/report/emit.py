@@ -219,7 +219,10 @@ def write_snippets(dep: Deployment, out_dir: Path) -> dict[str, Path]:
         "config": out_dir / "config.json",
     }
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(dep.env.items()))
-    script = "#!/bin/sh\n" + require_secrets(dep) + exports + "exec " + shlex.join(serve_argv(dep)) + "\n"
+    # One comment line: the version comes from a log line, but a line break in it must not end the comment.
+    measured = (f"# Measured with vLLM {' '.join(parse_build(dep.vllm_version).describe().split())}\n"
+                if dep.vllm_version else "")
+    script = "#!/bin/sh\n" + measured + require_secrets(dep) + exports + "exec " + shlex.join(serve_argv(dep)) + "\n"
     paths["command"].write_text(script)
     paths["compose"].write_text(s.compose)
     paths["kubernetes"].write_text(s.kubernetes)
