@@ -92,13 +92,14 @@ class TrialExecutor:
         return slot
 
     @classmethod
-    def for_study(cls, engine: Engine, spec: StudySpec, store: StudyStore, out_dir: Path) -> TrialExecutor:
+    def for_study(cls, engine: Engine, spec: StudySpec, store: StudyStore, out_dir: Path, *,
+                  cache_dir: str = "cache") -> TrialExecutor:
         """The executor of a study file's engine section: its model's tokenizer when the model
         directory has one (else the server's /tokenize), its port and served model name, and its
-        cache root (`engine.cache_root`, else `cache/` in the study directory)."""
+        cache root (`engine.cache_root`, else `cache_dir` in the study directory)."""
         model_dir = Path(spec.engine.model)
         served_name = spec.engine.served_model_name
-        cache_root = Path(spec.engine.cache_root).expanduser() if spec.engine.cache_root else out_dir / "cache"
+        cache_root = Path(spec.engine.cache_root).expanduser() if spec.engine.cache_root else out_dir / cache_dir
         return cls(engine, store, out_dir,
                    tokenizer_dir=model_dir if (model_dir / "tokenizer.json").is_file() else None,
                    port=spec.engine.port,
