@@ -11,7 +11,7 @@ from servetune.load.records import RunResult
 from servetune.stats.outliers import FLOOR, K, far_boots
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
-from servetune.tune import analysis, outliers
+from servetune.tune import analysis, outliers, phases
 from servetune.vocabulary import Outcome
 
 STUDY = """
@@ -61,9 +61,10 @@ def test_non_positive_values_are_not_judged() -> None:
     assert FLOOR > 0
 
 
-def _boot(store: StudyStore, spec, role: str, params: dict, value: float, *, reboot_of: int | None = None):
+def _boot(store: StudyStore, spec, role: str, params: dict, value: float, *, reboot_of: int | None = None,
+          slot: int = 0):
     cache = None if reboot_of is None else CacheRecord(wipe_before_boot=True, replaces_trial=reboot_of)
-    trial = store.begin_trial(TrialRole(role), spec.config_for(params), params, cache=cache)
+    trial = store.begin_trial(TrialRole(role), spec.config_for(params), params, cache=cache, slot=slot)
     for rep in (1, 2):
         store.record_run(trial.id, rep, RunResult(scenario="a", summary={"output_throughput": value}),
                          started_at=0, ended_at=1)
@@ -116,3 +117,22 @@ def test_an_excluded_boot_is_not_in_the_strategies_history(study) -> None:
     from servetune.store import Exclusion
     store.exclude_trial(base.id, Exclusion("far", 1.0, 1.0, 0.02, K))
     assert [v.trial.id for v in analysis.history(store, spec) if v.trial is not None] == []
+
+
+def test_the_reboot_waits_for_the_slot_whose_cache_it_wipes(study) -> None:
+    store, spec = study
+    _boot(store, spec, "baseline_check", {}, 99)
+    for value in (100, 101):   # the objective is a ratio to the baseline of the boot's own slot
+        _boot(store, spec, "baseline_check", {}, value, slot=1)
+    slow = _boot(store, spec, "baseline_check", {}, 10, slot=1)
+    notes: list[str] = []
+    state = phases.StudyState(store, spec, spec.baseline_config(), eta=lambda: None, note=notes.append)
+    both = phases.SlotsNow(live=2, running=0, live_ids=frozenset({0, 1}))
+    assert state.reboot(0, both) is None                  # found and excluded, but not slot 0's to boot
+    assert store.trial(slow.id).exclusion is not None and len(notes) == 1
+    work = state.reboot(1, both)
+    assert work is not None and (work.role, work.replaces) == (TrialRole.baseline_check, slow.seq)
+    # slot 1 gone: another slot boots it (on its own wiped cache)
+    only_zero = phases.SlotsNow(live=1, running=0, live_ids=frozenset({0}))
+    work = state.reboot(0, only_zero)
+    assert work is not None and work.replaces == slow.seq and len(notes) == 1   # excluded once

@@ -43,10 +43,12 @@ class Work:
 
 @dataclass(frozen=True)
 class SlotsNow:
-    """What a phase may know of the slots when asked: how many are live, how many run a trial."""
+    """What a phase may know of the slots when asked: how many are live, how many run a trial, and
+    which are live (empty: not told, as where a caller has one slot)."""
 
     live: int
     running: int
+    live_ids: frozenset[int] = frozenset()
 
 
 class Phase(Protocol):
@@ -65,8 +67,10 @@ class StudyState:
     eta: Callable[[], eta_seed.Eta]
     note: Callable[[str], None]
 
-    def reboot(self) -> Work | None:
-        """A far boot's re-boot on a wiped cache, before any other work (tune/outliers.py)."""
+    def reboot(self, slot: int, slots: SlotsNow) -> Work | None:
+        """A far boot's re-boot on a wiped cache, before any other work (tune/outliers.py). The far
+        boot is excluded as soon as it is found; its re-boot waits for the slot that measured it,
+        whose cache it wipes (another slot takes it only when that one is gone)."""
         found = outliers.next_reboot(self.store, self.spec)
         if found is None:
             return None
@@ -74,6 +78,8 @@ class StudyState:
         if found.exclusion is not None:
             self.store.exclude_trial(trial.id, found.exclusion)
             self.note(escape(outliers.describe(trial, found.exclusion)))
+        if trial.slot != slot and trial.slot in slots.live_ids:
+            return None
         return Work(trial.role, trial.config, trial.params, replaces=trial.seq)
 
 
@@ -91,7 +97,7 @@ class SearchPhase:
         store, spec, baseline = self.study.store, self.study.spec, self.study.baseline
         if not self._slot_has_baseline(slot):
             return Work(TrialRole.baseline, baseline)
-        reboot = self.study.reboot()
+        reboot = self.study.reboot(slot, slots)
         if reboot is not None:
             return reboot
         if self.over:
@@ -181,7 +187,7 @@ class FinalPhase:
         """The next boot of the round for `slot`. A finalist runs on the slot that has just booted
         the baseline for it, right after it: the comparison it is made for."""
         queued = self._queued.setdefault(slot, [])
-        if not queued and (reboot := self.study.reboot()) is not None:
+        if not queued and (reboot := self.study.reboot(slot, slots)) is not None:
             return reboot
         if not queued and self._left:
             queued.append(self._left.pop(0))

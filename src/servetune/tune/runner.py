@@ -207,7 +207,9 @@ class StudyRunner:
         resumed = self._pop_resume(slot)
         if resumed is not None:
             return resumed
-        return phase.next_work(slot, phases.SlotsNow(live=len(self._live_slots()), running=len(self._busy)))
+        live = self._live_slots()
+        return phase.next_work(slot, phases.SlotsNow(live=len(live), running=len(self._busy),
+                                                     live_ids=frozenset(p.slot for p in live)))
 
     def _start_trial(self, work: phases.Work, *, slot: int) -> None:
         self._pause_if_no_time()
