@@ -246,12 +246,14 @@ def scored_trials(trials: Sequence[Trial], spec: StudySpec) -> dict[int, tuple[l
 
 def boot_objectives(trials: Sequence[Trial], spec: StudySpec) -> dict[str, list[tuple[Trial, float]]]:
     """Per config, each finished boot's mean objective (ratio to the baseline), in trial order:
-    the values the outlier rule judges (tune/outliers.py). Excluded boots are left out."""
+    the values the outlier rule judges (tune/outliers.py). Excluded boots are left out, and so are
+    boots whose objective is a bound (a censored capacity): a bound is no value to be far from."""
     measured = [_measured(t) for t in trials]
     reference = _reference(measured, spec)
+    scored = Objective(spec).scored_scenarios
     out: dict[str, list[tuple[Trial, float]]] = defaultdict(list)
     for m in measured:
-        if m.trial.ok and m.trial.exclusion is None:
+        if m.trial.ok and m.trial.exclusion is None and not m.objective_censoring(scored):
             samples = objective_samples(m, spec, reference)
             if samples:
                 out[m.trial.config.key()].append((m.trial, float(np.mean(samples))))

@@ -5,8 +5,9 @@ booted candidates on that slot, else the strategy's next candidate (it sees the 
 elsewhere), until the trial or wall-clock budget or the strategy ends it. Re-validation after it:
 the finalist plan (each finalist beside a fresh baseline boot on the same slot) written to the
 store before its first boot, then, while the leading finalist is undecided, one more baseline and
-leader pair appended to it. Every answer is a function of the store's contents, so a resumed
-study plans what the killed one would have.
+leader pair appended to it. In both, a boot far from its config's other boots is excluded and its
+config booted again on a wiped cache before anything else (tune/outliers.py). Every answer is a
+function of the store's contents, so a resumed study plans what the killed one would have.
 
 A phase only plans: beginning the trial, a resumed trial first, and recording what it ends with
 are the runner's.
