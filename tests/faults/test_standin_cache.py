@@ -46,7 +46,7 @@ def test_a_boot_slowed_by_a_poisoned_cache_is_excluded_and_booted_again_on_a_wip
     assert poisoned.cache is not None and poisoned.cache.state == "warm"   # it found the entry the earlier boots made
     assert poisoned.exclusion is not None, [(t.seq, t.role, t.exclusion) for t in trials]
     assert [t.seq for t in trials if t.exclusion is not None] == [poisoned.seq]
-    reboot = next(t for t in trials if t.reboots == poisoned.seq)
+    reboot = next(t for t in trials if t.replaces == poisoned.seq)
     assert reboot.role is poisoned.role is TrialRole.baseline_check
     assert reboot.ok and reboot.cache is not None
     assert reboot.cache.wipe_before_boot and reboot.cache.state == "cold" and reboot.cache.root_empty_before

@@ -137,7 +137,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_rows(tmp_path):
     (trial,) = store.unfinished_trials()
     assert (trial.server_pid, trial.session_id, trial.launch_token) == (99, None, None)  # owner unknown
     assert (trial.slot, trial.placement) == (0, None)  # from before slots: the one slot there was
-    assert (trial.cache, trial.exclusion, trial.reboots) == (None, None, None)  # from before caches: unknown
+    assert (trial.cache, trial.exclusion, trial.replaces) == (None, None, None)  # from before caches: unknown
     (old_session,) = store.sessions()
     assert (old_session.last_seen, old_session.pid) == (5.0, None)
     session = store.begin_session(pid=7, host="h", pid_create_time=3.0)

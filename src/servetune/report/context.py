@@ -359,7 +359,7 @@ def _exclusions(trials: list[Trial], base: Config | None) -> list[ExclusionView]
     for t in trials:
         if t.exclusion is None:
             continue
-        reboot = next((r for r in trials if r.reboots == t.seq), None)
+        reboot = next((r for r in trials if r.replaces == t.seq), None)
         out.append(ExclusionView(
             seq=t.seq, role=t.role, label=t.config.label(base) if base is not None else t.config.label(),
             why=t.exclusion.why, reboot_seq=reboot.seq if reboot else None,

@@ -129,7 +129,7 @@ class Trial:
     exclusion: Exclusion | None = None  # set when the boot is kept out of the verdict
 
     @property
-    def reboots(self) -> int | None:
+    def replaces(self) -> int | None:
         """The seq of the excluded boot this trial was booted to replace (with a wiped cache), or None."""
         return self.cache.replaces_trial if self.cache is not None else None
 

@@ -33,7 +33,7 @@ class Reboot:
 def next_reboot(store: StudyStore, spec: StudySpec) -> Reboot | None:
     """An excluded boot still without its re-boot (a resumed study), else a newly found far boot."""
     trials = store.trials()
-    replaced = {t.reboots for t in trials if t.reboots is not None}
+    replaced = {t.replaces for t in trials if t.replaces is not None}
     pending = next((t for t in trials if t.exclusion is not None and t.seq not in replaced), None)
     if pending is not None:
         return Reboot(pending, None)
@@ -43,7 +43,7 @@ def next_reboot(store: StudyStore, spec: StudySpec) -> Reboot | None:
             continue
         for far in far_boots([value for _, value in boots]):
             trial = boots[far.index][0]
-            if trial.reboots is not None:
+            if trial.replaces is not None:
                 continue
             pct = 100.0 * (far.value / far.median - 1.0)
             why = (f"its objective is {pct:+.0f} % from the median of the config's {len(boots)} boots, "

@@ -103,7 +103,7 @@ class SearchPhase:
             return reboot
         if self.over:
             return None
-        candidates = [t for t in store.trials(TrialRole.candidate) if known.was_booted(t) and t.reboots is None]
+        candidates = [t for t in store.trials(TrialRole.candidate) if known.was_booted(t) and t.replaces is None]
         if spec.budget.trials is not None and len(candidates) >= spec.budget.trials:
             self._end(f"trial budget reached ({spec.budget.trials} candidates)")
             return None
@@ -153,7 +153,7 @@ class SearchPhase:
                 continue
             if trial.role.is_baseline:
                 break
-            if trial.role is TrialRole.candidate and known.was_booted(trial) and trial.reboots is None:
+            if trial.role is TrialRole.candidate and known.was_booted(trial) and trial.replaces is None:
                 count += 1
         return count
 
@@ -221,7 +221,7 @@ class FinalPhase:
         """The plan's boots after those already begun (validation trials are begun in plan order)."""
         trials = self.study.store.trials()
         configs = {t.config.key(): t for t in trials}
-        begun = [t for t in trials if t.role in (TrialRole.finalist, TrialRole.baseline_final) and t.reboots is None]
+        begun = [t for t in trials if t.role in (TrialRole.finalist, TrialRole.baseline_final) and t.replaces is None]
         return [Work(role, configs[key].config, configs[key].params) for role, key in plan[len(begun):]]
 
     def _next_revalidation(self) -> str | None:

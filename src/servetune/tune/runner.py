@@ -233,7 +233,7 @@ class StudyRunner:
         self._update_overview()
         label = self._label(trial.config)
         # A re-boot on a wiped cache is the measured config again on purpose: never "already known".
-        is_candidate = trial.role is TrialRole.candidate and trial.reboots is None
+        is_candidate = trial.role is TrialRole.candidate and trial.replaces is None
         defaults = self.defaults or EngineDefaults()
         decided = (known.before_boot(self.store, trial.config, self.baseline_config, defaults, excluding=trial.id)
                    if is_candidate else None)

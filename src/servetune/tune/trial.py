@@ -149,7 +149,7 @@ class TrialExecutor:
             mismatches=started.mismatches,
             log_path=stored_log,
             cache=None if cache is None or before is None else cache_record(
-                cache, before, started.boot_facts, wiped=wipe, replaces_trial=trial.reboots),
+                cache, before, started.boot_facts, wiped=wipe, replaces_trial=trial.replaces),
         )
         if started.outcome != Outcome.ok or started.server is None:
             fits = fits_of(trial, started.estimated_max_model_len) \
