@@ -46,7 +46,7 @@ class CountingEngine:
         self._lock = threading.Lock()  # slots start and stop from their own threads
 
     def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
-              launch_token: str | None = None, placement=None) -> StartResult:
+              launch_token: str | None = None, placement=None, cache=None) -> StartResult:
         with self._lock:
             self.started.append(config)
             self.placements.append(placement)

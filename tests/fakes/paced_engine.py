@@ -61,7 +61,7 @@ class PacedEngine(CountingEngine):
         self.rng = np.random.default_rng(seed)
 
     def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
-              launch_token: str | None = None, placement=None) -> StartResult:
+              launch_token: str | None = None, placement=None, cache=None) -> StartResult:
         factor = self.slowdown(config) * math.exp(self.boot_sd * float(self.rng.standard_normal()))
         self.fake.itl_ns = int(self.itl_ms * factor * 1e6)
         return super().start(config, log_path, port, on_spawn, launch_token, placement)

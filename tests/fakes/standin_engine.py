@@ -12,6 +12,12 @@ streaming of tests/fakes/fake_stream_server.py), /metrics, /reset_prefix_cache, 
 /detokenize. With `--api-key K` (or VLLM_API_KEY) the /v1 routes answer 401 without
 `Authorization: Bearer K`, as vLLM's do. It boots in a fraction of a second.
 
+Like vLLM, it keeps a compile-cache entry per config under `$VLLM_CACHE_ROOT/torch_compile_cache/`
+(keyed by a hash of its flags) and logs which one it used and whether it loaded it; `--fault
+poison-cache` (with `--fault-state FILE`, where it counts each config's boots) has a config's boot
+K+1 (`--fault-after K`) leave a marker in that entry: every boot that finds the marker boots slowly
+and serves 20x slower, as a poisoned compile cache does, until the entry is wiped.
+
 A study sweeps faults as an ordinary flag (`space: {fault: [stall, none]}`); `--fault-after K`,
 `--fault-delay-ms MS` and `--fault-endpoint PATH` tune them. See FAULTS for the names; `--fault a,b` switches on two.
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -58,7 +65,13 @@ FAULTS = {
     "slow-chunks": "wait --fault-delay-ms before every chunk of a stream",
     "partial-json": "write every SSE event in two pieces, cut inside its JSON",
     "garbled-json": "send a chunk whose JSON is broken in every stream",
+    "poison-cache": "the config's boot K+1 (--fault-after K; --fault-state FILE counts) marks its compile-cache "
+                    "entry; a boot that finds the mark boots slowly and serves 20x slower",
 }
+POISON_MARK = "poisoned"
+POISON_SLOWDOWN = 20.0
+# Flags that are not part of a config's compile key (as vLLM's hash leaves out host and port)
+_NOT_COMPILED = frozenset({"host", "port", "fault", "fault_after", "fault_state", "fault_delay_ms", "fault_endpoint"})
 VERSION = "0.32.0"
 BYTES_PER_KV_TOKEN = 1024  # the stand-in's KV cache size follows --kv-cache-memory-bytes
 DEFAULT_MAX_MODEL_LEN = 2048
@@ -156,11 +169,45 @@ class BootLog:
         self.line("EngineCore", "INFO", "core.py:402", "init engine (profile, create kv cache, warmup model) took 0.01 s")
 
 
+def compile_cache(log: BootLog, flags: dict[str, Any], args: argparse.Namespace) -> bool:
+    """vLLM's compile-cache lines for this config's entry under $VLLM_CACHE_ROOT (none without it);
+    True when the entry holds the poison mark (see FAULTS)."""
+    root = os.environ.get("VLLM_CACHE_ROOT")
+    if not root:
+        return False
+    key = hashlib.sha256(json.dumps({k: v for k, v in flags.items() if k not in _NOT_COMPILED},
+                                    sort_keys=True, default=str).encode()).hexdigest()[:10]
+    entry = Path(root) / "torch_compile_cache" / key / "rank_0_0" / "backbone"
+    warm = (entry / "vllm_compile_cache.py").is_file()
+    log.line("EngineCore", "INFO", "backends.py:1105", f"Using cache directory: {entry} for vLLM's torch.compile")
+    entry.mkdir(parents=True, exist_ok=True)
+    if "poison-cache" in args.fault and args.fault_state:
+        state = Path(args.fault_state)
+        counts = json.loads(state.read_text()) if state.is_file() else {}
+        counts[key] = counts.get(key, 0) + 1
+        state.write_text(json.dumps(counts))
+        if counts[key] == args.fault_after + 1:
+            (entry / POISON_MARK).write_text("written by a boot with a polluted environment\n")
+    poisoned = (entry / POISON_MARK).is_file()
+    if warm:
+        log.line("EngineCore", "INFO", "backends.py:296",
+                 "[backbone] Directly load the compiled graph(s) for compile range (1, 2048) from the cache, took 0.01 s")
+    else:
+        (entry / "vllm_compile_cache.py").write_text("{}\n")
+    compile_s = 0.02 if warm else 0.2
+    if poisoned:
+        time.sleep(1.0)   # a slow boot
+        compile_s += 1.0
+    log.line("EngineCore", "INFO", "monitor.py:53", f"torch.compile took {compile_s:.2f} s in total")
+    return poisoned
+
+
 class StandinServer(FakeServer):
     """The fake streaming server with counters, vLLM's extra endpoints and stream faults."""
 
-    def __init__(self, args: argparse.Namespace, model: str, kv_tokens: int) -> None:
-        super().__init__(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens_per_chunk=1, log=False, model=model)
+    def __init__(self, args: argparse.Namespace, model: str, kv_tokens: int, slowdown: float = 1.0) -> None:
+        super().__init__(ttft_ms=args.ttft_ms * slowdown, itl_ms=args.itl_ms * slowdown, tokens_per_chunk=1, log=False,
+                         model=model)
         self.args = args
         self.completions = 0   # its own count: FakeServer.requests counts the same requests for /fake/seen
         self.tokens_out = 0
@@ -315,6 +362,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--itl-ms", type=float, default=1.0, help="one token every this long after the first")
     p.add_argument("--slow-ttft-every", type=int, default=0, help="every K-th completion request is slow (0: none)")
     p.add_argument("--slow-ttft-ms", type=float, default=0.0, help="the slow requests' first token after this long")
+    p.add_argument("--fault-state", default=None, help="poison-cache: the file where each config's boots are counted")
     args, rest = p.parse_known_args(argv)
     args.fault = [name for text in args.fault for name in text.split(",") if name]
     unknown = sorted(set(args.fault) - set(FAULTS))
@@ -340,6 +388,7 @@ def main(argv: list[str]) -> None:
         print(OOM_TEXT, flush=True)
         sys.exit(1)
     log.engine(model, flags)
+    poisoned = compile_cache(log, flags, args)
     if "hang-before-health" in args.fault:
         time.sleep(10 * 24 * 3600)
     if "ignore-sigterm" in args.fault:
@@ -349,7 +398,8 @@ def main(argv: list[str]) -> None:
         double_fork_holding(sock)
     spawn_children(args.fault)
     kv_tokens = int(flags.get("kv_cache_memory_bytes", 1 << 30)) // BYTES_PER_KV_TOKEN
-    server = StandinServer(args, args.served_model_name or model, kv_tokens)
+    server = StandinServer(args, args.served_model_name or model, kv_tokens,
+                           slowdown=POISON_SLOWDOWN if poisoned else 1.0)
     app = web.Application(middlewares=[error_middleware(args, args.api_key or os.environ.get("VLLM_API_KEY"))])
     app.add_routes(server.routes())
     log.line("APIServer", "INFO", "entry.py:140", f"Starting vLLM server on http://{args.host}:{args.port}")

@@ -68,9 +68,9 @@ class SlotsEngine(CountingEngine):
         self.urls = urls
 
     def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
-              launch_token: str | None = None, placement=None):
+              launch_token: str | None = None, placement=None, cache=None):
         self.url = self.urls[int(config.flags["max-num-seqs"])]
-        return super().start(config, log_path, port, on_spawn, launch_token, placement)
+        return super().start(config, log_path, port, on_spawn, launch_token, placement, cache)
 
 
 @contextmanager

@@ -142,7 +142,7 @@ class FakeVllm(VllmEngine):
     """VllmEngine (its start, stop, diagnose and client_api_key) booting the fake server: the
     Config's flags become the fake's fault options, its environment is what vLLM would get."""
 
-    def build_command(self, config: Config, port: int) -> list[str]:
+    def build_command(self, config: Config, port: int, cache: object = None) -> list[str]:
         return [sys.executable, str(SCRIPT), "--port", str(port), "--ttft-ms", "0", "--itl-ms", "0",
                 *render_flags(config.flags)]
 

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from servetune.engine.config import Config, render_flags
+from servetune.engine.provenance import parse_inspect
 from servetune.errors import ServetuneError
-from servetune.report.emit import Deployment, compose_yaml, k8s_yaml, serve_command, write_snippets
+from servetune.report.emit import IMAGE_PLACEHOLDER, Deployment, compose_yaml, k8s_yaml, serve_command, write_snippets
 
 CONFIG = Config.of(
     {"max-num-batched-tokens": 16384, "async-scheduling": False, "enable-prefix-caching": True,
@@ -45,7 +46,7 @@ def test_k8s_args_equal_render_flags() -> None:
     container = yaml.safe_load(k8s_yaml(dep))["containers"][0]
     assert container["args"] == ["Qwen/Qwen3-8B", *render_flags(EXPECTED_FLAGS)]
     assert container["env"] == [{"name": "NOTE", "value": "two words; $HOME"}, {"name": "VLLM_USE_V1", "value": "1"}]
-    assert container["image"] == "vllm/vllm-openai:latest"
+    assert container["image"] == IMAGE_PLACEHOLDER   # no version known: no tag guessed
 
 
 def test_local_model_directory_is_mounted(tmp_path) -> None:
@@ -123,3 +124,34 @@ def test_secrets_are_emitted_by_name_and_a_secret_flag_becomes_its_variable(tmp_
 def test_a_hostile_variable_name_cannot_be_emitted(env, secrets) -> None:
     with pytest.raises(ServetuneError, match="is not an environment variable name"):
         Deployment(model="m", flags={}, env=env, secret_env=secrets)
+
+
+def test_a_development_build_gets_no_derived_tag() -> None:
+    dep = Deployment.of(CONFIG, ENGINE, "0.19.1rc1.dev231+g9dd5ee011")
+    compose, k8s = compose_yaml(dep), k8s_yaml(dep)
+    assert yaml.safe_load(compose)["services"]["vllm"]["image"] == IMAGE_PLACEHOLDER
+    assert yaml.safe_load(k8s)["containers"][0]["image"] == IMAGE_PLACEHOLDER
+    for text in (compose, k8s):
+        assert "0.19.1rc1" not in text.replace(dep.image_note(), "")   # only the comment names the version
+        assert "development build" in text and "commit 9dd5ee011" in text
+
+
+def test_the_measured_image_is_emitted_pinned_by_its_digest() -> None:
+    image = parse_inspect("vllm/vllm-openai:nightly", 'sha256:aa ["vllm/vllm-openai@sha256:44"]')
+    dep = Deployment.of(CONFIG, ENGINE, "0.19.1rc1.dev231+g9dd5ee011", image)
+    assert yaml.safe_load(compose_yaml(dep))["services"]["vllm"]["image"] == "vllm/vllm-openai@sha256:44"
+    assert yaml.safe_load(k8s_yaml(dep))["containers"][0]["image"] == "vllm/vllm-openai@sha256:44"
+    assert "pinned by its registry digest" in compose_yaml(dep)
+
+
+def test_a_measured_image_without_a_digest_is_named_and_the_snippet_says_so() -> None:
+    dep = Deployment.of(CONFIG, ENGINE, "0.32.0", parse_inspect("mine:local", "sha256:bb []"))
+    assert yaml.safe_load(compose_yaml(dep))["services"]["vllm"]["image"] == "mine:local"
+    assert "no registry digest" in compose_yaml(dep)
+
+
+def test_serve_sh_names_the_build_measured(tmp_path) -> None:
+    paths = write_snippets(Deployment.of(CONFIG, ENGINE, "0.32.1.dev12+g1234abc"), tmp_path / "winner")
+    script = paths["command"].read_text().splitlines()
+    assert script[1].startswith("# Measured with vLLM 0.32.1.dev12+g1234abc (development build")
+    assert "commit 1234abc" in script[1]

@@ -137,6 +137,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_rows(tmp_path):
     (trial,) = store.unfinished_trials()
     assert (trial.server_pid, trial.session_id, trial.launch_token) == (99, None, None)  # owner unknown
     assert (trial.slot, trial.placement) == (0, None)  # from before slots: the one slot there was
+    assert (trial.cache, trial.exclusion, trial.replaces) == (None, None, None)  # from before caches: unknown
     (old_session,) = store.sessions()
     assert (old_session.last_seen, old_session.pid) == (5.0, None)
     session = store.begin_session(pid=7, host="h", pid_create_time=3.0)
@@ -153,6 +154,7 @@ def test_the_published_h200_study_still_opens(tmp_path):
     assert store.get_meta("schema_version") == str(SCHEMA_VERSION)
     trials = store.trials()
     assert len(trials) >= 9 and all(t.session_id is None for t in trials)
+    assert all(t.cache is None and t.exclusion is None for t in trials)
     assert store.runs() and store.sessions()
 
 

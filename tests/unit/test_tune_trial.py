@@ -22,7 +22,7 @@ class LeakyEngine:
         self.token_stored_before_start: str | None = None
 
     def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
-              launch_token: str | None = None, placement=None) -> StartResult:
+              launch_token: str | None = None, placement=None, cache=None) -> StartResult:
         self.token_stored_before_start = self.store.trial(1).launch_token
         assert self.token_stored_before_start == launch_token
         server = Server(url=self.url, port=int(self.url.rsplit(":", 1)[1]), pid=1, pgid=1, create_time=0.0,
@@ -57,7 +57,7 @@ class TooLongEngine:
         self.estimate = estimate
 
     def start(self, config: Config, log_path: Path, port: int | None = None, on_spawn=None,
-              launch_token: str | None = None, placement=None) -> StartResult:
+              launch_token: str | None = None, placement=None, cache=None) -> StartResult:
         return StartResult(outcome=Outcome.context_too_long, detail="max model length does not fit in the KV cache",
                            estimated_max_model_len=self.estimate)
 

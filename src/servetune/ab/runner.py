@@ -66,8 +66,9 @@ class AbRunner:
         for engine in self.engines.values():
             engine.check_secrets()  # a missing secret stops here, before any boot
         self.store.redact = lambda text: self.engines["B"].redact(self.engines["A"].redact(text))
+        # Each side its own caches (cache-A/, cache-B/): one engine's compiled kernels never reach the other's boots.
         self.executors = {side: AbTrialExecutor.for_study(self.engines[side], spec.side(side), self.store,
-                                                          self.out_dir) for side in SIDES}
+                                                          self.out_dir, cache_dir=f"cache-{side}") for side in SIDES}
 
     def run(self) -> AbAnalysis:
         with self.session.running(), self.display:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..vocabulary import MetricNames, Outcome
 from .applied import AppliedMismatch
 from .bootfacts import BootFacts
+from .cache import CacheDirs
 from .classify import Failure
 from .config import Config
 from .defaults import EngineDefaults
@@ -56,7 +57,7 @@ class Engine(Protocol):
 
     def start(self, config: Config, log_path: Path | None = None, port: int | None = None,
               on_spawn: Callable[[Server], None] | None = None, launch_token: str | None = None,
-              placement: Placement | None = None) -> StartResult: ...
+              placement: Placement | None = None, cache: CacheDirs | None = None) -> StartResult: ...
 
     def stop(self, server: Server) -> StopReport: ...
 

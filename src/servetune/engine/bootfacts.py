@@ -34,7 +34,7 @@ _KV_MEMORY = re.compile(
 )
 _MODEL_LOAD = re.compile(r"Model loading took (?P<g>[\d.]+) GiB(?: memory)? and (?P<s>[\d.]+) seconds")
 _MODEL_INIT = re.compile(r"Initializing model took (?P<s>[\d.]+) seconds")  # CPU: no GiB figure
-_COMPILE = re.compile(r"torch\.compile took (?P<s>[\d.]+) s in total")
+_COMPILE = re.compile(r"torch\.compile (?:and initial profiling/warmup run together )?took (?P<s>[\d.]+) s in total")
 _GRAPHS = re.compile(r"Graph capturing finished in (?P<s>[\d.]+) secs?, took (?P<g>-?[\d.]+) GiB")
 _ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<s>[\d.]+) s")
 _ASYNC = re.compile(r"Asynchronous scheduling is (?P<state>enabled|disabled)")
@@ -68,6 +68,10 @@ _MOE_BACKEND = re.compile(r"Using (?P<b>\S+) MoE backend\b")  # "Using TritonExp
 # "Using FlashInfer for top-p & top-k sampling." / "... Falling back to the PyTorch-native
 # implementation of top-p & top-k sampling." / "FlashInfer top-p/top-k sampling unavailable: ..."
 _SAMPLER = re.compile(r"top-p (?:&|/) top-k sampling|top-p/top-k sampling")
+# Where torch.compile's artifacts of this boot live (vLLM's compile cache, engine/cache.py)
+_COMPILE_CACHE = re.compile(r"(?:Using cache directory: |saved AOT compiled function to |Directly load AOT compilation "
+                            r"from path |Compiling model again due to a load failure from )(?P<path>\S+?)(?:,|\s|$)")
+_COMPILE_LOAD_FAILED = re.compile(r"Compiling model again due to a load failure from (?P<path>\S+?)(?:,|\s|$)")
 
 
 class BootFacts(BaseModel):
@@ -112,6 +116,8 @@ class BootFacts(BaseModel):
     warnings: list[str] = Field(default_factory=list)  # every distinct WARNING message
     evidence: dict[str, str] = Field(default_factory=dict)  # fact name -> the log line it came from
     startup_seconds: float | None = None  # measured by the launcher: launch -> /health 200
+    compile_cache_paths: list[str] = Field(default_factory=list)  # compile-cache directories the log names
+    compile_cache_load_failed: list[str] = Field(default_factory=list)  # of those, the ones it could not load
 
 
 def parse_boot_facts(text: str) -> BootFacts:
@@ -222,6 +228,11 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
     if _SAMPLER.search(msg):
         f.sampler = msg.strip()
         found("sampler")
+    if (m := _COMPILE_CACHE.search(msg)) and m["path"] not in f.compile_cache_paths:
+        f.compile_cache_paths.append(m["path"])
+        found("compile_cache_paths")
+    if (m := _COMPILE_LOAD_FAILED.search(msg)) and m["path"] not in f.compile_cache_load_failed:
+        f.compile_cache_load_failed.append(m["path"])
     if _DEFAULT_MOE.search(msg) and not f.default_moe_config:
         f.default_moe_config = True
         found("default_moe_config")

@@ -16,6 +16,7 @@ from .applied import check_applied
 from .base import StartResult
 from .boot_progress import BootProgress
 from .bootfacts import BootFacts, parse_boot_facts
+from .cache import CACHE_ENV, CacheDirs
 from .classify import Failure, classify_failure, tail
 from .config import Config, normalize_flag_name, render_flags
 from .cpu_layout import pin_engine_core
@@ -105,10 +106,10 @@ class VllmEngine:
     def is_docker(self) -> bool:
         return in_container(self.command)
 
-    def build_command(self, config: Config, port: int) -> list[str]:
+    def build_command(self, config: Config, port: int, cache: CacheDirs | None = None) -> list[str]:
         base = self.base_command()
         if self.is_docker():
-            base = _docker_prefix(base, config, [*self.secrets.names, *_secret_flag_env(config)])
+            base = _docker_prefix(base, config, [*self.secrets.names, *_secret_flag_env(config)], cache)
             model_args = ["--model", self.model]
         elif base and base[-1] == "serve":
             model_args = [self.model]
@@ -118,14 +119,17 @@ class VllmEngine:
                  if normalize_flag_name(k) not in _LAUNCHER_FLAGS and not _is_secret_flag(k, v)}
         return [*base, *model_args, *render_flags(flags), "--host", self.host, "--port", str(port)]
 
-    def environment(self, config: Config, placement: Placement | None = None) -> dict[str, str]:
+    def environment(self, config: Config, placement: Placement | None = None,
+                    cache: CacheDirs | None = None) -> dict[str, str]:
         """The whole environment the server gets: servetune's own, the launch's (dev mode for the
         tuner's servers, the slot's GPUs or CPU binding), the Config's variables, the study's
-        secrets, and a secret flag's value (`api-key`) as the variable vLLM reads instead
-        (VLLM_API_KEY). Raises ServetuneError naming a secret that is set nowhere."""
+        cache roots (the launcher's, as its port is: engine/cache.py), the study's secrets, and a
+        secret flag's value (`api-key`) as the variable vLLM reads instead (VLLM_API_KEY). Raises
+        ServetuneError naming a secret that is set nowhere."""
         dev = DEV_MODE_ENV if self.dev_mode else {}
         place = placement.env if placement is not None else {}
-        env = {**dev, **os.environ, **place, **config.env, **self.secrets.resolve(os.environ),
+        caches = cache.env() if cache is not None else {}
+        env = {**dev, **os.environ, **place, **config.env, **caches, **self.secrets.resolve(os.environ),
                **_secret_flag_env(config)}
         return {**env, **self._knob_report_env(config, env)}
 
@@ -166,30 +170,32 @@ class VllmEngine:
     # -- lifecycle -----------------------------------------------------------------------
     def start(self, config: Config, log_path: Path | None = None, port: int | None = None,
               on_spawn: Callable[[Server], None] | None = None, launch_token: str | None = None,
-              placement: Placement | None = None) -> StartResult:
+              placement: Placement | None = None, cache: CacheDirs | None = None) -> StartResult:
         """Start a server and wait until it is healthy. Never raises for a failed start.
 
         `on_spawn` sees the process before the (long) health wait, so a caller can record its
         pid: if the caller is killed while waiting, a later run can still find and stop it.
         `launch_token` (recorded by the caller before this call) marks the server's environment,
         which covers a kill before `on_spawn` (see launch.py). `placement` puts the server on a
-        slot's GPUs or CPUs (engine/placement.py).
-        A secret that is set nowhere is a ServetuneError, raised before anything starts. Log
+        slot's GPUs or CPUs (engine/placement.py); `cache` gives it the study's cache roots
+        (engine/cache.py). A secret that is set nowhere is a ServetuneError, raised before anything starts. Log
         text in the result (tail, details, boot facts) has the launch's secret values masked."""
         if port is not None and not port_is_free(port, self.host):
             return StartResult(outcome=Outcome.port_in_use, detail=f"port {port} on {self.host} is already in use")
         log_path = log_path or self.log_dir / f"vllm-{config.key()}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-        result = self._start_once(config, log_path, port or free_port(self.host), on_spawn, launch_token, placement)
+        result = self._start_once(config, log_path, port or free_port(self.host), on_spawn, launch_token, placement,
+                                  cache)
         if result.outcome is Outcome.port_in_use and port is None:
             # Another process took the free port between our probe and vLLM's bind: try once more.
-            result = self._start_once(config, log_path, free_port(self.host), on_spawn, launch_token, placement)
+            result = self._start_once(config, log_path, free_port(self.host), on_spawn, launch_token, placement,
+                                      cache)
         return result
 
     def _start_once(self, config: Config, log_path: Path, port: int,
                     on_spawn: Callable[[Server], None] | None, launch_token: str | None,
-                    placement: Placement | None) -> StartResult:
-        argv = self.build_command(config, port)
-        env = self.environment(config, placement)
+                    placement: Placement | None, cache: CacheDirs | None) -> StartResult:
+        argv = self.build_command(config, port, cache)
+        env = self.environment(config, placement, cache)
         self._redact = Redactor.for_environment(env, self.secrets.names)
         try:
             server = launch(argv, env, log_path, port, self.host, launch_token=launch_token,
@@ -276,17 +282,21 @@ def reset_prefix_cache(url: str, api_key: str | None) -> bool:
         return False
 
 
-def _docker_prefix(base: list[str], config: Config, secret_names: list[str]) -> list[str]:
+def _docker_prefix(base: list[str], config: Config, secret_names: list[str],
+                   cache: CacheDirs | None = None) -> list[str]:
     """`docker run [opts] IMAGE` -> with host networking (the server listens on loopback, where
-    servetune polls it) and the Config's env and the secrets forwarded by name (`-e NAME`: values
-    stay out of argv)."""
+    servetune polls it), the Config's env and the secrets forwarded by name (`-e NAME`: values
+    stay out of argv), and the study's cache root mounted at the same path, with its variables."""
     if "run" not in base:
         return base
     i = base.index("run") + 1
     extra: list[str] = []
     if not any(a == "--network" or a.startswith("--network=") or a == "--net" for a in base):
         extra.append("--network=host")
-    for name in dict.fromkeys([*config.env, *secret_names]):
+    if cache is not None:
+        extra += ["-v", f"{cache.root}:{cache.root}"]
+    names = [*config.env, *(CACHE_ENV if cache is not None else ()), *secret_names]
+    for name in dict.fromkeys(names):
         extra += ["-e", name]
     return [*base[:i], *extra, *base[i:]]
 

@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 
 from ..engine.bootfacts import BootFacts
+from ..engine.cache import CacheRecord
 from ..engine.config import Config
 from ..engine.knobs import KnobStatus
 from ..engine.placement import Placement
+from ..engine.provenance import ImageRef, parse_build
 from ..errors import ServetuneError
 from ..secrets import Redactor
 from ..server_evidence import Evidence
@@ -30,6 +32,7 @@ from ..study.representative import speculative_warnings
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
 from ..tune import bandwidth, known
 from ..tune.analysis_types import ConfigResult, Effect, Estimate, SloCheck, SloState, StudyAnalysis
+from ..tune.provenance import stored_images
 from ..tune.revalidation import next_look
 from ..tune.verdict_rule import revalidation_cap
 from ..vocabulary import Outcome
@@ -108,7 +111,30 @@ class TrialView:
     runs_ok: int
     runs_total: int
     slot: str = ""  # which slot measured it ("slot 1 (cpus 1)"); shown when the study had several
+    cache: str = "–"  # cold / warm / unknown, compile time, a wipe (engine/cache.py)
+    excluded: str = ""  # why the boot is kept out of the verdict (tune/outliers.py)
 
+
+@dataclass
+class ExclusionView:
+    """A boot kept out of the verdict, why, and the boot on a wiped cache that replaced it."""
+
+    seq: int
+    role: str
+    label: str
+    why: str
+    reboot_seq: int | None      # None: not booted yet (the study was stopped)
+    reboot_outcome: str = ""
+    reboot_cache: str = ""
+
+
+@dataclass
+class ProvenanceView:
+    """What was measured: the engine's version and build, its image, the cache roots."""
+
+    engines: list[str]          # each distinct version the boots logged, described (engine/provenance.py)
+    images: list[ImageRef]      # the docker images the study's starts found
+    cache_roots: list[str]      # the cache roots the boots got (a directory per slot)
 
 @dataclass
 class ParamEffectRow:
@@ -172,6 +198,8 @@ class ReportData:
     fidelity: list[FidelityRow] = field(default_factory=list)  # how faithfully each run sent its traffic
     prefill_sweep: list[SweepRow] = field(default_factory=list)  # per boot, each prompt size's TTFT or timeout
     slo_rows: list[SloRow] = field(default_factory=list)       # every SLO's interval and state per config
+    exclusions: list[ExclusionView] = field(default_factory=list)  # boots kept out of the verdict
+    provenance: ProvenanceView | None = None
 
 
 def fmt_value(value: Any) -> str:
@@ -374,7 +402,44 @@ def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> 
         kv_cache_tokens=facts.kv_cache_tokens, max_concurrency=facts.max_concurrency,
         startup_s=startup, vllm_version=facts.vllm_version, mismatches=mism,
         knobs=[f"{k.knob}={k.requested} {k.status.value}" for k in t.knobs], knob_notes=knob_notes,
-        runs_ok=len(t.ok_runs()), runs_total=len(t.runs), slot=_slot_label(t))
+        runs_ok=len(t.ok_runs()), runs_total=len(t.runs), slot=_slot_label(t), cache=cache_label(t.cache),
+        excluded=t.exclusion.why if t.exclusion is not None else "")
+
+
+def cache_label(cache: CacheRecord | None) -> str:
+    """`cold, compile 0.2 s, wiped for #7` and the like; "–" for a boot without a record."""
+    if cache is None or cache.state is None:
+        return "–"
+    parts: list[str] = [cache.state]
+    if cache.compile_seconds is not None:
+        parts.append(f"compile {cache.compile_seconds:.1f} s")
+    if cache.wipe_before_boot:
+        parts.append(f"wiped for #{cache.replaces_trial}" if cache.replaces_trial is not None else "wiped")
+    return ", ".join(parts)
+
+
+def _exclusions(trials: list[Trial], base: Config | None) -> list[ExclusionView]:
+    out = []
+    for t in trials:
+        if t.exclusion is None:
+            continue
+        reboot = next((r for r in trials if r.replaces == t.seq), None)
+        out.append(ExclusionView(
+            seq=t.seq, role=t.role, label=t.config.label(base) if base is not None else t.config.label(),
+            why=t.exclusion.why, reboot_seq=reboot.seq if reboot else None,
+            reboot_outcome=str(reboot.outcome or reboot.state) if reboot else "",
+            reboot_cache=cache_label(reboot.cache) if reboot else ""))
+    return out
+
+
+def _provenance(trials: list[Trial], store: StudyStore, engine_kind: str) -> ProvenanceView:
+    name = {"vllm": "vLLM"}.get(engine_kind, engine_kind)
+    versions = dict.fromkeys(t.boot_facts.vllm_version for t in trials
+                             if t.boot_facts is not None and t.boot_facts.vllm_version)
+    roots = dict.fromkeys(t.cache.root for t in trials if t.cache is not None and t.cache.root)
+    return ProvenanceView(engines=[f"{name} {parse_build(v).describe()}" for v in versions if v],
+                          images=stored_images(store),
+                          cache_roots=[r for r in roots if r])
 
 
 def _slot_label(t: Trial) -> str:
@@ -570,7 +635,8 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
             diff = [(k, fmt_value(a), fmt_value(b)) for k, (a, b) in subject.config.diff(base_cfg).items()]
         facts = next((trial_by_id[t].boot_facts for t in reversed(subject.trial_ids)
                       if t in trial_by_id and trial_by_id[t].boot_facts), None) or BootFacts()
-        dep = Deployment.of(subject.config, spec.get("engine"), facts.vllm_version)
+        images = stored_images(store)
+        dep = Deployment.of(subject.config, spec.get("engine"), facts.vllm_version, images[-1] if images else None)
 
     evidence: list[EvidenceRow] = []
     advice: list[Advice] = []
@@ -612,4 +678,5 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity,
         roofline=build_roofline(analysis, trial_by_id, spec, store.get_meta_json(bandwidth.META_KEY)),
         fidelity=fidelity_rows(trials, base_cfg), prefill_sweep=sweep_rows(trials, base_cfg),
-        slo_rows=_slo_rows(analysis))
+        slo_rows=_slo_rows(analysis), exclusions=_exclusions(trials, base_cfg),
+        provenance=_provenance(trials, store, str((spec.get("engine") or {}).get("kind") or "vllm")))

@@ -6,6 +6,11 @@ made sense for a local trial server (host, port, the model given as a flag). Sec
 by name only: `serve.sh` requires them from the caller's environment, compose lists the bare name
 (taken from the shell), Kubernetes reads a Secret. Everything written as shell is shlex-quoted,
 and variable names are checked, since a name is written unquoted (`export NAME=...`).
+
+The image is the one measured: a docker-run study's image, pinned by its registry digest when
+docker knows one; else a release's published image (`vllm/vllm-openai:vX.Y.Z`). A development
+build (`0.19.1rc1.dev231+g9dd5ee011`) has no published tag, so none is derived from its version:
+the image is a placeholder docker and Kubernetes refuse, and a comment says what to put there.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 import yaml
 
 from ..engine.config import Config, is_env_name, normalize_flag_name, render_flags
+from ..engine.provenance import ImageRef, parse_build
 from ..errors import ServetuneError
 from ..secrets import SECRET_FLAGS, flag_value_secret
 
@@ -26,6 +32,8 @@ from ..secrets import SECRET_FLAGS, flag_value_secret
 _LOCAL_ONLY_FLAGS = frozenset({"host", "port", "model"})
 CONTAINER_PORT = 8000
 DEFAULT_IMAGE = "vllm/vllm-openai"
+# Not a valid image reference (upper case): nothing is pulled in place of the image measured.
+IMAGE_PLACEHOLDER = "REPLACE-WITH-THE-MEASURED-IMAGE"
 K8S_SECRET = "servetune-secrets"  # the Kubernetes Secret the container's secret variables come from
 
 
@@ -38,6 +46,7 @@ class Deployment:
     env: dict[str, str]
     vllm_version: str | None = None
     secret_env: tuple[str, ...] = field(default=())  # names only: values never reach an emitted file
+    measured_image: ImageRef | None = None  # the docker image the study ran (tune/provenance.py)
 
     def __post_init__(self) -> None:
         bad = [n for n in [*self.env, *self.secret_env] if not is_env_name(n)]
@@ -45,7 +54,8 @@ class Deployment:
             raise ServetuneError(f"cannot emit the config: {bad[0]!r} is not an environment variable name")
 
     @classmethod
-    def of(cls, config: Config, engine: dict[str, Any] | None = None, vllm_version: str | None = None) -> Deployment:
+    def of(cls, config: Config, engine: dict[str, Any] | None = None, vllm_version: str | None = None,
+           measured_image: ImageRef | None = None) -> Deployment:
         """`config` as a trial launched it (study args with the parameters laid over), `engine` the
         study spec's engine section (for the model and the secrets' names). A secret flag
         (`api-key`) becomes its variable's name (VLLM_API_KEY), its value is dropped."""
@@ -61,7 +71,7 @@ class Deployment:
         model = str(engine.get("model") or config.flags.get("model") or "MODEL")
         env = {k: v for k, v in config.env.items() if k not in secrets}
         return cls(model=model, flags=flags, env=env, vllm_version=vllm_version,
-                   secret_env=tuple(dict.fromkeys(secrets)))
+                   secret_env=tuple(dict.fromkeys(secrets)), measured_image=measured_image)
 
     @property
     def args(self) -> list[str]:
@@ -70,10 +80,35 @@ class Deployment:
 
     @property
     def image(self) -> str:
+        """The image measured (pinned when docker knows its digest), a release's, or the placeholder."""
+        if self.measured_image is not None:
+            return self.measured_image.pinned or self.measured_image.reference
         if not self.vllm_version:
-            return f"{DEFAULT_IMAGE}:latest"
-        # A CPU or dev build's local version suffix (+cpu) names no published image tag.
-        return f"{DEFAULT_IMAGE}:v{self.vllm_version.split('+')[0]}"
+            return IMAGE_PLACEHOLDER
+        build = parse_build(self.vllm_version)
+        if build.is_dev or not build.release:
+            return IMAGE_PLACEHOLDER
+        # A release's local label (+cpu) names no tag of its own: the release's image is the nearest.
+        return f"{DEFAULT_IMAGE}:v{build.release}"
+
+    def image_note(self) -> str:
+        """Comment lines (`# ...`) that say where the image comes from."""
+        image = self.measured_image
+        if image is not None:
+            if image.pinned:
+                return f"# The image measured: {image.reference} ({image.id}), pinned by its registry digest.\n"
+            return (f"# The image measured: {image.reference} ({image.id or 'id unknown'}); docker knows no "
+                    "registry digest of it here: push it and pin it by digest (image: NAME@sha256:...).\n")
+        if not self.vllm_version:
+            return (f"# The engine's version is unknown: replace {IMAGE_PLACEHOLDER} with the image that was "
+                    "measured, pinned by digest.\n")
+        build = parse_build(self.vllm_version)
+        if self.image == IMAGE_PLACEHOLDER:
+            return (f"# Measured: vLLM {build.describe()}. No published image tag names this build, "
+                    f"so none is derived from its version: replace {IMAGE_PLACEHOLDER} with the image that was "
+                    "measured, pinned by digest (image: NAME@sha256:...).\n")
+        return (f"# Measured: vLLM {build.describe()} outside docker; {self.image} is that release's published "
+                "image (pin it by digest for a deployment that cannot move).\n")
 
 
 def serve_argv(dep: Deployment) -> list[str]:
@@ -124,7 +159,8 @@ def compose_service(dep: Deployment, service: str = "vllm") -> dict[str, Any]:
 
 
 def compose_yaml(dep: Deployment, service: str = "vllm") -> str:
-    return yaml.safe_dump(compose_service(dep, service), sort_keys=False, default_flow_style=False, width=1000)
+    return dep.image_note() + yaml.safe_dump(compose_service(dep, service), sort_keys=False,
+                                             default_flow_style=False, width=1000)
 
 
 def k8s_container(dep: Deployment, name: str = "vllm") -> dict[str, Any]:
@@ -152,7 +188,8 @@ def k8s_secret_key(name: str) -> str:
 def k8s_yaml(dep: Deployment, name: str = "vllm") -> str:
     """A `containers:` entry to paste into a Deployment's pod template (after a comment saying
     which Secret to create, when the container needs one)."""
-    text = yaml.safe_dump({"containers": [k8s_container(dep, name)]}, sort_keys=False, width=1000)
+    text = dep.image_note() + yaml.safe_dump({"containers": [k8s_container(dep, name)]}, sort_keys=False,
+                                             width=1000)
     if not dep.secret_env:
         return text
     literals = " ".join(f"--from-literal={k8s_secret_key(n)}=..." for n in dep.secret_env)
@@ -182,7 +219,10 @@ def write_snippets(dep: Deployment, out_dir: Path) -> dict[str, Path]:
         "config": out_dir / "config.json",
     }
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(dep.env.items()))
-    script = "#!/bin/sh\n" + require_secrets(dep) + exports + "exec " + shlex.join(serve_argv(dep)) + "\n"
+    # One comment line: the version comes from a log line, but a line break in it must not end the comment.
+    measured = (f"# Measured with vLLM {' '.join(parse_build(dep.vllm_version).describe().split())}\n"
+                if dep.vllm_version else "")
+    script = "#!/bin/sh\n" + measured + require_secrets(dep) + exports + "exec " + shlex.join(serve_argv(dep)) + "\n"
     paths["command"].write_text(script)
     paths["compose"].write_text(s.compose)
     paths["kubernetes"].write_text(s.kubernetes)

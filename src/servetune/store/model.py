@@ -14,6 +14,7 @@ from typing import Any
 
 from ..engine.applied import AppliedMismatch
 from ..engine.bootfacts import BootFacts
+from ..engine.cache import CacheRecord
 from ..engine.config import Config
 from ..engine.knobs import KnobEvidence
 from ..engine.placement import Placement
@@ -78,6 +79,25 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Exclusion:
+    """Why a boot is kept out of the verdict: its measurement far from its config's other boots
+    (tune/outliers.py). The config is booted once more with a wiped cache in its place."""
+
+    why: str                 # one line for the report
+    value: float             # the boot's mean objective (ratio to the baseline)
+    median: float            # the median of the config's boots it was judged against
+    scale: float             # the robust spread used (log scale)
+    k: float                 # how many spreads away counts as far
+
+    def to_json(self) -> dict[str, Any]:
+        return {"why": self.why, "value": self.value, "median": self.median, "scale": self.scale, "k": self.k}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Exclusion:
+        return cls(str(doc["why"]), float(doc["value"]), float(doc["median"]), float(doc["scale"]), float(doc["k"]))
+
+
+@dataclass(frozen=True)
 class Trial:
     """One server boot: what was asked (role, config, params), what the boot showed, what was measured."""
 
@@ -107,6 +127,13 @@ class Trial:
     earlier_boots: int = 0           # healthy boots before the current one (reopened after a kill)
     earlier_boot_s: float = 0.0      # their launch-to-healthy seconds (a store from before: 0, unknown)
     knobs: tuple[KnobEvidence, ...] = ()  # each env knob of the boot (a store from before: none checked)
+    cache: CacheRecord | None = None  # its cache root and state (None: a store from before caches were kept)
+    exclusion: Exclusion | None = None  # set when the boot is kept out of the verdict
+
+    @property
+    def replaces(self) -> int | None:
+        """The seq of the excluded boot this trial was booted to replace (with a wiped cache), or None."""
+        return self.cache.replaces_trial if self.cache is not None else None
 
     @property
     def status(self) -> str:

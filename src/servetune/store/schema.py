@@ -33,6 +33,8 @@ CREATE TABLE IF NOT EXISTS trials (
     placement_json     TEXT,                   -- that slot's GPUs/CPUs (engine.placement); not part of the config key
     earlier_boots      INTEGER,                -- healthy boots before the current one (a trial reopened after a kill)
     earlier_boot_s     REAL,                   -- and their launch-to-healthy seconds, for the study's cost
+    cache_json         TEXT,                   -- the boot's cache root, cold/warm, compile time (engine.cache)
+    exclusion_json     TEXT,                   -- why this boot is kept out of the verdict (tune.outliers)
     started_at         REAL NOT NULL,
     healthy_at         REAL,
     ended_at           REAL
@@ -83,6 +85,8 @@ ADDED_COLUMNS = (
     (4, "trials", "earlier_boots INTEGER"),
     (4, "trials", "earlier_boot_s REAL"),
     (5, "trials", "knobs_json TEXT"),
+    (5, "trials", "cache_json TEXT"),
+    (5, "trials", "exclusion_json TEXT"),
 )
 
 

@@ -25,6 +25,7 @@ from urllib.parse import quote
 
 from ..engine.applied import AppliedMismatch
 from ..engine.bootfacts import BootFacts
+from ..engine.cache import CacheRecord
 from ..engine.config import Config
 from ..engine.knobs import KnobEvidence
 from ..engine.placement import Placement
@@ -32,7 +33,7 @@ from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
 from ..vocabulary import Outcome
 from . import meta
-from .model import Run, Trial, TrialRole, TrialState
+from .model import Exclusion, Run, Trial, TrialRole, TrialState
 from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
 
 
@@ -217,7 +218,9 @@ class StudyStore:
 
     def begin_trial(self, role: TrialRole, config: Config, params: dict[str, Any], *,
                     session_id: int | None = None, slot: int = 0,
-                    placement: Placement | None = None) -> Trial:
+                    placement: Placement | None = None, cache: CacheRecord | None = None) -> Trial:
+        """A trial `running` from now; `cache` what is asked of its cache before it boots (a wipe,
+        for the excluded boot it replaces)."""
         now = time.time()
         self._cached = None
         with self._conn:
@@ -225,9 +228,10 @@ class StudyStore:
             seq = self._conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM trials").fetchone()[0]
             cur = self._conn.execute(
                 "INSERT INTO trials(seq, role, config_key, config_json, params_json, status, started_at, session_id,"
-                " slot, placement_json) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+                " slot, placement_json, cache_json) VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                 (seq, role.value, config.key(), config.canonical_json(), json.dumps(params, sort_keys=True),
-                 now, session_id, slot, _dumps_placement(placement)),
+                 now, session_id, slot, _dumps_placement(placement),
+                 None if cache is None else cache.model_dump_json()),
             )
         return self.trial(_inserted_id(cur))
 
@@ -243,12 +247,17 @@ class StudyStore:
     def record_boot(self, trial_id: int, *, healthy_at: float | None,
                     boot_facts: BootFacts | None,
                     mismatches: list[AppliedMismatch], log_path: str | None,
-                    knobs: Sequence[KnobEvidence] = ()) -> None:
+                    knobs: Sequence[KnobEvidence] = (), cache: CacheRecord | None = None) -> None:
         facts_json = None if boot_facts is None else boot_facts.model_dump(mode="json")
         self._write("UPDATE trials SET healthy_at = ?, boot_facts_json = ?, mismatches_json = ?, knobs_json = ?,"
-                    " log_path = COALESCE(?, log_path) WHERE id = ?",
+                    " log_path = COALESCE(?, log_path), cache_json = COALESCE(?, cache_json) WHERE id = ?",
                     (healthy_at, _dumps(facts_json), json.dumps([m.model_dump(mode="json") for m in mismatches]),
-                     json.dumps([k.model_dump(mode="json") for k in knobs]), log_path, trial_id))
+                     json.dumps([k.model_dump(mode="json") for k in knobs]), log_path,
+                     None if cache is None else cache.model_dump_json(), trial_id))
+
+    def exclude_trial(self, trial_id: int, exclusion: Exclusion) -> None:
+        """Keep a boot out of the verdict from now on, with why (its runs stay stored)."""
+        self._write("UPDATE trials SET exclusion_json = ? WHERE id = ?", (json.dumps(exclusion.to_json()), trial_id))
 
     def finish_trial(self, trial_id: int, outcome: Outcome, *, detail: str | None = None,
                      log_tail: str | None = None) -> None:
@@ -414,7 +423,16 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
         runs=runs, slot=_optional(row, "slot") or 0, placement=_loads_placement(_optional(row, "placement_json")),
         earlier_boots=_optional(row, "earlier_boots") or 0, earlier_boot_s=_optional(row, "earlier_boot_s") or 0.0,
         knobs=tuple(KnobEvidence.model_validate(k) for k in _loads(_optional(row, "knobs_json"), [])),
+        cache=_cache(_optional(row, "cache_json")), exclusion=_exclusion(_optional(row, "exclusion_json")),
     )
+
+
+def _cache(raw: str | None) -> CacheRecord | None:
+    return None if raw is None else CacheRecord.model_validate_json(raw)
+
+
+def _exclusion(raw: str | None) -> Exclusion | None:
+    return None if raw is None else Exclusion.from_json(_object(raw))
 
 
 def _session(row: sqlite3.Row) -> SessionInfo:

@@ -103,6 +103,11 @@ class EngineSpec(_Strict):
     startup_stall_s: float = Field(default=600, gt=0, allow_inf_nan=False)
     port: int | None = Field(default=None, ge=1, le=65535)
     served_model_name: str | None = None
+    # Where the servers keep their compile caches (vLLM's, torch inductor's, Triton's), a
+    # directory per slot; unset: `cache/` in the study directory, so nothing an earlier job left
+    # on the machine reaches a result (engine/cache.py). A relative path is taken from the
+    # directory servetune runs in.
+    cache_root: str | None = None
     # CPU build on a few cores: pin the busy-waiting EngineCore to the workers' cores so it does
     # not starve the API server (engine/cpu_layout.py says why); a no-op where nothing is reserved.
     pin_engine_core: bool = False

@@ -95,6 +95,9 @@ def combine_censoring(kinds: Iterable[str]) -> str:
 
 
 def _measured(trial: Trial) -> _Measured:
+    """A boot kept out of the verdict (tune/outliers.py) measured nothing as far as any reader goes."""
+    if trial.exclusion is not None:
+        return _Measured(trial, {}, {})
     by_scenario: dict[str, dict[int, RunSummary]] = defaultdict(dict)
     server: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
     records: dict[str, dict[int, str | None]] = defaultdict(dict)
@@ -232,6 +235,8 @@ def history_of(trials: Sequence[Trial], spec: StudySpec, study_dir: Path | None 
     for m in measured:
         if m.trial.role not in (TrialRole.baseline, TrialRole.candidate) or not m.trial.done:
             continue
+        if m.trial.exclusion is not None:   # its config's re-boot stands for it
+            continue
         samples = objective_samples(m, spec, reference) if m.trial.ok else []
         views.append(TrialView(
             params=m.trial.params,
@@ -255,6 +260,22 @@ def scored_trials(trials: Sequence[Trial], spec: StudySpec,
     return {m.trial.id: (objective_samples(m, spec, reference) if m.trial.ok else [],
                          m.trial.ok and states[m.trial.config.key()] is not SloState.violated)
             for m in measured if m.trial.done}
+
+
+def boot_objectives(trials: Sequence[Trial], spec: StudySpec) -> dict[str, list[tuple[Trial, float]]]:
+    """Per config, each finished boot's mean objective (ratio to the baseline), in trial order:
+    the values the outlier rule judges (tune/outliers.py). Excluded boots are left out, and so are
+    boots whose objective is a bound (a censored capacity): a bound is no value to be far from."""
+    measured = [_measured(t) for t in trials]
+    reference = _reference(measured, spec)
+    scored = Objective(spec).scored_scenarios
+    out: dict[str, list[tuple[Trial, float]]] = defaultdict(list)
+    for m in measured:
+        if m.trial.ok and m.trial.exclusion is None and not m.objective_censoring(scored):
+            samples = objective_samples(m, spec, reference)
+            if samples:
+                out[m.trial.config.key()].append((m.trial, float(np.mean(samples))))
+    return dict(out)
 
 
 def enough_replicates(store: StudyStore, spec: StudySpec, trial: Trial, replicates_done: int) -> bool:

@@ -5,8 +5,9 @@ booted candidates on that slot, else the strategy's next candidate (it sees the 
 elsewhere), until the trial or wall-clock budget or the strategy ends it. Re-validation after it:
 the finalist plan (each finalist beside a fresh baseline boot on the same slot) written to the
 store before its first boot, then, while the leading finalist is undecided, one more baseline and
-leader pair appended to it. Every answer is a function of the store's contents, so a resumed
-study plans what the killed one would have.
+leader pair appended to it. In both, a boot far from its config's other boots is excluded and its
+config booted again on a wiped cache before anything else (tune/outliers.py). Every answer is a
+function of the store's contents, so a resumed study plans what the killed one would have.
 
 A phase only plans: beginning the trial, a resumed trial first, and recording what it ends with
 are the runner's.
@@ -26,25 +27,29 @@ from ..engine.defaults import EngineDefaults
 from ..search import Strategy, make_strategy
 from ..store import PlannedTrial, StudyStore, TrialRole
 from ..study.spec import StudySpec
-from . import analysis, known, revalidation, verdict_rule
+from . import analysis, known, outliers, revalidation, verdict_rule
 from . import eta as eta_seed
 
 
 @dataclass(frozen=True)
 class Work:
-    """A trial to begin: why it boots, its config, and the strategy's params for it."""
+    """A trial to begin: why it boots, its config, and the strategy's params for it; `replaces`:
+    the seq of the excluded boot it is booted for, on a wiped cache (tune/outliers.py)."""
 
     role: TrialRole
     config: Config
     params: dict[str, Any] = field(default_factory=dict)
+    replaces: int | None = None
 
 
 @dataclass(frozen=True)
 class SlotsNow:
-    """What a phase may know of the slots when asked: how many are live, how many run a trial."""
+    """What a phase may know of the slots when asked: how many are live, how many run a trial, and
+    which are live (empty: not told, as where a caller has one slot)."""
 
     live: int
     running: int
+    live_ids: frozenset[int] = frozenset()
 
 
 class Phase(Protocol):
@@ -63,6 +68,21 @@ class StudyState:
     eta: Callable[[], eta_seed.Eta]
     note: Callable[[str], None]
 
+    def reboot(self, slot: int, slots: SlotsNow) -> Work | None:
+        """A far boot's re-boot on a wiped cache, before any other work (tune/outliers.py). The far
+        boot is excluded as soon as it is found; its re-boot waits for the slot that measured it,
+        whose cache it wipes (another slot takes it only when that one is gone)."""
+        found = outliers.next_reboot(self.store, self.spec)
+        if found is None:
+            return None
+        trial = found.trial
+        if found.exclusion is not None:
+            self.store.exclude_trial(trial.id, found.exclusion)
+            self.note(escape(outliers.describe(trial, found.exclusion)))
+        if trial.slot != slot and trial.slot in slots.live_ids:
+            return None
+        return Work(trial.role, trial.config, trial.params, replaces=trial.seq)
+
 
 class SearchPhase:
     """The search: baselines, their re-measurements and the strategy's candidates, within budget."""
@@ -78,9 +98,12 @@ class SearchPhase:
         store, spec, baseline = self.study.store, self.study.spec, self.study.baseline
         if not self._slot_has_baseline(slot):
             return Work(TrialRole.baseline, baseline)
+        reboot = self.study.reboot(slot, slots)
+        if reboot is not None:
+            return reboot
         if self.over:
             return None
-        candidates = [t for t in store.trials(TrialRole.candidate) if known.was_booted(t)]
+        candidates = [t for t in store.trials(TrialRole.candidate) if known.was_booted(t) and t.replaces is None]
         if spec.budget.trials is not None and len(candidates) >= spec.budget.trials:
             self._end(f"trial budget reached ({spec.budget.trials} candidates)")
             return None
@@ -130,7 +153,7 @@ class SearchPhase:
                 continue
             if trial.role.is_baseline:
                 break
-            if trial.role is TrialRole.candidate and known.was_booted(trial):
+            if trial.role is TrialRole.candidate and known.was_booted(trial) and trial.replaces is None:
                 count += 1
         return count
 
@@ -165,6 +188,8 @@ class FinalPhase:
         """The next boot of the round for `slot`. A finalist runs on the slot that has just booted
         the baseline for it, right after it: the comparison it is made for."""
         queued = self._queued.setdefault(slot, [])
+        if not queued and (reboot := self.study.reboot(slot, slots)) is not None:
+            return reboot
         if not queued and self._left:
             queued.append(self._left.pop(0))
             if queued[0].role is TrialRole.baseline_final and self._left and self._left[0].role is TrialRole.finalist:
@@ -196,7 +221,7 @@ class FinalPhase:
         """The plan's boots after those already begun (validation trials are begun in plan order)."""
         trials = self.study.store.trials()
         configs = {t.config.key(): t for t in trials}
-        begun = [t for t in trials if t.role in (TrialRole.finalist, TrialRole.baseline_final)]
+        begun = [t for t in trials if t.role in (TrialRole.finalist, TrialRole.baseline_final) and t.replaces is None]
         return [Work(role, configs[key].config, configs[key].params) for role, key in plan[len(begun):]]
 
     def _next_revalidation(self) -> str | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from ..engine import Engine, engine_for
+from ..engine.cache import CacheRecord
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
 from ..engine.placement import Placement, plan_placements
@@ -28,7 +29,7 @@ from ..store import EtaEntry, StudyStore, Trial, TrialRole, Verdict
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
-from . import analysis, bandwidth, capacity_trial, known, phases, plan, verdict_rule
+from . import analysis, bandwidth, capacity_trial, known, phases, plan, provenance, verdict_rule
 from . import eta as eta_seed
 from .analysis_types import StudyAnalysis
 from .display import StudyDisplay
@@ -85,6 +86,8 @@ class StudyRunner:
                 bandwidth.ensure_measured(self.store, list(self.spec.engine.command), self.placements[0].env,
                                           enabled=self.spec.measure_bandwidth, note=self.display.note)
                 verdict_rule.record_cap(self.store, self.spec)
+                provenance.record_image(self.store, list(self.spec.engine.command), self.display.note)
+                self.display.note(f"caches of this study's servers: {self.executor.cache_root}")
                 self._seed_eta()
                 self._start_slots()
                 try:
@@ -207,12 +210,15 @@ class StudyRunner:
         resumed = self._pop_resume(slot)
         if resumed is not None:
             return resumed
-        return phase.next_work(slot, phases.SlotsNow(live=len(self._live_slots()), running=len(self._busy)))
+        live = self._live_slots()
+        return phase.next_work(slot, phases.SlotsNow(live=len(live), running=len(self._busy),
+                                                     live_ids=frozenset(p.slot for p in live)))
 
     def _start_trial(self, work: phases.Work, *, slot: int) -> None:
         self._pause_if_no_time()
+        wipe = None if work.replaces is None else CacheRecord(wipe_before_boot=True, replaces_trial=work.replaces)
         trial = self.store.begin_trial(work.role, work.config, work.params, session_id=self.session.id, slot=slot,
-                                       placement=self._placement(slot))
+                                       placement=self._placement(slot), cache=wipe)
         self._dispatch(slot, trial)
 
     def _pop_resume(self, slot: int) -> Trial | None:
@@ -229,7 +235,8 @@ class StudyRunner:
     def _dispatch(self, slot: int, trial: Trial) -> None:
         self._update_overview()
         label = self._label(trial.config)
-        is_candidate = trial.role is TrialRole.candidate
+        # A re-boot on a wiped cache is the measured config again on purpose: never "already known".
+        is_candidate = trial.role is TrialRole.candidate and trial.replaces is None
         defaults = self.defaults or EngineDefaults()
         decided = (known.before_boot(self.store, trial.config, self.baseline_config, defaults, excluding=trial.id)
                    if is_candidate else None)

@@ -15,6 +15,7 @@ from typing import Any
 from .. import server_http
 from ..engine import Engine, Server
 from ..engine.bootfacts import BootFacts
+from ..engine.cache import CacheDirs, cache_record
 from ..engine.classify import tail
 from ..engine.config import Config
 from ..engine.launch import new_launch_token
@@ -64,11 +65,14 @@ class TrialPlan:
 class TrialExecutor:
     """Runs trials on one slot: `placement` (None: wherever servetune runs) and `port` are the
     slot's; `store` is the store or, on a slot of a parallel study, the driver's proxy of it;
-    `live` (when given) holds the slot's running server, so the driver can stop it on Ctrl-C."""
+    `live` (when given) holds the slot's running server, so the driver can stop it on Ctrl-C.
+    `cache_root` holds the study's caches, a directory per slot (engine/cache.py); None: the
+    servers keep theirs wherever the engine does by default."""
 
     def __init__(self, engine: Engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None, *,
                  port: int | None = None, launch_flags: dict[str, str] | None = None,
-                 placement: Placement | None = None, live: LiveServers | None = None):
+                 placement: Placement | None = None, live: LiveServers | None = None,
+                 cache_root: Path | None = None):
         self.engine = engine
         self.store = store
         self.out_dir = out_dir
@@ -78,26 +82,31 @@ class TrialExecutor:
         self.launch = Config.of(launch_flags or {})
         self.placement = placement
         self.live = live
+        self.cache_root = cache_root
 
     def on_slot(self, store: StudyStore, placement: Placement | None, *, live: LiveServers) -> TrialExecutor:
         """This executor for a slot: same engine and launch flags, the slot's store handle,
         placement and port (a fixed study port + the slot's index)."""
         port = None if self.port is None else self.port + (placement.slot if placement else 0)
         slot = TrialExecutor(self.engine, store, self.out_dir, self.tokenizer_dir, port=port,
-                             placement=placement, live=live)
+                             placement=placement, live=live, cache_root=self.cache_root)
         slot.launch = self.launch
         return slot
 
     @classmethod
-    def for_study(cls, engine: Engine, spec: StudySpec, store: StudyStore, out_dir: Path) -> TrialExecutor:
+    def for_study(cls, engine: Engine, spec: StudySpec, store: StudyStore, out_dir: Path, *,
+                  cache_dir: str = "cache") -> TrialExecutor:
         """The executor of a study file's engine section: its model's tokenizer when the model
-        directory has one (else the server's /tokenize), its port and served model name."""
+        directory has one (else the server's /tokenize), its port and served model name, and its
+        cache root (`engine.cache_root`, else `cache_dir` in the study directory)."""
         model_dir = Path(spec.engine.model)
         served_name = spec.engine.served_model_name
+        cache_root = Path(spec.engine.cache_root).expanduser() if spec.engine.cache_root else out_dir / cache_dir
         return cls(engine, store, out_dir,
                    tokenizer_dir=model_dir if (model_dir / "tokenizer.json").is_file() else None,
                    port=spec.engine.port,
-                   launch_flags={"served-model-name": served_name} if served_name else None)
+                   launch_flags={"served-model-name": served_name} if served_name else None,
+                   cache_root=cache_root.absolute())
 
     def run_calling(self, trial: Trial, plan: TrialPlan, *, call: CallFn, post: CallFn,
                     duplicates: bool) -> Outcome:
@@ -128,8 +137,13 @@ class TrialExecutor:
         token = new_launch_token()
         self.store.record_launch(trial.id, launch_token=token, log_path=stored_log)
         config = trial.config.merged(self.launch)
+        cache = None if self.cache_root is None else CacheDirs.for_slot(self.cache_root, trial.slot)
+        wipe = trial.cache is not None and trial.cache.wipe_before_boot
+        if cache is not None and wipe:
+            cache.wipe()   # the boot that replaces an excluded one starts from nothing (tune/outliers.py)
+        before = cache.snapshot() if cache is not None else None
         started = self.engine.start(config, log_path, port=self.port, on_spawn=on_spawn, launch_token=token,
-                                    placement=self.placement)
+                                    placement=self.placement, cache=cache)
         self.store.record_boot(
             trial.id,
             healthy_at=(time.time() if started.outcome == Outcome.ok else None),
@@ -137,6 +151,8 @@ class TrialExecutor:
             mismatches=started.mismatches,
             log_path=stored_log,
             knobs=started.knobs,
+            cache=None if cache is None or before is None else cache_record(
+                cache, before, started.boot_facts, wiped=wipe, replaces_trial=trial.replaces),
         )
         if started.outcome != Outcome.ok or started.server is None:
             fits = fits_of(trial, started.estimated_max_model_len) \
