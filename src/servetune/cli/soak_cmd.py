@@ -40,15 +40,18 @@ from .server_check import check_reachable
 console = Console()
 # Not stable (unstable or crashed): the result is written, and a script can tell it from "no result" (1).
 EXIT_NOT_STABLE = 3
+DEFAULT_WINDOW_S = 300.0
 
 
 def soak(
     study: Path | None = typer.Argument(None, help="study file: boot its engine with its baseline flags "
-                                        "(and --serve-arg) and cycle its scenarios"),
+                                        "(and --serve-arg) and cycle its scenarios (with --url: its scenarios "
+                                        "against that server, nothing booted)"),
     out: Path = typer.Option(..., "--out", help="result JSON, named exactly so (the report res.md, its figure "
                              "res.png and each window's run under res.runs/ beside it)"),
     duration: str = typer.Option(..., "--duration", help="how long to soak: 90s, 30m, 2h, 1h30m"),
-    window: str = typer.Option("5m", "--window", help="length of one window (one scenario each, in turn)"),
+    window: str | None = typer.Option(None, "--window", help="length of one window, one scenario each in turn "
+                                      "(default: 5m, or a tenth of --duration when that is shorter)"),
     url: opt.Url = None,
     scenario: list[str] = typer.Option(
         [], "--scenario", help=f"preset to cycle (repeatable; default: the study's scenarios): {', '.join(PRESETS)}"),
@@ -74,7 +77,8 @@ def soak(
     memory, KV use and preemptions. Ends with stable / unstable (which signal, its slope and
     interval) / crashed, and writes OUT, its report and figure. Exit 0 stable, 3 unstable or
     crashed, 1 no verdict, 130 interrupted (what was measured is written)."""
-    duration_s, window_s = parse_duration(duration, "--duration"), parse_duration(window, "--window")
+    duration_s = parse_duration(duration, "--duration")
+    window_s = min(DEFAULT_WINDOW_S, duration_s / 10) if window is None else parse_duration(window, "--window")
     if window_s > duration_s:
         raise ServetuneError(f"--window {window} is longer than --duration {duration}")
     if not 0 < alpha < 1:
@@ -82,15 +86,15 @@ def soak(
     for option, value in (("--min-effect-pct", min_effect_pct), ("--min-rss-growth-pct", min_rss_growth_pct)):
         if not math.isfinite(value) or value < 0:
             raise ServetuneError(f"{option} {value:g}: must be a finite number >= 0")
-    if (url is None) == (study is None):
-        raise ServetuneError("give exactly one of a study file (servetune boots its server) or --url")
+    if url is None and study is None:
+        raise ServetuneError("give a study file (servetune boots its server), or --url of a running server")
     validate.load_options({"--connect-timeout": connect_timeout, "--first-byte-timeout": first_byte_timeout})
     if url is not None:
         url = validate.url(url)
         if serve_arg:
-            raise ServetuneError("--serve-arg goes with a study file (a server servetune boots)")
-        if not scenario:
-            raise ServetuneError("--url needs --scenario PRESET (one or more, cycled)")
+            raise ServetuneError("--serve-arg goes with a study file whose server servetune boots (no --url)")
+        if study is None and not scenario:
+            raise ServetuneError("--url needs --scenario PRESET (one or more, cycled) or a study file's scenarios")
     elif pid is not None or server_log is not None:
         raise ServetuneError("--pid and --server-log go with --url (a booted server is watched by servetune)")
     if pid is not None and pid < 1:
@@ -113,7 +117,7 @@ def soak(
                          f"cycling {', '.join(sc.name for sc in scenarios)}"))
     try:
         with sigterm_as_interrupt():
-            if spec is not None:
+            if spec is not None and url is None:
                 engine = engine_for(spec.engine)
                 engine.check_secrets()
                 config = spec.baseline_config().merged(extra)

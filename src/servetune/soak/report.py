@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from .duration import format_duration
 from .run import SoakPlan, SoakRun
-from .trend import SoakAnalysis
+from .trend import SIGNALS, SoakAnalysis
 from .window import Window
 
 
@@ -26,6 +26,11 @@ def _windows_table(windows: Sequence[Window]) -> list[str]:
     return lines
 
 
+def _change_unit(signal: str) -> str:
+    sig = SIGNALS[signal]
+    return "%" if sig.log or sig.relative else sig.unit
+
+
 def soak_markdown(plan: SoakPlan, run: SoakRun, analysis: SoakAnalysis, target: str, plot_name: str | None) -> str:
     confidence = 1 - analysis.alpha
     status = " (interrupted: the windows below are what was kept)" if run.interrupted else ""
@@ -35,12 +40,13 @@ def soak_markdown(plan: SoakPlan, run: SoakRun, analysis: SoakAnalysis, target: 
            f"{format_duration(run.seconds)} (asked: {format_duration(plan.duration_s)}); scenarios in turn: "
            f"{', '.join(sc.name for sc in plan.scenarios)}.", ""]
     if analysis.trends:
-        out += ["## Trends", "", f"Slope per hour over the windows with one offset per scenario, "
+        out += ["## Trends", "", f"Slope over the windows with one offset per scenario, "
                 f"{confidence:.0%} CI, Holm across signals.", "",
-                "| signal | slope / h | change over the soak | p (Holm) | growing |", "|---|---|---|---|---|"]
+                "| signal | slope | change over the soak | p (Holm) | growing |", "|---|---|---|---|---|"]
         for t in analysis.trends:
-            out.append(f"| {t.signal} | {t.slope_per_h:+.3g} [{t.slope_low:+.3g}, {t.slope_high:+.3g}] | "
-                       f"{t.change:+.3g} [{t.change_low:+.3g}, {t.change_high:+.3g}] | {t.p_adjusted:.2g} | "
+            out.append(f"| {t.signal} | {t.slope_text()} | "
+                       f"{t.change:+.3g} [{t.change_low:+.3g}, {t.change_high:+.3g}] {_change_unit(t.signal)} | "
+                       f"{t.p_adjusted:.2g} | "
                        f"{'yes' if t.growing else 'no'} |")
         out.append("")
     if run.crash is not None:

@@ -73,7 +73,7 @@ def run_soak(watch: ServerWatch, plan: SoakPlan, runs_dir: Path, *, model: str |
     index = 0
     while (left := plan.duration_s - (clock() - t0)) >= MIN_WINDOW_S:
         sc = plan.scenarios[index % len(plan.scenarios)]
-        shaped = window_scenario(sc, min(plan.window_s, left), index, first=index == 0)
+        shaped = window_scenario(sc, min(plan.window_s, left), index)
         w = measure_window(watch.url, shaped, index, t0, runs_dir, model=model, tokenizer_dir=tokenizer_dir,
                            api_key=watch.api_key, metric_names=metric_names)
         gone = watch.gone()

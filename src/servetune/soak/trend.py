@@ -43,23 +43,38 @@ SIGNALS = {s.name: s for s in (
 class Trend:
     signal: str
     windows: int
-    slope_per_h: float           # % per hour for a log signal, else unit per hour
+    slope_per_h: float           # the fit's own scale: log(ms) per hour for a latency, else unit per hour
     slope_low: float
     slope_high: float
     change: float                # implied over the soak's span: % (log or relative) or unit
     change_low: float
     change_high: float
     p_value: float
+    span_h: float = 0.0          # from the first window's middle to the last's
     p_adjusted: float = 1.0
     growing: bool = False
 
     def text(self, confidence: float) -> str:
         sig = SIGNALS[self.signal]
-        per_h = "%" if sig.log else f" {sig.unit}"
         over = "%" if sig.log or sig.relative else f" {sig.unit}"
-        return (f"{sig.label} slope {self.slope_per_h:+.3g}{per_h}/h [{self.slope_low:+.3g}, {self.slope_high:+.3g}] "
+        return (f"{sig.label} slope {self.slope_text()} "
                 f"({confidence:.0%} CI, {self.windows} windows), {self.change:+.3g}{over} over the soak "
                 f"[{self.change_low:+.3g}, {self.change_high:+.3g}], p_holm={self.p_adjusted:.2g}")
+
+
+    def slope_text(self) -> str:
+        """The slope with its interval per hour, or per minute or second for a shorter soak (a short
+        soak's % per hour would compound a small drift into an absurd number)."""
+        sig = SIGNALS[self.signal]
+        per, hours = (("h", 1.0) if self.span_h >= 1.0 else ("min", 1 / 60) if self.span_h >= 1 / 60
+                      else ("s", 1 / 3600))
+        if sig.log:
+            vals = [_pct(v * hours) for v in (self.slope_per_h, self.slope_low, self.slope_high)]
+            unit = "%"
+        else:
+            vals = [v * hours for v in (self.slope_per_h, self.slope_low, self.slope_high)]
+            unit = f" {sig.unit}"
+        return f"{vals[0]:+.3g}{unit}/{per} [{vals[1]:+.3g}, {vals[2]:+.3g}]"
 
 
 @dataclass(frozen=True)
@@ -146,14 +161,14 @@ def analyze(series: Mapping[str, Sequence[float | None]], hours: Sequence[float]
         slope, low, high, p = fit
         span = max(h) - min(h)
         if sig.log:
-            conv = [100.0 * math.expm1(b) for b in (slope, low, high)]
-            changes = [100.0 * math.expm1(b * span) for b in (slope, low, high)]
+            conv = [slope, low, high]
+            changes = [_pct(b * span) for b in (slope, low, high)]
         else:
             mean = float(np.mean(v))
             scale = 100.0 / mean if sig.relative and mean > 0 else 1.0
             conv = [slope, low, high]
             changes = [b * span * scale for b in (slope, low, high)]
-        trends.append(Trend(name, len(kept), conv[0], conv[1], conv[2], changes[0], changes[1], changes[2], p))
+        trends.append(Trend(name, len(kept), conv[0], conv[1], conv[2], changes[0], changes[1], changes[2], p, span))
     if trends:
         adjusted = holm([t.p_value for t in trends])
         limits = {n: s.min_change for n, s in SIGNALS.items()} | dict(thresholds or {})
@@ -164,6 +179,14 @@ def analyze(series: Mapping[str, Sequence[float | None]], hours: Sequence[float]
         note = "too few windows with successful requests for a latency trend (3+, and 2+ of a scenario)"
     return SoakAnalysis(alpha, trends, crashed=crash_detail is not None, crash_detail=crash_detail, note=note,
                         unstable=unstable)
+
+
+def _pct(log_change: float) -> float:
+    """A change on the log scale as %, finite however steep (a seconds-long test soak's % per hour)."""
+    return 100.0 * math.expm1(min(log_change, _MAX_LOG_CHANGE))
+
+
+_MAX_LOG_CHANGE = 700.0  # exp() overflows a float past ~709
 
 
 def _judged(t: Trend, p_adjusted: float, alpha: float, min_change: float) -> Trend:

@@ -46,13 +46,13 @@ class Window:
         return asdict(self)
 
 
-def window_scenario(sc: Scenario, seconds: float, index: int, first: bool) -> Scenario:
-    """`sc` sending for `seconds` (a trace or a prefill sweep: replayed whole), warmed up only in the
-    first window (later windows meet the server as the previous one left it), seeded per window."""
+def window_scenario(sc: Scenario, seconds: float, index: int) -> Scenario:
+    """`sc` sending for `seconds` (a trace or a prefill sweep: replayed whole), seeded per window.
+    Its warm-up requests stay: they size the window's prompt pool (load.bench), and are load too."""
     fields = sc.model_dump()
     if sc.trace is None and not sc.sweep_input_lens:
         fields.update(duration_s=seconds, num_prompts=None)
-    fields.update(seed=sc.seed + index, warmups=None if first else 0)
+    fields.update(seed=sc.seed + index)
     return Scenario.model_validate(fields)
 
 
