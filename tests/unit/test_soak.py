@@ -35,6 +35,7 @@ def _soak(tmp_path: Path, *args: str | Path, duration: str = "10s") -> tuple[int
     return run.code, doc, run.stdout + run.stderr
 
 
+@pytest.mark.slow  # a 10-30 s soak
 def test_a_steady_server_is_stable(tmp_path: Path) -> None:
     # TTFT 40 ms: a few ms of host jitter stay well under the 10 % a drift needs.
     with fake_server(ttft_ms=40, itl_ms=4) as url:
@@ -51,6 +52,7 @@ def test_a_steady_server_is_stable(tmp_path: Path) -> None:
     assert all(Path(w["run"]).is_file() for w in doc["windows"])
 
 
+@pytest.mark.slow  # a 10-30 s soak
 def test_a_server_whose_latency_grows_is_unstable_with_the_slopes_interval(tmp_path: Path) -> None:
     # +5 ms TTFT per second up: about +100 % over a 10 s soak.
     with fake_server(ttft_ms=40, itl_ms=4, ttft_growth_ms_per_s=5) as url:
@@ -66,6 +68,7 @@ def test_a_server_whose_latency_grows_is_unstable_with_the_slopes_interval(tmp_p
     assert "| ttft |" in (tmp_path / "soak.md").read_text()
 
 
+@pytest.mark.slow  # a 10-30 s soak
 def test_a_server_that_dies_mid_soak_is_crashed_with_its_window_and_the_series_before(tmp_path: Path) -> None:
     # The stand-in, booted from the study file (2 ms TTFT: some 300 requests a 1 s window), exits when
     # request 700 arrives: a few windows in.
@@ -81,6 +84,19 @@ def test_a_server_that_dies_mid_soak_is_crashed_with_its_window_and_the_series_b
     assert doc["verdict_line"].startswith(f"soak: CRASHED: in window {crash['window']}")
     assert "## Crash" in (tmp_path / "soak.md").read_text()
     assert doc["target"]["config"]["fault"] == "crash-after"
+
+
+@pytest.mark.slow  # a 10 s soak
+def test_a_server_that_leaks_memory_is_unstable_with_its_growth(tmp_path: Path) -> None:
+    # 256 KiB kept per request, some 20 requests a second: the fake's RSS doubles within seconds.
+    with fake_server(ttft_ms=40, itl_ms=4, leak_kib_per_request=256) as url:
+        code, doc, text = _soak(tmp_path, _study(tmp_path), "--url", url)
+    assert code == 3, text
+    assert doc["verdict"] == "unstable" and "rss" in doc["unstable"], doc["verdict_line"]
+    assert "memory growth: server memory (RSS) slope +" in doc["verdict_line"]
+    rss = next(t for t in doc["trends"] if t["signal"] == "rss")
+    assert rss["slope_low"] > 0 and rss["change_low"] > 10
+    assert doc["windows"][-1]["rss_mib"] > doc["windows"][0]["rss_mib"]
 
 
 def test_a_server_gone_at_its_url_is_crashed(tmp_path: Path) -> None:
@@ -121,6 +137,7 @@ def test_memory_that_grows_is_unstable_and_latency_alone_is_not_blamed() -> None
     assert result.verdict == "unstable"
     assert [t.signal for t in result.unstable] == ["rss"]
     assert "memory growth" in result.line()
+    json.dumps([t.__dict__ for t in result.trends])  # plain floats and bools: the result JSON takes them
 
 
 def test_scenario_offsets_are_not_a_trend() -> None:

@@ -134,7 +134,7 @@ def slope_with_offsets(hours: Sequence[float], values: Sequence[float] | np.ndar
     slope = float(coef[0])
     if se == 0.0:  # no spread around the fit: a flat series says no trend, a perfect line says one
         return slope, slope, slope, 1.0 if slope == 0.0 else 0.0
-    t = sps.t.ppf(0.5 + confidence / 2, df)
+    t = float(sps.t.ppf(0.5 + confidence / 2, df))
     p = float(2 * sps.t.sf(abs(slope / se), df))
     return slope, slope - t * se, slope + t * se, p
 
@@ -190,5 +190,5 @@ _MAX_LOG_CHANGE = 700.0  # exp() overflows a float past ~709
 
 
 def _judged(t: Trend, p_adjusted: float, alpha: float, min_change: float) -> Trend:
-    growing = p_adjusted < alpha and t.slope_low > 0 and t.change >= min_change
+    growing = bool(p_adjusted < alpha and t.slope_low > 0 and t.change >= min_change)
     return Trend(**{**t.__dict__, "p_adjusted": p_adjusted, "growing": growing})
