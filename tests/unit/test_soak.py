@@ -79,7 +79,8 @@ def test_a_server_that_dies_mid_soak_is_crashed_with_its_window_and_the_series_b
     crash = doc["crash"]
     assert crash["window"] == len(doc["windows"]) - 1 >= 1  # it died in the last window; earlier ones kept
     assert crash["reason"].startswith("the server process exited with code 1")
-    assert crash["outcome"] == "crashed" and crash["log_tail"]
+    assert crash["outcome"] == "crashed" and "fault crash-after" in crash["log_tail"]
+    assert any("stand-in engine core died" in line for line in crash["evidence"])  # engine/classify.py's
     assert all(w["outcome"] == "ok" for w in doc["windows"][:-1])
     assert doc["verdict_line"].startswith(f"soak: CRASHED: in window {crash['window']}")
     assert "## Crash" in (tmp_path / "soak.md").read_text()

@@ -3,6 +3,7 @@ process tree hold (psutil RSS of the server and every process it started)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -12,6 +13,7 @@ from .. import server_http
 from ..engine.launch import Server
 
 HEALTH_TIMEOUT_S = 10.0
+HEALTH_RETRY_S = 2.0  # one slow or dropped /health answer is asked again before it counts as a crash
 
 
 def tree_rss_bytes(pid: int) -> int | None:
@@ -75,4 +77,7 @@ class ServerWatch:
         if self.server is None and self.pid is not None and not psutil.pid_exists(self.pid):
             return f"the server process {self.pid} is gone"
         why = healthy(self.url, self.api_key)
-        return None if why is None else f"health check failed: {why}"
+        if why is not None:
+            time.sleep(HEALTH_RETRY_S)
+            why = healthy(self.url, self.api_key)
+        return None if why is None else f"health check failed twice, {HEALTH_RETRY_S:g} s apart: {why}"
