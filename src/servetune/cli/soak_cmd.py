@@ -19,6 +19,7 @@ from ..engine.classify import Failure
 from ..engine.config import Config
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
+from ..secrets import MASK, SECRET_FLAGS
 from ..soak.document import soak_document
 from ..soak.duration import format_duration, parse_duration
 from ..soak.plot import soak_plot
@@ -122,10 +123,11 @@ def soak(
                 engine.check_secrets()
                 config = spec.baseline_config().merged(extra)
                 with _booted(engine, config, runs_dir) as (watch, log_path):
-                    target["config"] = config.flags
+                    target["config"] = {k: MASK if k in SECRET_FLAGS else v for k, v in config.flags.items()}
                     run_soak(watch, plan, runs_dir, model=model, tokenizer_dir=tokenizer or _model_tokenizer(spec),
                              metric_names=engine.metric_names, log_path=log_path,
-                             diagnose=_diagnoser(engine, watch), on_window=_print_window, result=result)
+                             diagnose=_diagnoser(engine, watch), redact=engine.redact, on_window=_print_window,
+                             result=result)
             else:
                 assert url is not None
                 api_key = api_key_from_env(api_key_env)

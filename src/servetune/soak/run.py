@@ -51,9 +51,10 @@ class SoakPlan:
     window_s: float
 
 
-def _diagnose(watch: ServerWatch, diagnose: Callable[[], Failure] | None, log_path: Path | None) -> tuple[Failure, str]:
-    """Why it died, and the log's tail (empty when no log is known)."""
-    text = log_path.read_text(errors="replace") if log_path is not None and log_path.is_file() else ""
+def _diagnose(watch: ServerWatch, diagnose: Callable[[], Failure] | None, log_path: Path | None,
+              redact: Callable[[str], str]) -> tuple[Failure, str]:
+    """Why it died, and the log's tail (empty when no log is known), secrets masked."""
+    text = redact(log_path.read_text(errors="replace")) if log_path is not None and log_path.is_file() else ""
     exit_code = watch.server.exit_code() if watch.server is not None else None
     failure = diagnose() if diagnose is not None else classify_failure(tail(text, 400), exit_code)
     return failure, tail(text, LOG_TAIL_LINES)
@@ -62,10 +63,13 @@ def _diagnose(watch: ServerWatch, diagnose: Callable[[], Failure] | None, log_pa
 def run_soak(watch: ServerWatch, plan: SoakPlan, runs_dir: Path, *, model: str | None = None,
              tokenizer_dir: Path | None = None, metric_names: MetricNames = VLLM_METRIC_NAMES,
              log_path: Path | None = None, diagnose: Callable[[], Failure] | None = None,
+             redact: Callable[[str], str] = str,
              on_window: Callable[[Window], None] | None = None, result: SoakRun | None = None,
              clock: Callable[[], float] = time.monotonic) -> SoakRun:
     """Windows until `plan.duration_s` is spent or the server dies; `result` (given) fills as it
-    goes, so an interrupt leaves every finished window in it."""
+    goes, so an interrupt leaves every finished window in it. `diagnose` (a booted server: the
+    engine's) classifies a death, else the log at `log_path` is classified; `redact` masks the
+    launch's secrets out of the log tail kept."""
     run = result if result is not None else SoakRun()
     t0 = clock()
     rss = watch.rss_bytes()
@@ -85,7 +89,7 @@ def run_soak(watch: ServerWatch, plan: SoakPlan, runs_dir: Path, *, model: str |
         if on_window is not None:
             on_window(w)
         if gone is not None:
-            failure, log_tail = _diagnose(watch, diagnose, log_path)
+            failure, log_tail = _diagnose(watch, diagnose, log_path, redact)
             run.crash = Crash(index, run.seconds, gone, failure.outcome.value, failure.detail, failure.evidence,
                               log_tail)
             return run
