@@ -123,7 +123,7 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path: Path, monkeypat
         code, doc, text = _soak(tmp_path, _study(tmp_path), "--url", url)
     assert code == 130, text
     assert doc["status"] == "interrupted" and len(doc["windows"]) == 2
-    assert "interrupted: kept 2 windows" in text
+    assert "interrupted; kept 2 windows" in text
 
 
 def _windows(n: int) -> tuple[list[float], list[str]]:
@@ -170,11 +170,19 @@ def test_bad_durations(text: str) -> None:
     (["--duration", "10s", "--window", "1m"], "--window"),
     (["--duration", "10s", "--alpha", "2"], "--alpha"),
     (["--duration", "10s"], "--scenario"),
+    (["--duration", "10s", "--scenario", "chat", "--server-log", "/nonexistent/server.log"], "--server-log"),
 ])
 def test_bad_options_are_one_line_before_any_work(tmp_path: Path, args: list[str], message: str) -> None:
     run = servetune("soak", "--url", "http://127.0.0.1:9", "--out", tmp_path / "s.json", *args)
     assert run.code == 2 and len(run.error_lines) == 1 and message in run.stderr, run.stderr
     assert not (tmp_path / "s.json").exists()
+
+
+def test_a_result_named_as_another_format_is_refused(tmp_path: Path) -> None:
+    run = servetune("soak", "--url", "http://127.0.0.1:9", "--scenario", "chat", "--out", tmp_path / "s.md",
+                    "--duration", "10s")
+    assert run.code == 2 and "the result is JSON" in run.stderr
+    assert not (tmp_path / "s.md").exists()
 
 
 def test_an_existing_result_is_not_overwritten_without_force(tmp_path: Path) -> None:

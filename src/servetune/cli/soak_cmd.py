@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -34,7 +35,7 @@ from ..vocabulary import VLLM_METRIC_NAMES
 from . import server_options as opt
 from . import validate
 from .bench_cmd import api_key_from_env, build_scenario, serve_flags
-from .boundary import EXIT_INTERRUPTED, EXIT_NO_RESULT, NoResult, print_error
+from .boundary import EXIT_INTERRUPTED, EXIT_NO_RESULT, NoResult, on_interrupt, print_error
 from .paths import companion_dir, result_file, runs_dir_of
 from .server_check import check_reachable
 
@@ -98,8 +99,12 @@ def soak(
             raise ServetuneError("--url needs --scenario PRESET (one or more, cycled) or a study file's scenarios")
     elif pid is not None or server_log is not None:
         raise ServetuneError("--pid and --server-log go with --url (a booted server is watched by servetune)")
-    if pid is not None and pid < 1:
-        raise ServetuneError(f"--pid {pid}: must be a process id (1 or more)")
+    if pid is not None and not psutil.pid_exists(pid):
+        raise ServetuneError(f"--pid {pid}: no such process on this host")
+    if server_log is not None and not server_log.is_file():
+        raise ServetuneError(f"--server-log {server_log}: no such file")
+    if out.suffix not in ("", ".json"):  # a JSON under a .md or .csv name would mislead whoever opens it
+        raise ServetuneError(f"--out {out}: the result is JSON; name it *.json (its report and figure go beside it)")
     scenarios = [build_scenario(name) for name in scenario]
     spec = load_study(study) if study is not None else None
     if spec is not None and not scenarios:
@@ -202,8 +207,8 @@ def _conclude(plan: SoakPlan, run: SoakRun, out: Path, report_path: Path, plot_p
         f" and the windows' runs under {runs_dir}"
     console.print(escape(wrote))
     if run.interrupted:
-        console.print(escape(f"interrupted: kept {len(run.windows)} windows ({format_duration(run.seconds)}) "
-                             f"in {out}; the verdict covers only them"))
+        on_interrupt(f"kept {len(run.windows)} windows ({format_duration(run.seconds)}) in {out}; "
+                     "the verdict covers only them")
         raise typer.Exit(EXIT_INTERRUPTED)
     if analysis.verdict in ("unstable", "crashed"):
         raise typer.Exit(EXIT_NOT_STABLE)
