@@ -37,8 +37,8 @@ def _soak(tmp_path: Path, *args: str | Path, duration: str = "10s") -> tuple[int
 
 @pytest.mark.slow  # a 10-30 s soak
 def test_a_steady_server_is_stable(tmp_path: Path) -> None:
-    # TTFT 40 ms: a few ms of host jitter stay well under the 10 % a drift needs.
-    with fake_server(ttft_ms=40, itl_ms=4) as url:
+    # TTFT 80 ms: a few ms of host jitter (a shared machine) stay well under the 10 % a drift needs.
+    with fake_server(ttft_ms=80, itl_ms=4) as url:
         code, doc, text = _soak(tmp_path, _study(tmp_path), "--url", url)
     assert code == 0, text
     assert doc["verdict"] == "stable", doc["verdict_line"]
