@@ -60,7 +60,8 @@ def soak(
     serve_arg: list[str] = typer.Option([], "--serve-arg", help="engine flag(s) laid over the study's, e.g. "
                                         "'--max-num-seqs 64'"),
     model: opt.ServedModel = None,
-    tokenizer: opt.Tokenizer = None,
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="model dir with tokenizer.json (default: the "
+                                          "study's model directory, else the server's /tokenize)"),
     pid: int | None = typer.Option(None, "--pid", help="with --url: the server's process, whose tree's memory is "
                                    "watched (default: the process listening on the URL's port, when visible)"),
     server_log: Path | None = typer.Option(None, "--server-log", help="with --url: the server's log, whose tail "
