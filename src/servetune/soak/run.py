@@ -14,6 +14,7 @@ from typing import Any
 from ..engine.classify import Failure, classify_failure, tail
 from ..load.scenario import Scenario
 from ..vocabulary import VLLM_METRIC_NAMES, MetricNames
+from .duration import format_duration
 from .watch import ServerWatch
 from .window import MEASURED, Window, measure_window, window_scenario
 
@@ -32,7 +33,8 @@ class Crash:
     log_tail: str
 
     def line(self) -> str:
-        return f"in window {self.window} at {self.at_s / 60:.1f} min: {self.reason}; {self.detail}"
+        said = "" if not self.detail or self.detail in self.reason else f"; {self.detail}"
+        return f"in window {self.window} at {format_duration(self.at_s)}: {self.reason}{said}"
 
 
 @dataclass

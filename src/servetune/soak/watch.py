@@ -73,7 +73,7 @@ class ServerWatch:
     def gone(self) -> str | None:
         """Why the server is no longer serving (exited, or /health failing), or None."""
         if self.server is not None and not self.server.is_alive():
-            return f"the server process exited with code {self.server.exit_code()}"
+            return f"the server exited with code {self.server.exit_code()}"
         if self.server is None and self.pid is not None and not psutil.pid_exists(self.pid):
             return f"the server process {self.pid} is gone"
         why = healthy(self.url, self.api_key)
