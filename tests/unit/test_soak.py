@@ -141,6 +141,16 @@ def test_memory_that_grows_is_unstable_and_latency_alone_is_not_blamed() -> None
     json.dumps([t.__dict__ for t in result.trends])  # plain floats and bools: the result JSON takes them
 
 
+def test_kv_use_that_keeps_climbing_is_unstable_and_a_small_climb_is_not() -> None:
+    hours, scenarios = _windows(12)
+    ttft = [50.0 * (1 + 0.01 * (i % 3)) for i in range(12)]
+    climbing = [20.0 + 3.0 * i + (i % 2) for i in range(12)]      # +33 points over the soak
+    assert [t.signal for t in analyze({"ttft": ttft, "kv_cache_usage": climbing}, hours, scenarios).unstable] \
+        == ["kv_cache_usage"]
+    creeping = [20.0 + 0.2 * i + 0.1 * (i % 2) for i in range(12)]  # significant, but 2 points: under 10
+    assert analyze({"ttft": ttft, "kv_cache_usage": creeping}, hours, scenarios).verdict == "stable"
+
+
 def test_scenario_offsets_are_not_a_trend() -> None:
     # A heavy and a light scenario in turn, each flat: no drift, though the series zigzags.
     hours, scenarios = _windows(10)
