@@ -29,6 +29,11 @@ A stepwise slowdown, for `servetune drift`: every request whose prompt has at le
 TTFT of every request that starts after it (the shape of vLLM issue #17140: short-prompt decode
 slower after each long request, and stuck there).
 
+A server that wears out, for `servetune soak`: `--ttft-growth-ms-per-s G` adds G ms to the TTFT
+for every second the server has been up (a latency drift over hours, compressed), and
+`--leak-kib-per-request K` keeps K KiB of memory for every completion request (a leak that grows
+the process's RSS).
+
 A server with a known capacity (`--slots N`): a request holds one of N slots from its first token
 to its end, waits in a FIFO queue while all are taken, and its first token comes a prefill time
 after it gets a slot, drawn from a gamma distribution (shape 2) of mean `ttft_ms` (seeded), so TTFT =
@@ -65,7 +70,8 @@ class FakeServer:
                  slots: int | None = None, seed: int = 0, drift_long_tokens: int | None = None,
                  drift_step_itl_ms: float = 0.0, drift_step_ttft_ms: float = 0.0,
                  die_after_requests: int | None = None, prefix_cache_block: int | None = None,
-                 stall_prompts_from: int | None = None) -> None:
+                 stall_prompts_from: int | None = None, ttft_growth_ms_per_s: float = 0.0,
+                 leak_kib_per_request: int = 0) -> None:
         self.ttft_ns, self.itl_ns = int(ttft_ms * 1e6), int(itl_ms * 1e6)
         self.k = tokens_per_chunk
         self.keep_log = log
@@ -86,6 +92,10 @@ class FakeServer:
         self.cached: set[int] = set()
         self.cache_counts = {"queries": 0, "hits": 0}
         self.stall_prompts_from = stall_prompts_from
+        self.started_ns = time.perf_counter_ns()
+        self.ttft_growth_ns_per_s = int(ttft_growth_ms_per_s * 1e6)
+        self.leak_bytes = leak_kib_per_request * 1024
+        self.leaked: list[bytearray] = []
 
     @web.middleware
     async def require_key(self, request: web.Request, handler: Any) -> web.StreamResponse:
@@ -154,8 +164,12 @@ class FakeServer:
             os._exit(1)  # a crash: every connection drops, nothing answers /health any more
         if self.keep_log:
             self.arrivals.append(time.perf_counter_ns())
+        if self.leak_bytes:
+            self.leaked.append(bytearray(b"x" * self.leak_bytes))  # written: the pages count in RSS
         if self.slots is None:
-            return await self.stream(request, time.perf_counter_ns(), self.first_token_ns())
+            now = time.perf_counter_ns()
+            worn = self.ttft_growth_ns_per_s * (now - self.started_ns) // 1_000_000_000
+            return await self.stream(request, now, self.first_token_ns() + worn)
         arrived = time.perf_counter_ns()
         async with self.slots:
             prefill_ns = int(self.rng.gammavariate(2.0, 0.5) * self.ttft_ns)
@@ -271,7 +285,9 @@ def _serve(args: argparse.Namespace) -> None:
                          models_status=args.models_status, slots=args.slots, seed=args.seed,
                          drift_long_tokens=args.drift_long_tokens, drift_step_itl_ms=args.drift_step_itl_ms,
                          drift_step_ttft_ms=args.drift_step_ttft_ms, die_after_requests=args.die_after_requests,
-                         prefix_cache_block=args.prefix_cache_block, stall_prompts_from=args.stall_prompts_from),
+                         prefix_cache_block=args.prefix_cache_block, stall_prompts_from=args.stall_prompts_from,
+                         ttft_growth_ms_per_s=args.ttft_growth_ms_per_s,
+                         leak_kib_per_request=args.leak_kib_per_request),
                 host="127.0.0.1", port=args.port, reuse_port=args.processes > 1, print=None,
                 access_log=None, backlog=4096,
                 # aiohttp waits up to 60 s on SIGTERM for open streams to end: a stalled one never
@@ -304,6 +320,10 @@ def main() -> None:
                    help="count vLLM's prefix-cache hits in blocks of this many tokens (no eviction)")
     p.add_argument("--stall-prompts-from", type=int, default=None,
                    help="a prompt of at least this many tokens never gets its first token")
+    p.add_argument("--ttft-growth-ms-per-s", type=float, default=0.0,
+                   help="TTFT added per second of the server's uptime (a drift over a soak)")
+    p.add_argument("--leak-kib-per-request", type=int, default=0,
+                   help="memory kept for every completion request (a leak)")
     args = p.parse_args()
     if args.processes > 1:
         procs = [mp.Process(target=_serve, args=(args,)) for _ in range(args.processes)]

@@ -23,7 +23,8 @@ def fake_server(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, proces
                 models_status: int = 200, slots: int | None = None, drift_long_tokens: int | None = None,
                 drift_step_itl_ms: float = 0.0, drift_step_ttft_ms: float = 0.0,
                 die_after_requests: int | None = None, prefix_cache_block: int | None = None,
-                stall_prompts_from: int | None = None) -> Iterator[str]:
+                stall_prompts_from: int | None = None, ttft_growth_ms_per_s: float = 0.0,
+                leak_kib_per_request: int = 0) -> Iterator[str]:
     """Yields the base URL of a running fake server; stops exactly the processes it started.
     The keyword options switch on the fake's faults (see fake_stream_server.py)."""
     port = free_port()
@@ -47,6 +48,10 @@ def fake_server(ttft_ms: float, itl_ms: float, tokens_per_chunk: int = 1, proces
         argv += ["--prefix-cache-block", str(prefix_cache_block)]
     if stall_prompts_from is not None:
         argv += ["--stall-prompts-from", str(stall_prompts_from)]
+    if ttft_growth_ms_per_s:
+        argv += ["--ttft-growth-ms-per-s", str(ttft_growth_ms_per_s)]
+    if leak_kib_per_request:
+        argv += ["--leak-kib-per-request", str(leak_kib_per_request)]
     env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}  # the key is api_key's alone
     proc = subprocess.Popen(argv, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"

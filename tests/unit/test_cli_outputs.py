@@ -115,6 +115,8 @@ OUTPUTS: dict[tuple[str, str], Output] = {
                              "JSON", ".json", lambda s: s.trace),
     ("capacity", "out"): Output(lambda s, o: ["capacity", "--url", UNREACHABLE, "--trace", s.trace, "--slo",
                                               "ttft:p50=100", "--out", o], "JSON", ".json", lambda s: s.trace),
+    ("soak", "out"): Output(lambda s, o: ["soak", "--url", UNREACHABLE, "--scenario", "chat", "--duration", "1m",
+                                          "--out", o], "JSON", ".json"),
     ("drift", "out"): Output(lambda s, o: ["drift", "--url", UNREACHABLE, "--out", o], "JSON", ".json"),
     ("probe context", "out"): Output(lambda s, o: ["probe", "context", *_probe(s), "--log-dir", s.root / "logs",
                                                    "--out", o], "JSON", ".json"),
@@ -150,6 +152,7 @@ INPUTS = {
     ("capacity", "tokenizer"), ("drift", "serve"), ("drift", "tokenizer"), ("ab", "study_files"),
     ("plan", "study_file"), ("probe memory", "study"), ("trace summary", "path"), ("trace cut", "path"),
     ("size", "source"), ("size", "trace"), ("size", "tokenizer"),
+    ("soak", "study"), ("soak", "tokenizer"), ("soak", "server_log"),
 }
 
 

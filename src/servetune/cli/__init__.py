@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "bench_cmd",
     "capacity_cmd",
     "drift_cmd",
+    "soak_cmd",
     "probe_cmd",
     "ab_cmd",
     "plan_cmd",
