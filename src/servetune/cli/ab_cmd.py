@@ -12,6 +12,7 @@ from rich.markup import escape
 from ..errors import ServetuneError
 from ..store import StudyStore
 from ..study.metrics import metric_problem
+from . import server_options as opt
 from .boundary import EXIT_NO_RESULT, on_interrupt, store_errors
 from .paths import check_store_kind, writable_dir
 
@@ -38,6 +39,7 @@ def ab(
                                               "sent, then the identical one again (0: off)"),
     prefix_reuse_pairs: int = typer.Option(3, "--prefix-reuse-pairs", min=1, max=1000,
                                            help="cold/warm pairs per boot"),
+    allow_busy: opt.AllowBusy = False,
 ) -> None:
     """Measure two engines (vLLM versions, images, launch commands) on the same workload, booted
     alternately, and judge B against A per scenario and metric (two-level model, Holm)."""
@@ -54,20 +56,21 @@ def ab(
         check_store_kind(out, "ab", "--out")  # a study's store must not take an A/B's boots
         writable_dir(out, "--out")  # after the files loaded: bad input writes nothing
         on_interrupt(f"the store in {out} keeps every finished boot; run the same command again to resume")
-        _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS))
+        _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS), allow_busy)
 
 
 def register(app: typer.Typer) -> None:
     app.command("ab")(ab)
 
 
-def _ab(spec: AbSpec, out: Path, boots: int, reuse: PrefixReuse | None, metrics: list[str]) -> None:
+def _ab(spec: AbSpec, out: Path, boots: int, reuse: PrefixReuse | None, metrics: list[str],
+        allow_busy: bool) -> None:
     from ..ab.render import markdown, terminal_lines, terminal_table
     from ..ab.runner import AbRunner
     from ..tune.display import StudyDisplay
 
     result = AbRunner(spec, out, boots=boots, reuse=reuse, metrics=metrics,
-                      display=StudyDisplay(Console(stderr=True))).run()
+                      display=StudyDisplay(Console(stderr=True)), allow_busy=allow_busy).run()
     console.print(terminal_table(result))
     for line in terminal_lines(result):
         console.print(escape(line))

@@ -17,6 +17,7 @@ from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
 from ..engine.placement import Placement
 from ..load.records import RunSummary
+from ..machine import MachineRecord, RunMachine
 from ..vocabulary import Outcome
 
 
@@ -66,6 +67,7 @@ class Run:
     error: str | None
     started_at: float
     ended_at: float
+    machine: RunMachine | None = None  # the machine sampled through the run (None: not sampled, older store)
 
     @property
     def wall_s(self) -> float:
@@ -105,6 +107,7 @@ class Trial:
     placement: Placement | None = None  # that slot's GPUs/CPUs (None: a store from before slots)
     earlier_boots: int = 0           # healthy boots before the current one (reopened after a kill)
     earlier_boot_s: float = 0.0      # their launch-to-healthy seconds (a store from before: 0, unknown)
+    machine: MachineRecord | None = None  # the slot's GPUs / CPU before the (current) boot; None: unknown
 
     @property
     def status(self) -> str:

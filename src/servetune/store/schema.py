@@ -1,6 +1,6 @@
 """The SQLite schema of a study store. One file per study; every write is one transaction."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS trials (
     placement_json     TEXT,                   -- that slot's GPUs/CPUs (engine.placement); not part of the config key
     earlier_boots      INTEGER,                -- healthy boots before the current one (a trial reopened after a kill)
     earlier_boot_s     REAL,                   -- and their launch-to-healthy seconds, for the study's cost
+    machine_json       TEXT,                   -- the slot's GPUs / CPU before the boot (machine.MachineRecord)
     started_at         REAL NOT NULL,
     healthy_at         REAL,
     ended_at           REAL
@@ -51,6 +52,7 @@ CREATE TABLE IF NOT EXISTS runs (
     client_health_json TEXT NOT NULL,
     records_path       TEXT,
     error              TEXT,
+    machine_samples_json TEXT,                   -- the machine through the run (machine.RunMachine)
     started_at         REAL NOT NULL,
     ended_at           REAL NOT NULL,
     UNIQUE (trial_id, scenario, replicate, attempt)
@@ -81,6 +83,8 @@ ADDED_COLUMNS = (
     (3, "trials", "placement_json TEXT"),
     (4, "trials", "earlier_boots INTEGER"),
     (4, "trials", "earlier_boot_s REAL"),
+    (5, "trials", "machine_json TEXT"),
+    (5, "runs", "machine_samples_json TEXT"),
 )
 
 

@@ -23,6 +23,7 @@ from ..load.bench import run_scenario
 from ..load.options import RunOptions
 from ..load.records import RunResult
 from ..load.scenario import Scenario
+from ..machine import RunMachine, RunSampler, checked_record
 from ..store import StudyStore, Trial
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome, for_http_status
@@ -66,7 +67,7 @@ class TrialExecutor:
 
     def __init__(self, engine: Engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None, *,
                  port: int | None = None, launch_flags: dict[str, str] | None = None,
-                 placement: Placement | None = None, live: LiveServers | None = None):
+                 placement: Placement | None = None, live: LiveServers | None = None, allow_busy: bool = False):
         self.engine = engine
         self.store = store
         self.out_dir = out_dir
@@ -76,13 +77,15 @@ class TrialExecutor:
         self.launch = Config.of(launch_flags or {})
         self.placement = placement
         self.live = live
+        # Boot on a machine that something else uses (--allow-busy-gpu); else such a boot is refused.
+        self.allow_busy = allow_busy
 
     def on_slot(self, store: StudyStore, placement: Placement | None, *, live: LiveServers) -> TrialExecutor:
         """This executor for a slot: same engine and launch flags, the slot's store handle,
         placement and port (a fixed study port + the slot's index)."""
         port = None if self.port is None else self.port + (placement.slot if placement else 0)
         slot = TrialExecutor(self.engine, store, self.out_dir, self.tokenizer_dir, port=port,
-                             placement=placement, live=live)
+                             placement=placement, live=live, allow_busy=self.allow_busy)
         slot.launch = self.launch
         return slot
 
@@ -115,6 +118,9 @@ class TrialExecutor:
         log_path = self._log_path(trial)
         stored_log = str(log_path.relative_to(self.out_dir))  # relative: the study dir can move
         progress(trial, None, 0, 0, 0)
+        # Before anything is launched: a busy machine ends the study here (MachineBusy, one line).
+        where = self.placement.label() if self.placement is not None else f"trial #{trial.seq}"
+        self.store.record_machine(trial.id, checked_record(self._env(), allow_busy=self.allow_busy, where=where))
 
         def on_spawn(server: Server) -> None:
             if self.live is not None:
@@ -185,13 +191,14 @@ class TrialExecutor:
                 for attempt in range(len(attempts) + 1, MAX_ATTEMPTS + 1):
                     if not server.is_alive():
                         return Outcome.crashed, f"server exited before {scenario.name} replicate {replicate}"
-                    result, started_at = self._run_once(trial, server.url, api_key, model, scenario, replicate,
-                                                        attempt, progress, kv_cache_tokens)
+                    result, started_at, machine = self._run_once(trial, server.url, api_key, model, scenario,
+                                                                 replicate, attempt, progress, kv_cache_tokens)
                     if not server.is_alive():
                         # Requests that died with the server are not a measurement of this config.
                         return Outcome.crashed, f"server died during {scenario.name} replicate {replicate}"
                     self.store.record_run(trial.id, replicate, _relative(result, self.out_dir),
-                                          started_at=started_at, ended_at=time.time(), attempt=attempt)
+                                          started_at=started_at, ended_at=time.time(), attempt=attempt,
+                                          machine=machine)
                     if result.outcome in ENDS_TRIAL:
                         return result.outcome, f"{scenario.name} replicate {replicate}: {result.error}"
                     if result.outcome != Outcome.client_bound:
@@ -217,11 +224,19 @@ class TrialExecutor:
 
     def _run_once(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn,
-                  kv_cache_tokens: int | None) -> tuple[RunResult, float]:
+                  kv_cache_tokens: int | None) -> tuple[RunResult, float, RunMachine | None]:
         self.engine.before_run(url, api_key)  # the engine's own reset between runs (vLLM: its prefix cache)
         started_at = time.time()
         suffix = f"-a{attempt}" if attempt > 1 else ""
-        result = run_scenario(url, model, scenario, RunOptions(
+        sampler = RunSampler(self._env())
+        with sampler:
+            result = self._run_scenario(trial, url, api_key, model, scenario, replicate, suffix, progress,
+                                        kv_cache_tokens)
+        return result, started_at, sampler.result
+
+    def _run_scenario(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
+                      replicate: int, suffix: str, progress: ProgressFn, kv_cache_tokens: int | None) -> RunResult:
+        return run_scenario(url, model, scenario, RunOptions(
             tokenizer_dir=self.tokenizer_dir,
             out_dir=self.out_dir / "runs",
             run_id=f"trial{trial.seq:03d}-{scenario.name}-r{replicate}{suffix}",
@@ -231,7 +246,10 @@ class TrialExecutor:
             detailed=False,   # a study keeps every request in the run's JSONL; the JSON stays small
             kv_cache_tokens=kv_cache_tokens,
         ))
-        return result, started_at
+
+    def _env(self) -> dict[str, str] | None:
+        """The slot's environment (its GPUs), which tells the machine records and samples which GPUs to read."""
+        return None if self.placement is None else self.placement.env
 
     def _log_path(self, trial: Trial) -> Path:
         logs = self.out_dir / "logs"

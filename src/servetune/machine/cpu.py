@@ -1,0 +1,108 @@
+"""The host's CPU through psutil: model, frequency, load, and how much of it other processes take.
+
+"Other processes" are everything but this process and its descendants (the tuner, its client
+processes and the servers it started): what competes with a measurement for the cores.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import psutil
+
+from .record import CpuState
+
+
+def model_name() -> str | None:
+    """The CPU's marketing name from /proc/cpuinfo (platform.processor() is often empty on Linux)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip() or None
+    except OSError:
+        return None
+    return None
+
+
+def own_pids() -> set[int]:
+    """This process and its descendants."""
+    me = psutil.Process()
+    try:
+        return {me.pid, *(c.pid for c in me.children(recursive=True))}
+    except psutil.Error:
+        return {me.pid}
+
+
+def _busy_s(times: psutil._common.scputimes) -> float:  # type: ignore[name-defined]
+    return float(times.user + times.system + getattr(times, "nice", 0.0) + getattr(times, "irq", 0.0)
+                 + getattr(times, "softirq", 0.0) + getattr(times, "steal", 0.0))
+
+
+def _process_cpu_s() -> dict[int, tuple[str, float]]:
+    out = {}
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        times = p.info.get("cpu_times")
+        if times is not None:
+            out[p.pid] = (p.info.get("name") or "?", float(times.user + times.system))
+    return out
+
+
+class CpuWindow:
+    """Other processes' share of the host's CPU between `__init__` and `close()`: the system's busy
+    time less this process tree's, over wall time x cores. The heaviest others are named."""
+
+    def __init__(self) -> None:
+        self.cores = psutil.cpu_count() or 1
+        self._t0 = time.monotonic()
+        self._sys0 = _busy_s(psutil.cpu_times())
+        self._procs0 = _process_cpu_s()
+
+    def close(self, top: int = 3) -> tuple[float | None, tuple[str, ...]]:
+        wall = time.monotonic() - self._t0
+        if wall <= 0:
+            return None, ()
+        procs1 = _process_cpu_s()
+        own = own_pids()
+        own_s = sum(s - self._procs0[pid][1] for pid, (_, s) in procs1.items() if pid in own and pid in self._procs0)
+        system_s = _busy_s(psutil.cpu_times()) - self._sys0
+        share = min(max((system_s - own_s) / (wall * self.cores), 0.0), 1.0)
+        others = sorted(((s - self._procs0[pid][1], name, pid) for pid, (name, s) in procs1.items()
+                         if pid not in own and pid in self._procs0), reverse=True)
+        busiest = tuple(f"{name} (pid {pid}): {used / wall:.0%} of a core"
+                        for used, name, pid in others[:top] if used / wall >= 0.05)
+        return share, busiest
+
+
+def state(window_s: float = 0.5) -> CpuState:
+    """The CPU now; `window_s` > 0 also measures other processes' share over that long."""
+    window = CpuWindow() if window_s > 0 else None
+    if window is not None:
+        time.sleep(window_s)
+    share, busiest = window.close() if window is not None else (None, ())
+    freq = _freq()
+    return CpuState(model=model_name(), cores=psutil.cpu_count() or 1,
+                    freq_mhz=None if freq is None else freq.current,
+                    freq_max_mhz=None if freq is None or not freq.max else freq.max,
+                    load_avg=load_avg(), others_share=share, busiest=busiest)
+
+
+def _freq() -> psutil._common.scpufreq | None:  # type: ignore[name-defined]
+    try:
+        return psutil.cpu_freq()
+    except (OSError, NotImplementedError, RuntimeError):
+        return None
+
+
+def freq_mhz() -> float | None:
+    freq = _freq()
+    return None if freq is None else float(freq.current)
+
+
+def load_avg() -> tuple[float, float, float] | None:
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        return None
+    return (one, five, fifteen)
