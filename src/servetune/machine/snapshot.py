@@ -29,7 +29,7 @@ def process_name(pid: int) -> str | None:
         return None
 
 
-def take(env: Mapping[str, str] | None = None, *, cpu_window_s: float = 0.5) -> MachineRecord:
+def take(env: Mapping[str, str] | None = None, *, cpu_window_s: float = 0.25) -> MachineRecord:
     """The record of the machine a slot (its placement's `env`) boots on. The CPU part measures
     other processes' share over `cpu_window_s` (0: not measured)."""
     ids = slot_gpus(env)

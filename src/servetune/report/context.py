@@ -35,6 +35,7 @@ from .advice import Advice, Evidence, advise_config, describe_mismatch
 from .capacity import CapacityView, build_capacity
 from .emit import Deployment, Snippets, snippets
 from .fidelity import FidelityRow, fidelity_rows
+from .machine import MachineView, build_machine
 from .requests import resolve, runs_series_ms
 from .roofline import RooflineView, build_roofline
 from .speculative import AcceptanceRow, SweepPeak, acceptance_rows, sweep_peaks
@@ -149,6 +150,7 @@ class ReportData:
     capacity: CapacityView | None = None          # a `maximize: capacity` study's section
     roofline: RooflineView | None = None          # decode TPOT against the bandwidth floor
     fidelity: list[FidelityRow] = field(default_factory=list)  # how faithfully each run sent its traffic
+    machine: MachineView = field(default_factory=lambda: MachineView(recorded=False))  # what it was measured on
 
 
 def fmt_value(value: Any) -> str:
@@ -544,4 +546,4 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),
         acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity,
         roofline=build_roofline(analysis, trial_by_id, spec, store.get_meta_json(bandwidth.META_KEY)),
-        fidelity=fidelity_rows(trials, base_cfg))
+        fidelity=fidelity_rows(trials, base_cfg), machine=build_machine(analysis, trials, base_cfg))
