@@ -61,13 +61,13 @@ def refusal(reasons: list[str], where: str) -> str:
             f"a measurement now would measure that tenant too ({OPTION} boots anyway)")
 
 
-def checked_record(env: Mapping[str, str] | None, *, allow_busy: bool, where: str, settle_s: float = SETTLE_S,
+def checked_record(env: Mapping[str, str] | None, *, allow_busy: bool, where: str, settle_s: float | None = None,
                    take_record: Callable[[Mapping[str, str] | None], MachineRecord] = take) -> MachineRecord:
     """The slot's machine record before a boot; MachineBusy (one line naming the tenant) when
     something else uses it and `allow_busy` is off. `where` names the slot or the command."""
     allow_busy = allow_busy or os.environ.get(ALLOW_BUSY_ENV, "").lower() in ("1", "true", "yes")
     record = take_record(env)
-    deadline = time.monotonic() + settle_s
+    deadline = time.monotonic() + (SETTLE_S if settle_s is None else settle_s)
     while not allow_busy and (reasons := busy_reasons(record)):
         if time.monotonic() >= deadline:
             raise MachineBusy(refusal(reasons, where))

@@ -54,8 +54,6 @@ class MachineView:
     recorded: bool                         # some trial has a record (a store from before: False)
     label: str = ""                        # one line: the measured machine
     source: str = ""
-    driver: str = "–"
-    cuda: str = "–"
     cpu: str = "–"
     gpus: list[GpuLine] = field(default_factory=list)
     boots: list[BootLine] = field(default_factory=list)
@@ -94,7 +92,7 @@ def at_boot(record: MachineRecord) -> str:
         return "–"
     bits = [f"{cpu.freq_mhz:.0f} MHz" if cpu.freq_mhz else "",
             f"load {cpu.load_avg[0]:.1f}" if cpu.load_avg else "",
-            f"others {cpu.others_share:.0%} of the CPU" if cpu.others_share is not None else ""]
+            f"others {100 * cpu.others_share:.0f} % of the CPU" if cpu.others_share is not None else ""]
     return ", ".join(b for b in bits if b) or "–"
 
 
@@ -110,7 +108,7 @@ def throttling(trial: Trial) -> str:
             seen[reason] = seen.get(reason, 0.0) + share * len(m.samples)
     if not seen:
         return "none"
-    return ", ".join(f"{reason} {n / total:.0%} of samples" for reason, n in sorted(seen.items()))
+    return ", ".join(f"{reason} {100 * n / total:.0f} % of samples" for reason, n in sorted(seen.items()))
 
 
 def _mean_power(trial: Trial) -> float | None:
@@ -147,8 +145,7 @@ def build_machine(analysis: StudyAnalysis, trials: Sequence[Trial], base: Config
               for c in analysis.configs for scenario, e in c.energy.items()]
     cpu = reference.cpu
     return MachineView(
-        recorded=True, label=reference.label(), source=reference.source, driver=reference.driver or "–",
-        cuda=reference.cuda or "–",
+        recorded=True, label=reference.label(), source=reference.source,
         cpu=(f"{cpu.model or 'unknown'}, {cpu.cores} logical CPUs"
              + (f", up to {cpu.freq_max_mhz:.0f} MHz" if cpu.freq_max_mhz else "")) if cpu else "–",
         gpus=_gpu_lines(reference), boots=boots, energy=energy, excluded=excluded, throttled=throttled)
