@@ -99,7 +99,7 @@ def test_energy_per_output_token_and_tokens_per_joule_with_intervals(tmp_path):
 
 
 def test_joules_per_token_needs_energy_and_tokens(tmp_path):
-    spec, store, _ = _study(tmp_path, gpu())
+    _, store, _ = _study(tmp_path, gpu())
     run = store.trials()[0].runs[0]
     assert analysis.joules_per_token(run) == pytest.approx(run.machine.energy_j / 1000)
     assert analysis.joules_per_token(run.__class__(**{**run.__dict__, "machine": None})) is None
