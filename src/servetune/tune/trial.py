@@ -119,7 +119,7 @@ class TrialExecutor:
         stored_log = str(log_path.relative_to(self.out_dir))  # relative: the study dir can move
         progress(trial, None, 0, 0, 0)
         # Before anything is launched: a busy machine ends the study here (MachineBusy, one line).
-        where = self.placement.label() if self.placement is not None else f"trial #{trial.seq}"
+        where = f"trial #{trial.seq} ({trial.role})" + (f" on {self.placement.label()}" if self.placement else "")
         self.store.record_machine(trial.id, checked_record(self._env(), allow_busy=self.allow_busy, where=where))
 
         def on_spawn(server: Server) -> None:
