@@ -35,7 +35,7 @@ class BootLine:
     tenants: str              # "none" or who else was there
     mean_power_w: float | None
     throttled: str            # "power cap 35 % of samples" / "none" / "–" (not sampled)
-    contended_runs: int       # CPU: runs whose other processes took over a quarter of the host
+    contended_runs: int       # runs marked contended: the client's loop lagged, or others took much of the CPU
     unlike: str               # how it differs from its baseline's machine (left out), or ""
 
 
@@ -133,7 +133,7 @@ def build_machine(analysis: StudyAnalysis, trials: Sequence[Trial], base: Config
         throttle = throttling(t)
         line = BootLine(t.seq, str(t.role), label, at_boot(t.machine), "; ".join(tenants) or "none",
                         _mean_power(t), throttle,
-                        sum(1 for r in t.runs if r.machine is not None and r.machine.contended),
+                        sum(1 for r in t.runs if r.client_health.get("contended")),
                         "; ".join(unlike.get(t.id, [])))
         boots.append(line)
         if line.unlike:

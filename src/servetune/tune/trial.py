@@ -232,7 +232,7 @@ class TrialExecutor:
         with sampler:
             result = self._run_scenario(trial, url, api_key, model, scenario, replicate, suffix, progress,
                                         kv_cache_tokens)
-        return result, started_at, sampler.result
+        return marked_contended(result, sampler.result), started_at, sampler.result
 
     def _run_scenario(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
                       replicate: int, suffix: str, progress: ProgressFn, kv_cache_tokens: int | None) -> RunResult:
@@ -271,6 +271,18 @@ def _relative(result: RunResult, base: Path) -> RunResult:
         return result.model_copy(update={"records_path": str(path.resolve().relative_to(base.resolve()))})
     except ValueError:
         return result
+
+
+def marked_contended(result: RunResult, machine: RunMachine | None) -> RunResult:
+    """The run's `contended` mark (load/health.py: the client's loop lagging while it idles) also
+    set when other processes took much of the host's CPU during the run (machine/sampler.py)."""
+    if machine is None or not machine.contended or machine.mean_others_share is None:
+        return result
+    health = dict(result.client_health)
+    warning = (f"machine contended: other processes took {100 * machine.mean_others_share:.0f} % of the host's CPU "
+               "during the run")
+    health.update(contended=True, warnings=[*health.get("warnings", []), warning])
+    return result.model_copy(update={"client_health": health})
 
 
 def served_model_name(url: str, api_key: str | None) -> str:
