@@ -59,6 +59,15 @@ def test_a_cpu_box_is_busy_only_when_others_take_more_than_half_of_it() -> None:
     assert reason == "other processes use 90% of the host's 2 CPUs (make (pid 12): 180% of a core)"
 
 
+def test_a_slot_with_cpus_of_its_own_is_judged_on_them() -> None:
+    record = MachineRecord(source="psutil", taken_at=0, cpu=CpuState(cores=8, slot_cpus=(2, 3), others_share=0.8))
+    assert busy_reasons(record) == ["other processes use 80% of the slot's 2 CPUs"]
+    # measured on those CPUs only: the slots beside it (Ray actors, not this process's children) are not counted
+    from servetune.machine.cpu import state
+    mine = state(0.05, cpus=(0,))
+    assert mine.slot_cpus == (0,) and mine.others_share is not None and 0.0 <= mine.others_share <= 1.0
+
+
 def test_a_busy_reading_is_taken_again_before_refusing() -> None:
     readings = iter([_cpu(0.9), _cpu(0.05)])   # a tenant that just left: the second reading is free
     record = checked_record(None, allow_busy=False, where="serve", settle_s=60, take_record=lambda env: next(readings))

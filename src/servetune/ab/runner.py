@@ -52,7 +52,7 @@ class AbTrialExecutor(TrialExecutor):
                                      kv_cache_tokens)
         progress(trial, scenario.name, replicate, 0, 1)
         started_at = time.time()
-        with RunSampler(self._env()) as sampler:
+        with RunSampler(self._env(), cpus=self._cpus()) as sampler:
             result = prefix_reuse.measure(url, model, scenario, tokenizer_dir=self.tokenizer_dir, api_key=api_key)
         return result, started_at, sampler.result
 

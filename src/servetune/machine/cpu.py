@@ -50,14 +50,25 @@ def _process_cpu_s() -> dict[int, tuple[str, float]]:
 
 
 class CpuWindow:
-    """Other processes' share of the host's CPU between `__init__` and `close()`: the system's busy
-    time less this process tree's, over wall time x cores. The heaviest others are named."""
+    """Other processes' share of the CPU between `__init__` and `close()`: the system's busy time
+    less this process tree's, over wall time x cores. The heaviest others are named.
 
-    def __init__(self) -> None:
-        self.cores = psutil.cpu_count() or 1
+    A slot with CPUs of its own (`cpus`: a share of the host, engine/placement.py) is busy when
+    those CPUs are: their busy time over wall time x their number. The slots beside it, whose
+    servers may not be this process's children (Ray actors), run on other CPUs and do not count."""
+
+    def __init__(self, cpus: tuple[int, ...] | None = None) -> None:
+        self.cpus = cpus
+        self.cores = len(cpus) if cpus else psutil.cpu_count() or 1
         self._t0 = time.monotonic()
-        self._sys0 = _busy_s(psutil.cpu_times())
+        self._sys0 = self._system_busy_s()
         self._procs0 = _process_cpu_s()
+
+    def _system_busy_s(self) -> float:
+        if not self.cpus:
+            return _busy_s(psutil.cpu_times())
+        per_cpu = psutil.cpu_times(percpu=True)
+        return sum(_busy_s(per_cpu[i]) for i in self.cpus if i < len(per_cpu))
 
     def close(self, top: int = 3) -> tuple[float | None, tuple[str, ...]]:
         wall = time.monotonic() - self._t0
@@ -65,8 +76,9 @@ class CpuWindow:
             return None, ()
         procs1 = _process_cpu_s()
         own = own_pids()
-        own_s = sum(s - self._procs0[pid][1] for pid, (_, s) in procs1.items() if pid in own and pid in self._procs0)
-        system_s = _busy_s(psutil.cpu_times()) - self._sys0
+        own_s = 0.0 if self.cpus else sum(s - self._procs0[pid][1] for pid, (_, s) in procs1.items()
+                                          if pid in own and pid in self._procs0)
+        system_s = self._system_busy_s() - self._sys0
         share = min(max((system_s - own_s) / (wall * self.cores), 0.0), 1.0)
         others = sorted(((s - self._procs0[pid][1], name, pid) for pid, (name, s) in procs1.items()
                          if pid not in own and pid in self._procs0), reverse=True)
@@ -75,14 +87,15 @@ class CpuWindow:
         return share, busiest
 
 
-def state(window_s: float = 0.5) -> CpuState:
-    """The CPU now; `window_s` > 0 also measures other processes' share over that long."""
-    window = CpuWindow() if window_s > 0 else None
+def state(window_s: float = 0.5, cpus: tuple[int, ...] | None = None) -> CpuState:
+    """The CPU now; `window_s` > 0 also measures other processes' share over that long (of the
+    slot's `cpus` where it has its own)."""
+    window = CpuWindow(cpus) if window_s > 0 else None
     if window is not None:
         time.sleep(window_s)
     share, busiest = window.close() if window is not None else (None, ())
     freq = _freq()
-    return CpuState(model=model_name(), cores=psutil.cpu_count() or 1,
+    return CpuState(model=model_name(), cores=psutil.cpu_count() or 1, slot_cpus=cpus,
                     freq_mhz=None if freq is None else freq.current,
                     freq_max_mhz=None if freq is None or not freq.max else freq.max,
                     load_avg=load_avg(), others_share=share, busiest=busiest)

@@ -52,7 +52,9 @@ def busy_reasons(record: MachineRecord) -> list[str]:
     if not record.gpus and record.cpu is not None and record.cpu.others_share is not None \
             and record.cpu.others_share > CPU_BUSY_SHARE:
         named = f" ({'; '.join(record.cpu.busiest)})" if record.cpu.busiest else ""
-        out.append(f"other processes use {record.cpu.others_share:.0%} of the host's {record.cpu.cores} CPUs{named}")
+        cpu = record.cpu
+        whose = f"the slot's {len(cpu.slot_cpus)} CPUs" if cpu.slot_cpus else f"the host's {cpu.cores} CPUs"
+        out.append(f"other processes use {cpu.others_share:.0%} of {whose}{named}")
     return out
 
 
@@ -61,11 +63,14 @@ def refusal(reasons: list[str], where: str) -> str:
             f"a measurement now would measure that tenant too ({OPTION} boots anyway)")
 
 
-def checked_record(env: Mapping[str, str] | None, *, allow_busy: bool, where: str, settle_s: float | None = None,
-                   take_record: Callable[[Mapping[str, str] | None], MachineRecord] = take) -> MachineRecord:
-    """The slot's machine record before a boot; MachineBusy (one line naming the tenant) when
-    something else uses it and `allow_busy` is off. `where` names the slot or the command."""
+def checked_record(env: Mapping[str, str] | None, *, allow_busy: bool, where: str,
+                   cpus: tuple[int, ...] | None = None, settle_s: float | None = None,
+                   take_record: Callable[[Mapping[str, str] | None], MachineRecord] | None = None) -> MachineRecord:
+    """The slot's machine record before a boot (its placement's `env` and `cpus`); MachineBusy
+    (one line naming the tenant) when something else uses it and `allow_busy` is off. `where`
+    names the trial or the command."""
     allow_busy = allow_busy or os.environ.get(ALLOW_BUSY_ENV, "").lower() in ("1", "true", "yes")
+    take_record = take_record or (lambda e: take(e, cpus=cpus))
     record = take_record(env)
     deadline = time.monotonic() + (SETTLE_S if settle_s is None else settle_s)
     while not allow_busy and (reasons := busy_reasons(record)):

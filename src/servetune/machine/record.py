@@ -43,11 +43,13 @@ class GpuState(_Frozen):
 class CpuState(_Frozen):
     model: str | None = None
     cores: int = 1                  # logical CPUs of the host
+    slot_cpus: tuple[int, ...] | None = None   # the slot's own CPUs (None: the whole host)
     freq_mhz: float | None = None   # current, mean over cores
     freq_max_mhz: float | None = None
     load_avg: tuple[float, float, float] | None = None
     # Other processes' share of the host's CPU (0..1 of all cores) over a short window before the
-    # boot: everything but this process and its children. None where it was not measured.
+    # boot: everything but this process and its children; of the slot's own CPUs where it has
+    # them (slot_cpus). None where it was not measured.
     others_share: float | None = None
     busiest: tuple[str, ...] = ()   # the heaviest other processes, "name (pid 12): 85 %"
 

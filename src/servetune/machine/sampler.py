@@ -121,8 +121,10 @@ def _gpu_sample(per_gpu: list[dict[str, Any]]) -> dict[str, Any]:
 class RunSampler:
     """`with RunSampler(placement_env) as sampler: run...`; then `sampler.result`."""
 
-    def __init__(self, env: Mapping[str, str] | None = None, *, interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, *, cpus: tuple[int, ...] | None = None,
+                 interval_s: float = INTERVAL_S) -> None:
         self.interval_s = interval_s
+        self._cpus = cpus
         self.result: RunMachine | None = None
         self._ids = slot_gpus(env)
         self._nvml: ModuleType | None = None
@@ -155,7 +157,7 @@ class RunSampler:
             sample.update({"cpu_freq_mhz": cpu.freq_mhz(), "load1": None if load is None else load[0]})
             if self._window is not None:
                 sample["others_share"], _ = self._window.close(top=0)
-            self._window = cpu.CpuWindow()
+            self._window = cpu.CpuWindow(self._cpus)
         return sample
 
     def _loop(self) -> None:
@@ -174,7 +176,7 @@ class RunSampler:
         if self._nvml is not None and self._devices:
             self._energy0 = nvml.energy_j(self._nvml, self._devices)
         if self._source == "psutil":
-            self._window = cpu.CpuWindow()
+            self._window = cpu.CpuWindow(self._cpus)
         self._thread.start()
         return self
 

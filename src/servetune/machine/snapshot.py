@@ -29,11 +29,12 @@ def process_name(pid: int) -> str | None:
         return None
 
 
-def take(env: Mapping[str, str] | None = None, *, cpu_window_s: float = 0.25) -> MachineRecord:
-    """The record of the machine a slot (its placement's `env`) boots on. The CPU part measures
-    other processes' share over `cpu_window_s` (0: not measured)."""
+def take(env: Mapping[str, str] | None = None, *, cpus: tuple[int, ...] | None = None,
+         cpu_window_s: float = 0.25) -> MachineRecord:
+    """The record of the machine a slot (its placement's `env` and `cpus`) boots on. The CPU part
+    measures other processes' share over `cpu_window_s` (0: not measured)."""
     ids = slot_gpus(env)
-    cpu_state = cpu.state(cpu_window_s)
+    cpu_state = cpu.state(cpu_window_s, cpus)
     now = time.time()
     if ids == []:
         return MachineRecord(source="psutil", taken_at=now, cpu=cpu_state)

@@ -120,7 +120,8 @@ class TrialExecutor:
         progress(trial, None, 0, 0, 0)
         # Before anything is launched: a busy machine ends the study here (MachineBusy, one line).
         where = f"trial #{trial.seq} ({trial.role})" + (f" on {self.placement.label()}" if self.placement else "")
-        self.store.record_machine(trial.id, checked_record(self._env(), allow_busy=self.allow_busy, where=where))
+        self.store.record_machine(trial.id, checked_record(self._env(), cpus=self._cpus(), allow_busy=self.allow_busy,
+                                                           where=where))
 
         def on_spawn(server: Server) -> None:
             if self.live is not None:
@@ -228,7 +229,7 @@ class TrialExecutor:
         self.engine.before_run(url, api_key)  # the engine's own reset between runs (vLLM: its prefix cache)
         started_at = time.time()
         suffix = f"-a{attempt}" if attempt > 1 else ""
-        sampler = RunSampler(self._env())
+        sampler = RunSampler(self._env(), cpus=self._cpus())
         with sampler:
             result = self._run_scenario(trial, url, api_key, model, scenario, replicate, suffix, progress,
                                         kv_cache_tokens)
@@ -250,6 +251,10 @@ class TrialExecutor:
     def _env(self) -> dict[str, str] | None:
         """The slot's environment (its GPUs), which tells the machine records and samples which GPUs to read."""
         return None if self.placement is None else self.placement.env
+
+    def _cpus(self) -> tuple[int, ...] | None:
+        """The slot's own CPUs (a share of the host), where it has them."""
+        return None if self.placement is None else self.placement.cpus
 
     def _log_path(self, trial: Trial) -> Path:
         logs = self.out_dir / "logs"
