@@ -142,7 +142,8 @@ def test_the_sampler_reads_the_cpu_on_a_cpu_slot(tmp_path: Path, monkeypatch: py
         _until(sampler, 2)
     run = sampler.result
     assert run is not None and run.source == "psutil" and run.energy_j is None
-    assert all("others_share" in s and "load1" in s for s in run.samples)
+    assert all("cpu_busy" in s and "load1" in s for s in run.samples)
+    assert run.mean_cpu_busy is not None and 0.0 <= run.mean_cpu_busy <= 1.0
     assert run.mean_others_share is not None and 0.0 <= run.mean_others_share <= 1.0
 
 
@@ -151,8 +152,8 @@ def test_other_processes_cpu_during_a_run_marks_it_contended() -> None:
     from servetune.tune.trial import marked_contended
 
     result = RunResult(scenario="s", summary={}, client_health={"contended": False, "warnings": []})
-    busy = summarise("psutil", 1.0, 3.0, [{"t": 1.0, "others_share": 0.6}, {"t": 2.0, "others_share": 0.4}], None)
-    calm = summarise("psutil", 1.0, 3.0, [{"t": 1.0, "others_share": 0.05}], None)
+    busy = summarise("psutil", 1.0, 3.0, [{"t": 1.0, "cpu_busy": 0.9}], None, others_share=0.5)
+    calm = summarise("psutil", 1.0, 3.0, [{"t": 1.0, "cpu_busy": 0.9}], None, others_share=0.05)
     marked = marked_contended(result, busy)
     assert marked.client_health["contended"] is True
     assert marked.client_health["warnings"] == ["machine contended: other processes took 50 % of the host's CPU "

@@ -61,7 +61,8 @@ class RunMachine(BaseModel):
     min_sm_clock_mhz: int | None = None
     throttled: dict[str, float] = {}     # reason -> share of samples it was active in
     mean_cpu_freq_mhz: float | None = None
-    mean_others_share: float | None = None   # CPU box: other processes' share of the host's CPU
+    mean_cpu_busy: float | None = None       # CPU box: the CPU's busy share, mean over samples (everyone's)
+    mean_others_share: float | None = None   # CPU box: other processes' share of the CPU over the run
     max_load1: float | None = None
 
     @property
@@ -75,8 +76,9 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 
 def summarise(source: str, interval_s: float, wall_s: float, samples: Sequence[dict[str, Any]],
-              counter_j: float | None) -> RunMachine:
-    """The run's summary from its samples; `counter_j` the energy counters' difference when known."""
+              counter_j: float | None, others_share: float | None = None) -> RunMachine:
+    """The run's summary from its samples; `counter_j` the energy counters' difference when known,
+    `others_share` other processes' share of the CPU over the run (a CPU slot)."""
     powers = [s["power_w"] for s in samples if s.get("power_w") is not None]
     energy, energy_source = counter_j, "energy counter" if counter_j is not None else None
     if energy is None and len(powers) >= 2:
@@ -100,7 +102,8 @@ def summarise(source: str, interval_s: float, wall_s: float, samples: Sequence[d
         min_sm_clock_mhz=min(clocks) if clocks else None,
         throttled={name: n / len(samples) for name, n in sorted(reasons.items())},
         mean_cpu_freq_mhz=_mean([s.get("cpu_freq_mhz") for s in samples]),
-        mean_others_share=_mean([s.get("others_share") for s in samples]),
+        mean_cpu_busy=_mean([s.get("cpu_busy") for s in samples]),
+        mean_others_share=others_share,
         max_load1=max(loads) if loads else None,
     )
 
@@ -142,6 +145,10 @@ class RunSampler:
         self._thread = threading.Thread(target=self._loop, name="machine-sampler", daemon=True)
         self._t0 = 0.0
         self._energy0: float | None = None
+        # CPU slot: the busy share per sample (cheap), other processes' share over the whole run
+        # (this process tree's CPU read at both ends only: a scan of every process each second
+        # would take the load generator's GIL).
+        self._busy: cpu.BusyMeter | None = None
         self._window: cpu.CpuWindow | None = None
 
     def _read(self) -> dict[str, Any]:
@@ -152,12 +159,10 @@ class RunSampler:
             per_gpu = smi.sample(self._ids)
             if per_gpu:
                 sample.update(_gpu_sample(per_gpu))
-        else:
+        elif self._busy is not None:
             load = cpu.load_avg()
-            sample.update({"cpu_freq_mhz": cpu.freq_mhz(), "load1": None if load is None else load[0]})
-            if self._window is not None:
-                sample["others_share"], _ = self._window.close(top=0)
-            self._window = cpu.CpuWindow(self._cpus)
+            sample.update({"cpu_freq_mhz": cpu.freq_mhz(), "load1": None if load is None else load[0],
+                           "cpu_busy": self._busy.read()})
         return sample
 
     def _loop(self) -> None:
@@ -176,7 +181,8 @@ class RunSampler:
         if self._nvml is not None and self._devices:
             self._energy0 = nvml.energy_j(self._nvml, self._devices)
         if self._source == "psutil":
-            self._window = cpu.CpuWindow(self._cpus)
+            self._busy = cpu.BusyMeter(self._cpus)
+            self._window = cpu.CpuWindow(self._cpus, name_others=False)
         self._thread.start()
         return self
 
@@ -189,4 +195,5 @@ class RunSampler:
         if self._energy0 is not None and self._nvml is not None:
             end = nvml.energy_j(self._nvml, self._devices)
             counter = None if end is None else max(end - self._energy0, 0.0)
-        self.result = summarise(self._source, self.interval_s, wall, list(self._samples), counter)
+        others = self._window.close()[0] if self._window is not None else None
+        self.result = summarise(self._source, self.interval_s, wall, list(self._samples), counter, others)
