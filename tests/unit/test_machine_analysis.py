@@ -129,3 +129,16 @@ def test_a_report_of_a_store_without_records_says_so(tmp_path):
     write_report(analysis.analyze(store, spec), store, tmp_path)
     md = (tmp_path / "report.md").read_text()
     assert "## Machine\n\nNot recorded" in md and "Measured on" not in md
+
+
+def test_the_ab_report_names_the_machine_and_a_boot_on_another(tmp_path):
+    from servetune.ab.analysis import machine_lines
+    from servetune.engine.config import Config
+
+    store = StudyStore.in_dir(tmp_path)
+    for role, machine in ((TrialRole.ab_a, gpu()), (TrialRole.ab_b, gpu()), (TrialRole.ab_a, gpu(driver="560.1"))):
+        trial = store.begin_trial(role, Config.of({}), {})
+        store.record_machine(trial.id, machine)
+    assert machine_lines(store.trials()) == [
+        "measured on 1 x NVIDIA H100 80GB HBM3, driver 550.54.15, CUDA 12.4, power limit 700 W",
+        "boot #3 ran on another machine than boot #1: driver 550.54.15 -> 560.1"]
