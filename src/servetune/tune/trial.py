@@ -211,14 +211,15 @@ class TrialExecutor:
     def _measure_capacity(self, trial: Trial, plan: TrialPlan, capacity: capacity_trial.CapacityPlan, server: Server,
                           api_key: str | None, model: str, progress: ProgressFn,
                           kv_cache_tokens: int | None) -> tuple[Outcome, str | None]:
-        def record(replicate: int, result: RunResult, started_at: float) -> None:
+        def record(replicate: int, result: RunResult, started_at: float, machine: RunMachine | None) -> None:
             self.store.record_run(trial.id, replicate, _relative(result, self.out_dir), started_at=started_at,
-                                  ended_at=max(time.time(), started_at))
+                                  ended_at=max(time.time(), started_at), machine=machine)
 
         outcome, detail = capacity_trial.measure_capacity(
             self.store, trial, plan.scenarios, capacity,
             capacity_trial.Server(server.url, model, api_key, server.is_alive,
-                                  lambda: self.engine.before_run(server.url, api_key), kv_cache_tokens),
+                                  lambda: self.engine.before_run(server.url, api_key), kv_cache_tokens,
+                                  sampler=lambda: RunSampler(self._env(), cpus=self._cpus())),
             runs_dir=self.out_dir / "runs", study_dir=self.out_dir, tokenizer_dir=self.tokenizer_dir,
             record=record, progress=lambda name, n, d, t: progress(trial, name, n, d, t))
         return Outcome(outcome), detail
