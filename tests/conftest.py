@@ -29,6 +29,10 @@ from tests import boot_log
 # A study measures the device's memory bandwidth at its start (tune/bandwidth.py): off in tests,
 # which run many small studies; the tests of the measurement turn it on themselves.
 os.environ.setdefault("SERVETUNE_NO_BANDWIDTH", "1")
+# The suite runs two studies side by side on purpose (the concurrent tier), each the other's CPU
+# tenant: the busy-machine guard (machine/guard.py) would refuse their boots. The tests of the
+# guard take it off themselves (tests/unit/test_machine_guard.py, tests/faults/test_machine_faults.py).
+os.environ.setdefault("SERVETUNE_ALLOW_BUSY", "1")
 # pytest-xdist's workers start with COLUMNS=80, which rich's module-level consoles would keep as a
 # fixed width from import on: tests that ask CliRunner for a wider terminal would get 80 columns.
 os.environ.pop("COLUMNS", None)

@@ -138,6 +138,7 @@ def test_a_version_1_store_is_migrated_and_keeps_its_rows(tmp_path):
     assert (trial.server_pid, trial.session_id, trial.launch_token) == (99, None, None)  # owner unknown
     assert (trial.slot, trial.placement) == (0, None)  # from before slots: the one slot there was
     assert (trial.cache, trial.exclusion, trial.replaces) == (None, None, None)  # from before caches: unknown
+    assert trial.machine is None  # from before machine records: unknown
     (old_session,) = store.sessions()
     assert (old_session.last_seen, old_session.pid) == (5.0, None)
     session = store.begin_session(pid=7, host="h", pid_create_time=3.0)
@@ -203,3 +204,23 @@ def test_the_meta_getters_read_and_write_the_json_every_version_keeps(tmp_path):
     store.set_meta_json("eta_log", [{"trial_seq": 1}])
     with pytest.raises(ValueError, match="meta 'eta_log': unreadable entry"):
         store.eta_log()
+
+
+def test_a_trial_keeps_its_machine_and_a_run_its_samples(tmp_path):
+    from servetune.machine import MachineRecord, RunMachine
+    from servetune.machine.record import GpuState
+
+    store = StudyStore.in_dir(tmp_path)
+    trial = store.begin_trial(TrialRole.baseline, Config.of({}), {})
+    record = MachineRecord(source="nvml", taken_at=1.0, driver="550.54.15", cuda="12.4",
+                           gpus=(GpuState(index=0, name="H100", power_limit_w=700.0),))
+    store.record_machine(trial.id, record)
+    machine = RunMachine(source="nvml", interval_s=1.0, wall_s=3.0, samples=({"t": 1.0, "power_w": 350.0},),
+                         energy_j=1050.0, energy_source="energy counter", throttled={"power cap": 0.5})
+    store.record_run(trial.id, 1, RunResult(scenario="s", summary={"output_throughput": 1.0}), started_at=0,
+                     ended_at=3, machine=machine)
+    store.record_run(trial.id, 2, RunResult(scenario="s", summary={"output_throughput": 1.0}), started_at=3,
+                     ended_at=6)
+    reread = StudyStore.open_existing(tmp_path, read_only=True).trial(trial.id)
+    assert reread.machine == record
+    assert [r.machine for r in reread.runs] == [machine, None]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..engine.defaults import EngineDefaults
+from ..machine import differences
 from ..stats.hierarchy import compare_boots, variance_components
 from ..stats.intervals import geometric_mean_ci
 from ..stats.multiple import holm
@@ -77,6 +78,7 @@ class AbAnalysis:
     planned_boots: int = 0
     versions: dict[str, list[str]] = field(default_factory=dict)
     config: ConfigDiff = field(default_factory=ConfigDiff)  # what differs in the sides' resolved configuration
+    machines: list[str] = field(default_factory=list)   # the machine(s) measured on, and boots that differ
 
     def measured_boots(self, side: str) -> int:
         return len([b for b in self.boots if b.side == side and b.runs and b.outcome == str(Outcome.ok)])
@@ -123,6 +125,7 @@ def analyze(store: StudyStore, spec: AbSpec, metrics: Sequence[str] = DEFAULT_ME
         alpha=spec.workload.alpha, min_effect_pct=spec.workload.min_effect_pct,
         versions={s: sorted({b.version for b in boots if b.side == s and b.version}) for s in SIDES},
         config=config_differences(store, spec, by_side),
+        machines=machine_lines(trials),
     )
 
 
@@ -134,6 +137,22 @@ def config_differences(store: StudyStore, spec: AbSpec, by_side: dict[str, list[
                            requested=spec.side(s).baseline_config())
              for s in SIDES}
     return diff_sides(sides)
+
+
+def machine_lines(trials: Sequence[Trial]) -> list[str]:
+    """What the A/B was measured on (the first recorded boot's machine), and each boot whose
+    machine differs from it (power limit, clocks, driver, GPU model): read its rows with care."""
+    recorded = [t for t in trials if t.machine is not None]
+    if not recorded:
+        return []
+    first = recorded[0].machine
+    assert first is not None
+    out = [f"measured on {first.label()}"]
+    for t in recorded[1:]:
+        assert t.machine is not None
+        if found := differences(first, t.machine):
+            out.append(f"boot #{t.seq} ran on another machine than boot #{recorded[0].seq}: {'; '.join(found)}")
+    return out
 
 
 def boot_values(trials: Sequence[Trial], ok_runs: Sequence[Run], scenario: str, metric: str) -> list[list[float]]:

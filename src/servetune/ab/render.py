@@ -104,6 +104,7 @@ def terminal_lines(result: AbAnalysis) -> list[str]:
 def markdown(result: AbAnalysis) -> str:
     out = ["## Upgrade A/B", "", f"**{result.headline}**", ""]
     out += [f"- {_side_line(result, s)}" for s in SIDES]
+    out += [f"- machine: {line}" for line in result.machines]
     out += ["", f"Boots alternate A B A B ...; each boot measures every scenario with its replicates. B against A "
             f"per scenario and metric in the two-level model (boots nested in engines, log scale), intervals at "
             f"{1 - result.alpha:.0%}, p-values Holm-corrected over the whole table; `better`/`worse` need two boots a "

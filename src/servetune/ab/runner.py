@@ -18,6 +18,7 @@ from ..engine.defaults import EngineDefaults
 from ..errors import ServetuneError
 from ..load.records import RunResult
 from ..load.scenario import Scenario
+from ..machine import RunMachine, RunSampler
 from ..store import StudyStore, Trial, TrialRole
 from ..study.spec import SpecError
 from ..tune import plan
@@ -45,18 +46,21 @@ class AbTrialExecutor(TrialExecutor):
 
     def _run_once(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn,
-                  kv_cache_tokens: int | None, goodput_slo: dict[str, float] | None) -> tuple[RunResult, float]:
+                  kv_cache_tokens: int | None, goodput_slo: dict[str, float] | None,
+                  ) -> tuple[RunResult, float, RunMachine | None]:
         if not isinstance(scenario, prefix_reuse.PrefixReuse):
             return super()._run_once(trial, url, api_key, model, scenario, replicate, attempt, progress,
                                      kv_cache_tokens, goodput_slo)
         progress(trial, scenario.name, replicate, 0, 1)
         started_at = time.time()
-        return prefix_reuse.measure(url, model, scenario, tokenizer_dir=self.tokenizer_dir, api_key=api_key), started_at
+        with RunSampler(self._env(), cpus=self._cpus()) as sampler:
+            result = prefix_reuse.measure(url, model, scenario, tokenizer_dir=self.tokenizer_dir, api_key=api_key)
+        return result, started_at, sampler.result
 
 
 class AbRunner:
     def __init__(self, spec: AbSpec, out_dir: Path, *, boots: int, reuse: prefix_reuse.PrefixReuse | None,
-                 metrics: list[str], display: StudyDisplay):
+                 metrics: list[str], display: StudyDisplay, allow_busy: bool = False):
         self.spec, self.out_dir, self.boots, self.display = spec, Path(out_dir), boots, display
         self.reuse, self.metrics = reuse, metrics
         self.engines = {side: engine_for(spec.side(side).engine) for side in SIDES}
@@ -69,6 +73,8 @@ class AbRunner:
         # Each side its own caches (cache-A/, cache-B/): one engine's compiled kernels never reach the other's boots.
         self.executors = {side: AbTrialExecutor.for_study(self.engines[side], spec.side(side), self.store,
                                                           self.out_dir, cache_dir=f"cache-{side}") for side in SIDES}
+        for executor in self.executors.values():
+            executor.allow_busy = allow_busy  # --allow-busy-gpu
 
     def run(self) -> AbAnalysis:
         with self.session.running(), self.display:

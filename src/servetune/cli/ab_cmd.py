@@ -12,6 +12,7 @@ from rich.markup import escape
 from ..errors import ServetuneError
 from ..store import StudyStore
 from ..study.metrics import metric_problem
+from . import server_options as opt
 from .boundary import EXIT_NO_RESULT, on_interrupt, store_errors
 from .paths import check_store_kind, output_file, writable_dir
 
@@ -43,6 +44,7 @@ def ab(
                                         help="also write a study that boots the newer version with each setting "
                                              "that differs set back to the older side's value, one at a time"),
     force: bool = typer.Option(False, "--force", help="overwrite the --explain file if it exists"),
+    allow_busy: opt.AllowBusy = False,
 ) -> None:
     """Measure two engines (vLLM versions, images, launch commands) on the same workload, booted
     alternately, and judge B against A per scenario and metric (two-level model, Holm)."""
@@ -61,7 +63,7 @@ def ab(
         check_store_kind(out, "ab", "--out")  # a study's store must not take an A/B's boots
         writable_dir(out, "--out")  # after the files loaded: bad input writes nothing
         on_interrupt(f"the store in {out} keeps every finished boot; run the same command again to resume")
-        result = _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS))
+        result = _ab(spec, out, boots, reuse, list(dict.fromkeys(metric)) or list(DEFAULT_METRICS), allow_busy)
     if explain is not None:
         _write_explain(spec, result, out, explain)
     if not result.measured_boots("A") or not result.measured_boots("B"):
@@ -72,13 +74,14 @@ def register(app: typer.Typer) -> None:
     app.command("ab")(ab)
 
 
-def _ab(spec: AbSpec, out: Path, boots: int, reuse: PrefixReuse | None, metrics: list[str]) -> AbAnalysis:
+def _ab(spec: AbSpec, out: Path, boots: int, reuse: PrefixReuse | None, metrics: list[str],
+        allow_busy: bool) -> AbAnalysis:
     from ..ab.render import config_table, markdown, terminal_lines, terminal_table
     from ..ab.runner import AbRunner
     from ..tune.display import StudyDisplay
 
     result = AbRunner(spec, out, boots=boots, reuse=reuse, metrics=metrics,
-                      display=StudyDisplay(Console(stderr=True))).run()
+                      display=StudyDisplay(Console(stderr=True)), allow_busy=allow_busy).run()
     console.print(terminal_table(result))
     if result.config.differences:
         console.print(config_table(result.config))

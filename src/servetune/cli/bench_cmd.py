@@ -23,6 +23,7 @@ from ..load.metrics import SLO_NAMES, percentile_key
 from ..load.options import RunOptions
 from ..load.records import RunResult, RunSummary
 from ..load.scenario import PRESETS, Scenario, preset
+from ..machine import checked_record
 from ..vocabulary import Outcome
 from . import server_options as opt
 from . import validate
@@ -254,6 +255,7 @@ def bench(
     first_byte_timeout: opt.FirstByteTimeout = None,
     api_key_env: opt.ApiKeyEnv = None,
     force: opt.Force = False,
+    allow_busy: opt.AllowBusy = False,
 ) -> None:
     """Measure one scenario; prints a summary and writes vllm-bench-compatible JSON."""
     url = check_server_choice(url, serve, serve_arg)
@@ -290,7 +292,8 @@ def bench(
         result = _bench(url, model, sc, tokenizer, out, run_id, slo_ms, pcts, workers, api_key)
     else:
         assert serve is not None
-        result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer, api_key)
+        result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer, api_key,
+                               allow_busy)
     _show_result(result, sc, pcts, out)
 
 def _show_result(result: RunResult, sc: Scenario, pcts: tuple[float, ...], out: Path) -> None:
@@ -340,18 +343,19 @@ def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, ou
 
 def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Path, run_id: str,
                   slo: dict[str, float], pcts: tuple[float, ...], workers: int, tokenizer: Path | None,
-                  api_key: str | None) -> RunResult:
+                  api_key: str | None, allow_busy: bool) -> RunResult:
     """`api_key`: from --api-key-env; None: the key the launched server itself uses, if any."""
-    with served(model_dir, serve_args, out.parent / "logs", run_id, api_key) as (url, key, kv_tokens):
+    with served(model_dir, serve_args, out.parent / "logs", run_id, api_key, allow_busy) as (url, key, kv_tokens):
         return _bench(url, None, sc, tokenizer or model_dir, out, run_id, slo, pcts, workers, key, kv_tokens)
 
 
 @contextmanager
 def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
-           api_key: str | None) -> Iterator[tuple[str, str | None, int | None]]:
+           api_key: str | None, allow_busy: bool) -> Iterator[tuple[str, str | None, int | None]]:
     """vLLM launched on `model_dir` with `serve_args` (--serve, --serve-arg) for the duration:
     yields its URL, the key to send (`api_key`, else the one the server uses) and its KV pool in
-    tokens (the boot log's, None where it did not say); always stopped."""
+    tokens (the boot log's, None where it did not say); always stopped. A busy machine refuses
+    the boot (`allow_busy`: --allow-busy-gpu)."""
     from ..engine.base import Engine
     from ..engine.config import Config
     from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
@@ -361,6 +365,7 @@ def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
     engine: Engine = VllmEngine(DEFAULT_COMMAND, model=str(model_dir), startup_timeout_s=900, log_dir=log_dir)
     config = Config.of(flags)
     api_key = api_key or engine.client_api_key(config)
+    checked_record(None, allow_busy=allow_busy, where="--serve")
     console.print(f"starting vLLM on {model_dir} ...")
     t0 = time.monotonic()
     started = engine.start(config, log_dir / f"{run_id}.server.log")

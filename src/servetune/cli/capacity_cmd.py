@@ -95,6 +95,7 @@ def capacity(
     first_byte_timeout: opt.FirstByteTimeout = None,
     api_key_env: opt.ApiKeyEnv = None,
     force: opt.Force = False,
+    allow_busy: opt.AllowBusy = False,
 ) -> None:
     """Search the load level: a live table of the levels as they are judged, then the capacity
     with its interval. OUT holds every finished level as it ends; an interrupted search
@@ -136,7 +137,8 @@ def capacity(
     try:
         with sigterm_as_interrupt(), view:
             if serve is not None:
-                with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key) as (base_url, key, kv_tokens):
+                with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key,
+                            allow_busy) as (base_url, key, kv_tokens):
                     run.run_search(base_url, key, tokenizer or serve, kv_tokens)
             else:
                 assert url is not None

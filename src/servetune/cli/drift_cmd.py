@@ -106,6 +106,7 @@ def drift(
     first_byte_timeout: opt.FirstByteTimeout = None,
     api_key_env: opt.ApiKeyEnv = None,
     force: opt.Force = False,
+    allow_busy: opt.AllowBusy = False,
 ) -> None:
     """Short requests, a long one, short ones again ...: prints each phase's TTFT and TPOT and
     whether the long requests left a slowdown behind."""
@@ -137,7 +138,7 @@ def drift(
 
     silence = Silence(0.0, 0.0)  # set per phase: a long phase may be silent longer
     if serve is not None:
-        with served(serve, serve_arg, runs_dir / "logs", "drift", api_key) as (base_url, key, _):
+        with served(serve, serve_arg, runs_dir / "logs", "drift", api_key, allow_busy) as (base_url, key, _):
             run = _measure(base_url, key, tokenizer or serve, protocol, runs_dir, model, silence)
     else:
         assert url is not None

@@ -16,6 +16,7 @@ from ..engine.config import Config
 from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS, Scenario
+from ..machine import checked_record
 from ..probe.context import ContextAnswer, ProbeBoot, check_start, engine_boot, find_max_model_len, model_max_len
 from ..probe.measure import measure
 from ..probe.memory import MemoryVerdict, judge, scenario_need
@@ -105,6 +106,7 @@ def context(
     log_dir: Path = typer.Option(Path("runs/probe"), "--log-dir", help="where the server logs go"),
     out: Path | None = typer.Option(None, "--out", help="write the answer and every boot as JSON here"),
     force: opt.Force = False,
+    allow_busy: opt.AllowBusy = False,
 ) -> None:
     """The largest --max-model-len that fits the memory flags after `--`: vLLM's own answers first
     (automatic length, its estimate, the max-concurrency line), confirmed by a boot at the answer."""
@@ -122,6 +124,7 @@ def context(
     writable_dir(log_dir, "--log-dir")
     on_interrupt(f"nothing written{f' to {out}' if out else ''}; the server logs are under {log_dir}")
     engine = VllmEngine(base, model=model, startup_timeout_s=startup_timeout, log_dir=log_dir)
+    checked_record(None, allow_busy=allow_busy, where="probe context")
     console.print(f"probing the context of {model} (server logs in {log_dir}) ...")
     answer = find_max_model_len(engine_boot(engine, config, log_dir), model_max=model_max_len(model), start=start,
                                 tolerance=tolerance, max_boots=max_boots,
@@ -209,6 +212,7 @@ def memory(
                                        f"{' '.join(DEFAULT_COMMAND)})"),
     startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
     force: bool = typer.Option(False, "--force", help="overwrite an earlier memory.json in --out"),
+    allow_busy: opt.AllowBusy = False,
 ) -> None:
     """Run the scenarios once on one server and say whether the KV cache memory should go up, down or
     stay, with the smallest --kv-cache-memory-bytes that keeps preemptions at zero at that load."""
@@ -234,6 +238,7 @@ def memory(
     writable_dir(out, "--out")
     on_interrupt(f"nothing written to {out / 'memory.json'}; the logs and runs so far are under {out}")
     tokenizer = Path(model_dir) if (Path(model_dir) / "tokenizer.json").is_file() else None
+    checked_record(None, allow_busy=allow_busy, where="probe memory")
     console.print(f"booting {model_dir} and running {', '.join(s.name for s in scenarios)} once each ...")
     measured = measure(engine, config, scenarios, out, tokenizer, "memory")
     if measured.error and not measured.runs:  # ran, measured nothing: as `probe context` without an answer

@@ -19,6 +19,8 @@ from ..engine.bootfacts import log_message
 from ..engine.config import Config, FlagValue, is_env_name, normalize_flag_name
 from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
 from ..errors import ServetuneError
+from ..machine import checked_record
+from . import server_options as opt
 from . import validate
 from .paths import writable_dir
 
@@ -143,6 +145,7 @@ def serve(
         False, "--pin-engine-core",
         help="CPU build on few cores: pin vLLM's busy-waiting EngineCore to the workers' cores and the "
              "API server to the others (smooth streaming, repeatable runs)"),
+    allow_busy: opt.AllowBusy = False,
 ) -> None:
     """Start one server with the engine flags after `--`, print what took effect, stay up until
     Ctrl-C or SIGTERM (then tear it down cleanly)."""
@@ -157,6 +160,7 @@ def serve(
     served_name = vllm.served_model_name(config)
     engine: Engine = vllm
     log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    checked_record(None, allow_busy=allow_busy, where="serve")
     console.print(f"starting vLLM (log: {log_path}) ...")
 
     sigterm = _Sigterm()

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from ..machine.guard import ALLOW_BUSY_ENV
 from .server_check import CONNECT_HELP, FIRST_BYTE_HELP
 
 TOKENIZER_HELP = "model dir with tokenizer.json (default: --serve dir, else the server's /tokenize)"
@@ -16,6 +17,8 @@ API_KEY_ENV_HELP = ("environment variable holding the server's API key (default:
                     "OPENAI_API_KEY, when set)")
 SERVE_ARG_HELP = "engine flag(s) for --serve, e.g. '--max-num-seqs 64'"
 FORCE_HELP = "overwrite an existing result (and the files written beside it)"
+ALLOW_BUSY_HELP = ("boot even when another process holds the slot's GPUs (or, without a GPU, takes more than "
+                   f"half the host's CPU); the record keeps who was there. Also: {ALLOW_BUSY_ENV}=1")
 
 Url = Annotated[str | None, typer.Option("--url", help="base URL of a running OpenAI-compatible server")]
 ServeDir = Annotated[Path | None, typer.Option("--serve", help="launch vLLM on this model directory first")]
@@ -25,3 +28,5 @@ ConnectTimeout = Annotated[float | None, typer.Option("--connect-timeout", help=
 FirstByteTimeout = Annotated[float | None, typer.Option("--first-byte-timeout", help=FIRST_BYTE_HELP)]
 ApiKeyEnv = Annotated[str | None, typer.Option("--api-key-env", help=API_KEY_ENV_HELP)]
 Force = Annotated[bool, typer.Option("--force", help=FORCE_HELP)]
+AllowBusy = Annotated[bool, typer.Option("--allow-busy-gpu", help=ALLOW_BUSY_HELP, envvar=ALLOW_BUSY_ENV,
+                                          show_envvar=False)]

@@ -19,6 +19,7 @@ from ..store import Run, StudyStore, Trial, TrialRole
 from ..study.spec import SpecError
 from ..tune.display import StudyDisplay, format_duration
 from ..tune.eta import estimate, first_estimate_summary, for_study, next_trial_s, stored_seed
+from . import server_options as opt
 from . import validate
 from .boundary import EXIT_NO_RESULT, on_interrupt, store_errors, validation_text
 from .paths import check_store_kind, writable_dir
@@ -45,6 +46,7 @@ def tune(
              "needs servetune[ray]"),
     dry_run: bool = typer.Option(False, "--dry-run", help="check the engine, the model and the flags, list "
                                  "the candidates, boots and ETA, and start nothing (as `servetune plan`)"),
+    allow_busy: opt.AllowBusy = False,
 ) -> None:
     """Run (or resume) a tuning study: baseline, search, finalists, verdict."""
     from ..study import load_study
@@ -64,7 +66,7 @@ def tune(
             check_store_kind(out, "study", "--out")  # an A/B's store must not take a study's trials
             writable_dir(out, "--out")  # after the study loaded: a bad study file writes nothing
             on_interrupt(f"the store in {out} keeps every finished trial; run the same command again to resume")
-            _tune(spec, out, report, stop_after, ray_address)
+            _tune(spec, out, report, stop_after, ray_address, allow_busy)
     except SpecError as exc:  # the start's checks (engine, model, flags): located as `plan` locates them
         from .plan_cmd import located
 
@@ -127,16 +129,17 @@ def _ray_slots() -> ModuleType:
     return ray_slots
 
 
-def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None, ray_address: str | None) -> None:
+def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None, ray_address: str | None,
+          allow_busy: bool) -> None:
     from ..tune.runner import StudyRunner
 
     display = StudyDisplay(Console(stderr=True))
     if ray_address is None:
-        runner = StudyRunner(spec, out, display=display, stop_after_s=stop_after)
+        runner = StudyRunner(spec, out, display=display, stop_after_s=stop_after, allow_busy=allow_busy)
         result = runner.run()
     else:
         ray_slots = _ray_slots()
-        runner = StudyRunner(spec, out, display=display, stop_after_s=stop_after,
+        runner = StudyRunner(spec, out, display=display, stop_after_s=stop_after, allow_busy=allow_busy,
                              slots=ray_slots.RaySlots.factory(spec))
         with ray_slots.ray_cluster(ray_address):
             result = runner.run()

@@ -41,6 +41,7 @@ from .advice import Advice, advise_config, describe_mismatch
 from .capacity import CapacityView, build_capacity
 from .emit import Deployment, Snippets, snippets
 from .fidelity import FidelityRow, fidelity_rows
+from .machine import MachineView, build_machine
 from .prefill_sweep import SweepRow, sweep_rows
 from .requests import resolve, runs_series_ms
 from .roofline import RooflineView, build_roofline
@@ -200,6 +201,7 @@ class ReportData:
     slo_rows: list[SloRow] = field(default_factory=list)       # every SLO's interval and state per config
     exclusions: list[ExclusionView] = field(default_factory=list)  # boots kept out of the verdict
     provenance: ProvenanceView | None = None
+    machine: MachineView = field(default_factory=lambda: MachineView(recorded=False))  # what it was measured on
 
 
 def fmt_value(value: Any) -> str:
@@ -679,4 +681,5 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         roofline=build_roofline(analysis, trial_by_id, spec, store.get_meta_json(bandwidth.META_KEY)),
         fidelity=fidelity_rows(trials, base_cfg), prefill_sweep=sweep_rows(trials, base_cfg),
         slo_rows=_slo_rows(analysis), exclusions=_exclusions(trials, base_cfg),
+        machine=build_machine(analysis, trials, base_cfg),
         provenance=_provenance(trials, store, str((spec.get("engine") or {}).get("kind") or "vllm")))

@@ -19,6 +19,7 @@ from ..engine.config import Config
 from ..engine.knobs import KnobEvidence
 from ..engine.placement import Placement
 from ..load.records import RunSummary
+from ..machine import MachineRecord, RunMachine
 from ..vocabulary import Outcome
 
 
@@ -68,6 +69,7 @@ class Run:
     error: str | None
     started_at: float
     ended_at: float
+    machine: RunMachine | None = None  # the machine sampled through the run (None: not sampled, older store)
 
     @property
     def wall_s(self) -> float:
@@ -134,6 +136,7 @@ class Trial:
     def replaces(self) -> int | None:
         """The seq of the excluded boot this trial was booted to replace (with a wiped cache), or None."""
         return self.cache.replaces_trial if self.cache is not None else None
+    machine: MachineRecord | None = None  # the slot's GPUs / CPU before the (current) boot; None: unknown
 
     @property
     def status(self) -> str:

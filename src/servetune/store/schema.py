@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS trials (
     earlier_boot_s     REAL,                   -- and their launch-to-healthy seconds, for the study's cost
     cache_json         TEXT,                   -- the boot's cache root, cold/warm, compile time (engine.cache)
     exclusion_json     TEXT,                   -- why this boot is kept out of the verdict (tune.outliers)
+    machine_json       TEXT,                   -- the slot's GPUs / CPU before the boot (machine.MachineRecord)
     started_at         REAL NOT NULL,
     healthy_at         REAL,
     ended_at           REAL
@@ -54,6 +55,7 @@ CREATE TABLE IF NOT EXISTS runs (
     client_health_json TEXT NOT NULL,
     records_path       TEXT,
     error              TEXT,
+    machine_samples_json TEXT,                   -- the machine through the run (machine.RunMachine)
     started_at         REAL NOT NULL,
     ended_at           REAL NOT NULL,
     UNIQUE (trial_id, scenario, replicate, attempt)
@@ -87,6 +89,8 @@ ADDED_COLUMNS = (
     (5, "trials", "knobs_json TEXT"),
     (5, "trials", "cache_json TEXT"),
     (5, "trials", "exclusion_json TEXT"),
+    (5, "trials", "machine_json TEXT"),
+    (5, "runs", "machine_samples_json TEXT"),
 )
 
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from ..engine.applied import AppliedMismatch
@@ -31,10 +31,13 @@ from ..engine.knobs import KnobEvidence
 from ..engine.placement import Placement
 from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
+from ..machine import MachineRecord, RunMachine
 from ..vocabulary import Outcome
 from . import meta
 from .model import Exclusion, Run, Trial, TrialRole, TrialState
 from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
+
+_M = TypeVar("_M", MachineRecord, RunMachine)
 
 
 @dataclass
@@ -240,6 +243,10 @@ class StudyStore:
         record the pid leaves a token that recovery finds in the server's environment."""
         self._write("UPDATE trials SET launch_token = ?, log_path = ? WHERE id = ?", (launch_token, log_path, trial_id))
 
+    def record_machine(self, trial_id: int, record: MachineRecord) -> None:
+        """The slot's machine as found before the (current) boot."""
+        self._write("UPDATE trials SET machine_json = ? WHERE id = ?", (record.model_dump_json(), trial_id))
+
     def record_server(self, trial_id: int, *, pid: int, pgid: int, create_time: float, log_path: str) -> None:
         self._write("UPDATE trials SET server_pid = ?, server_pgid = ?, server_create_time = ?, log_path = ?"
                     " WHERE id = ?", (pid, pgid, create_time, log_path, trial_id))
@@ -297,13 +304,14 @@ class StudyStore:
     # --- runs ---------------------------------------------------------------------------
 
     def record_run(self, trial_id: int, replicate: int, result: RunResult, *, started_at: float,
-                   ended_at: float, attempt: int = 1) -> None:
+                   ended_at: float, attempt: int = 1, machine: RunMachine | None = None) -> None:
         self._write(
             "INSERT INTO runs(trial_id, scenario, replicate, attempt, outcome, summary_json, server_stats_json,"
-            " client_health_json, records_path, error, started_at, ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            " client_health_json, records_path, error, started_at, ended_at, machine_samples_json)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (trial_id, result.scenario, replicate, attempt, str(result.outcome), json.dumps(result.summary.to_dict()),
              json.dumps(result.server_stats), json.dumps(result.client_health), result.records_path,
-             result.error, started_at, ended_at),
+             result.error, started_at, ended_at, None if machine is None else machine.model_dump_json()),
         )
 
     def runs(self, trial_id: int | None = None) -> list[Run]:
@@ -424,6 +432,7 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
         earlier_boots=_optional(row, "earlier_boots") or 0, earlier_boot_s=_optional(row, "earlier_boot_s") or 0.0,
         knobs=tuple(KnobEvidence.model_validate(k) for k in _loads(_optional(row, "knobs_json"), [])),
         cache=_cache(_optional(row, "cache_json")), exclusion=_exclusion(_optional(row, "exclusion_json")),
+        machine=_machine(MachineRecord, _optional(row, "machine_json")),
     )
 
 
@@ -453,5 +462,9 @@ def _run(row: sqlite3.Row) -> Run:
         summary=RunSummary.model_validate(json.loads(row["summary_json"])),
         server_stats=_object(row["server_stats_json"]), client_health=_object(row["client_health_json"]),
         records_path=row["records_path"], error=row["error"], started_at=row["started_at"],
-        ended_at=row["ended_at"],
+        ended_at=row["ended_at"], machine=_machine(RunMachine, _optional(row, "machine_samples_json")),
     )
+
+
+def _machine(kind: type[_M], raw: str | None) -> _M | None:
+    return None if raw is None else kind.model_validate_json(raw)

@@ -42,16 +42,17 @@ from ..engine.defaults import EngineDefaults
 from ..engine.placement import server_gpus
 from ..load.records import RunSummary, resolve
 from ..search.base import SearchBase, TrialView
-from ..store import BASELINE_ROLES, StudyStore, Trial, TrialRole, TrialState
+from ..store import BASELINE_ROLES, Run, StudyStore, Trial, TrialRole, TrialState
 from ..study.metrics import CAPACITY, GOODPUT, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
-from . import pool_evidence, slo_proof
+from . import machine_check, pool_evidence, slo_proof
 from .analysis_types import (
     ConfigResult,
     DriftPoint,
     Effect,
+    Energy,
     Estimate,
     ScenarioResult,
     SloCheck,
@@ -92,6 +93,13 @@ class _Measured:
 def combine_censoring(kinds: Iterable[str]) -> str:
     present = {k for kind in kinds for k in (("right", "left") if kind == "both" else (kind,)) if k}
     return "both" if len(present) == 2 else next(iter(present), "")
+
+
+def _measured_all(trials: Sequence[Trial]) -> list[_Measured]:
+    """Every trial's usable runs; a trial measured on a machine unlike its baseline's has none
+    (machine_check.py: it stays in the store and the report, out of every estimate)."""
+    excluded = machine_check.unlike(trials)
+    return [_Measured(t, {}, {}) if t.id in excluded else _measured(t) for t in trials]
 
 
 def _measured(trial: Trial) -> _Measured:
@@ -211,7 +219,7 @@ def per_gpu_share(config: Config, spec: StudySpec) -> float:
 
 def _all_measured(store: StudyStore) -> list[_Measured]:
     """Every trial's usable runs, from the store's one cached read (no query per trial)."""
-    return [_measured(t) for t in store.trials()]
+    return _measured_all(store.trials())
 
 
 def history(store: StudyStore, spec: StudySpec) -> list[TrialView]:
@@ -226,7 +234,7 @@ def history(store: StudyStore, spec: StudySpec) -> list[TrialView]:
 def history_of(trials: Sequence[Trial], spec: StudySpec, study_dir: Path | None = None) -> list[TrialView]:
     """`history` of these trials only (a prefix of the study replays what a strategy saw then);
     `study_dir` resolves the runs' relative records paths."""
-    measured = [_measured(t) for t in trials]
+    measured = _measured_all(trials)
     reference = _reference(measured, spec)
     states = _slo_states([m for m in measured if m.trial.done], spec, study_dir)
     views = []
@@ -254,7 +262,7 @@ def scored_trials(trials: Sequence[Trial], spec: StudySpec,
     whatever its role (the baseline's re-measurements too): for reading a finished study as a
     table, as the replay benchmark does. The same samples and feasibility `history_of` gives the
     strategies."""
-    measured = [_measured(t) for t in trials]
+    measured = _measured_all(trials)
     reference = _reference(measured, spec)
     states = _slo_states([m for m in measured if m.trial.done], spec, study_dir)
     return {m.trial.id: (objective_samples(m, spec, reference) if m.trial.ok else [],
@@ -363,10 +371,14 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
     metrics = _MetricModel.of(groups, spec)
     design = study_design(groups, spec, baseline_key, revalidation_cap(store))
 
+    excluded = machine_check.unlike([m.trial for m in measured])
+    energy = _energy(groups, excluded, spec)
     configs: list[ConfigResult] = []
     for key, group in groups.items():
-        configs.append(_config_result(key, group, spec, reference, metrics, baseline_key, design,
-                                      store.path.parent))
+        config = _config_result(key, group, spec, reference, metrics, baseline_key, design, store.path.parent)
+        config.unlike_machine = {m.trial.id: excluded[m.trial.id] for m in group if m.trial.id in excluded}
+        config.energy = energy.get(key, {})
+        configs.append(config)
     configs.sort(key=lambda c: (not c.is_baseline, min(c.trial_ids)))
     baseline = next((c for c in configs if c.is_baseline), None)
 
@@ -615,6 +627,50 @@ def _objective_effects(candidates: list[ConfigResult], baseline: ConfigResult, s
                                              boots=min(len(config.objective_boots), len(baseline.objective_boots)))
         config.objective = Estimate(1.0 + cmp.effect_pct / 100.0, 1.0 + cmp.ci_low_pct / 100.0,
                                     1.0 + cmp.ci_high_pct / 100.0, len(config.objective_samples), censored)
+
+
+def joules_per_token(run: Run) -> float | None:
+    """The slot's GPUs' energy over a run per output token it produced; None where either is unknown."""
+    tokens = run.summary.get("total_output_tokens")
+    energy = run.machine.energy_j if run.machine is not None else None
+    if energy is None or not _finite(tokens) or tokens <= 0 or energy <= 0:
+        return None
+    return float(energy) / float(tokens)
+
+
+def _energy(groups: dict[str, list[_Measured]], excluded: dict[int, list[str]],
+            spec: StudySpec) -> dict[str, dict[str, Energy]]:
+    """Per config and scenario, joules per output token with its interval: runs nested in boots,
+    the boot variance pooled over every config (as `_metric_estimate` does for any metric)."""
+    boots: dict[str, dict[str, list[list[float]]]] = defaultdict(lambda: defaultdict(list))
+    sources: dict[str, set[str]] = defaultdict(set)
+    for key, group in groups.items():
+        for m in group:
+            if m.trial.id in excluded:
+                continue
+            per_scenario: dict[str, list[float]] = defaultdict(list)
+            for run in m.trial.runs:
+                value = joules_per_token(run) if run.ok and not is_level_run(run.summary) else None
+                if value is not None and run.machine is not None:
+                    per_scenario[run.scenario].append(value)
+                    sources[key].add(run.machine.energy_source or "")
+            for scenario, values in per_scenario.items():
+                boots[scenario][key].append(values)
+    out: dict[str, dict[str, Energy]] = defaultdict(dict)
+    for scenario, by_key in boots.items():
+        components = stats.variance_components(list(by_key.values()))
+        for key, config_boots in by_key.items():
+            values = [v for b in config_boots for v in b]
+            j = _metric_estimate(values, config_boots, [], components, spec)
+            out[key][scenario] = Energy(j, _reciprocal(j), len(config_boots), ", ".join(sorted(sources[key] - {""})))
+    return dict(out)
+
+
+def _reciprocal(e: Estimate) -> Estimate:
+    """1/x of a positive estimate: its interval's ends swap."""
+    def inv(x: float) -> float:
+        return 1.0 / x if _finite(x) and x > 0 else math.nan
+    return Estimate(inv(e.estimate), inv(e.high), inv(e.low), e.n)
 
 
 def _effect_censoring(baseline: Sequence[str], candidate: Sequence[str]) -> str:

@@ -28,6 +28,17 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class Energy:
+    """A config's energy on one scenario: joules of the slot's GPUs per output token over its runs
+    (boots nested in the config, as every metric), and its reciprocal, output tokens per joule."""
+
+    joules_per_token: Estimate
+    tokens_per_joule: Estimate
+    boots: int
+    source: str            # how the runs' energy was read: "energy counter" | "power samples"
+
+
+@dataclass(frozen=True)
 class Effect:
     """Candidate versus baseline on one metric: effect in % of the baseline, with CI and p-values."""
 
@@ -133,6 +144,9 @@ class ConfigResult:
     is_baseline: bool = False
     is_finalist: bool = False
     unfinished_trial_ids: list[int] = field(default_factory=list)   # stopped mid-trial: resumed by `servetune tune`
+    # Trial id -> how its machine differs from its baseline's (tune/machine_check.py): left out of every estimate.
+    unlike_machine: dict[int, list[str]] = field(default_factory=dict)
+    energy: dict[str, Energy] = field(default_factory=dict)         # per scenario, where the runs read energy
 
     @property
     def ok(self) -> bool:

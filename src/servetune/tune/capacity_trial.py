@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
@@ -26,6 +27,7 @@ from ..capacity.sequential import Looks
 from ..capacity.slo import Slo
 from ..load.records import RunResult, RunSummary, SummaryLike
 from ..load.scenario import Scenario
+from ..machine import RunMachine, RunSampler
 from ..store import Run, StudyStore, Trial
 from ..study.metrics import CAPACITY
 from ..study.objective import Objective
@@ -182,12 +184,13 @@ class Server:
     is_alive: Callable[[], bool]
     before_run: Callable[[], object]   # e.g. empty the prefix cache
     kv_cache_tokens: int | None = None   # the KV pool its boot log gave
+    sampler: Callable[[], RunSampler] | None = None   # the machine sampled through each level (machine/)
 
 
 # (scenario, level run number, done requests, total requests)
 LevelProgress = Callable[[str, int, int, int], None]
-# (replicate, result, started_at): commit one Run of the trial
-RecordRun = Callable[[int, RunResult, float], None]
+# (replicate, result, started_at, the machine through it): commit one Run of the trial
+RecordRun = Callable[[int, RunResult, float, RunMachine | None], None]
 
 
 def measure_capacity(store: StudyStore, trial: Trial, scenarios: list[Scenario], plan: CapacityPlan,
@@ -211,7 +214,7 @@ def measure_capacity(store: StudyStore, trial: Trial, scenarios: list[Scenario],
         stored = [r for r in store.runs(trial.id) if r.scenario == scenario.name and is_level_run(r.summary)]
         # Derived from the level runs, not measured: no time of its own (the study's cost counts the levels').
         record(CAPACITY_REPLICATE, RunResult(scenario=scenario.name, summary=capacity_summary(
-            est, levels.kind, slos, len(searched.levels), searched.requests, stored)), time.time())
+            est, levels.kind, slos, len(searched.levels), searched.requests, stored)), time.time(), None)
     return str(Outcome.ok), None
 
 
@@ -238,13 +241,9 @@ class _LevelRuns:
         self.server.before_run()
         number, self.next_number = self.next_number, self.next_number + 1
         started_at = time.time()
-        result, sample = measure_level(
-            self.server.url, self.scenario, self.slos, load=self.kind, level=level, run=number,
-            num_prompts=self.plan.num_prompts, looks=self.plan.settings[name].looks, out_dir=self.runs_dir,
-            run_id=f"trial{self.trial.seq:03d}-{name}-L{number:02d}", model=self.server.model,
-            tokenizer_dir=self.tokenizer_dir, api_key=self.server.api_key,
-            progress=lambda d, t: self.progress(name, number, d, t), prior=prior,
-            kv_cache_tokens=self.server.kv_cache_tokens)
+        sampler = self.server.sampler() if self.server.sampler is not None else None
+        with sampler if sampler is not None else nullcontext():
+            result, sample = self._measure_level(level, number, prior)
         if not self.server.is_alive():
             # Requests that died with the server are not a measurement of this config.
             self.failure = (str(Outcome.crashed), f"server died during {where}")
@@ -252,10 +251,21 @@ class _LevelRuns:
         verdict = sample.stopped_verdict.value if sample.stopped_verdict else None
         summary = RunSummary.model_validate({**result.summary.to_dict(), LEVEL_KEY: level, "load": self.kind,
                                              "stopped_early": sample.stopped, "stopped_verdict": verdict})
-        self.record(number, result.model_copy(update={"summary": summary}), started_at)
+        self.record(number, result.model_copy(update={"summary": summary}), started_at,
+                    sampler.result if sampler is not None else None)
         if sample.error is not None:
             self.failure = (str(result.outcome), f"{where}: {result.error}")
         return sample
+
+    def _measure_level(self, level: float, number: int, prior: list[LevelSample]) -> tuple[RunResult, LevelSample]:
+        name = self.scenario.name
+        return measure_level(
+            self.server.url, self.scenario, self.slos, load=self.kind, level=level, run=number,
+            num_prompts=self.plan.num_prompts, looks=self.plan.settings[name].looks, out_dir=self.runs_dir,
+            run_id=f"trial{self.trial.seq:03d}-{name}-L{number:02d}", model=self.server.model,
+            tokenizer_dir=self.tokenizer_dir, api_key=self.server.api_key,
+            progress=lambda d, t: self.progress(name, number, d, t), prior=prior,
+            kv_cache_tokens=self.server.kv_cache_tokens)
 
 
 def capacity_summary(est: CapacityEstimate, kind: LoadKind, slos: list[Slo], levels_measured: int,

@@ -46,7 +46,7 @@ SlotFactory = Callable[[Driver, TrialExecutor, StudyStore], SlotBackend]
 
 class StudyRunner:
     def __init__(self, spec: StudySpec, out_dir: Path, *, display: StudyDisplay, stop_after_s: float | None = None,
-                 slots: SlotFactory | None = None):
+                 slots: SlotFactory | None = None, allow_busy: bool = False):
         self.spec = spec
         self.out_dir = Path(out_dir)
         self.display = display
@@ -63,6 +63,7 @@ class StudyRunner:
         self.store.redact = self.engine.redact
         # The template every slot's executor is made from when the study starts (see _start_slots).
         self.executor = TrialExecutor.for_study(self.engine, spec, self.store, self.out_dir)
+        self.executor.allow_busy = allow_busy  # --allow-busy-gpu: boots on a machine another process uses
         self.baseline_config = spec.baseline_config()
         self.defaults: EngineDefaults | None = None  # read in run(): a subprocess of ~10 s
         self.seed: eta_seed.Eta | None = None  # the ETA before anything is measured, set in run()

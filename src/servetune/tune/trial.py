@@ -24,6 +24,7 @@ from ..load.bench import run_scenario
 from ..load.options import RunOptions
 from ..load.records import RunResult
 from ..load.scenario import Scenario
+from ..machine import RunMachine, RunSampler, checked_record
 from ..store import StudyStore, Trial
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome, for_http_status
@@ -72,7 +73,7 @@ class TrialExecutor:
     def __init__(self, engine: Engine, store: StudyStore, out_dir: Path, tokenizer_dir: Path | None, *,
                  port: int | None = None, launch_flags: dict[str, str] | None = None,
                  placement: Placement | None = None, live: LiveServers | None = None,
-                 cache_root: Path | None = None):
+                 cache_root: Path | None = None, allow_busy: bool = False):
         self.engine = engine
         self.store = store
         self.out_dir = out_dir
@@ -83,13 +84,15 @@ class TrialExecutor:
         self.placement = placement
         self.live = live
         self.cache_root = cache_root
+        # Boot on a machine that something else uses (--allow-busy-gpu); else such a boot is refused.
+        self.allow_busy = allow_busy
 
     def on_slot(self, store: StudyStore, placement: Placement | None, *, live: LiveServers) -> TrialExecutor:
         """This executor for a slot: same engine and launch flags, the slot's store handle,
         placement and port (a fixed study port + the slot's index)."""
         port = None if self.port is None else self.port + (placement.slot if placement else 0)
         slot = TrialExecutor(self.engine, store, self.out_dir, self.tokenizer_dir, port=port,
-                             placement=placement, live=live, cache_root=self.cache_root)
+                             placement=placement, live=live, cache_root=self.cache_root, allow_busy=self.allow_busy)
         slot.launch = self.launch
         return slot
 
@@ -126,6 +129,10 @@ class TrialExecutor:
         log_path = self._log_path(trial)
         stored_log = str(log_path.relative_to(self.out_dir))  # relative: the study dir can move
         progress(trial, None, 0, 0, 0)
+        # Before anything is launched: a busy machine ends the study here (MachineBusy, one line).
+        where = f"trial #{trial.seq} ({trial.role})" + (f" on {self.placement.label()}" if self.placement else "")
+        self.store.record_machine(trial.id, checked_record(self._env(), cpus=self._cpus(), allow_busy=self.allow_busy,
+                                                           where=where))
 
         def on_spawn(server: Server) -> None:
             if self.live is not None:
@@ -204,14 +211,15 @@ class TrialExecutor:
                 for attempt in range(len(attempts) + 1, MAX_ATTEMPTS + 1):
                     if not server.is_alive():
                         return Outcome.crashed, f"server exited before {scenario.name} replicate {replicate}"
-                    result, started_at = self._run_once(trial, server.url, api_key, model, scenario, replicate,
-                                                        attempt, progress, kv_cache_tokens,
-                                                        plan.goodput_slo.get(scenario.name))
+                    result, started_at, machine = self._run_once(trial, server.url, api_key, model, scenario,
+                                                                 replicate, attempt, progress, kv_cache_tokens,
+                                                                 plan.goodput_slo.get(scenario.name))
                     if not server.is_alive():
                         # Requests that died with the server are not a measurement of this config.
                         return Outcome.crashed, f"server died during {scenario.name} replicate {replicate}"
                     self.store.record_run(trial.id, replicate, _relative(result, self.out_dir),
-                                          started_at=started_at, ended_at=time.time(), attempt=attempt)
+                                          started_at=started_at, ended_at=time.time(), attempt=attempt,
+                                          machine=machine)
                     if result.outcome in ENDS_TRIAL:
                         return result.outcome, f"{scenario.name} replicate {replicate}: {result.error}"
                     if result.outcome != Outcome.client_bound:
@@ -223,25 +231,36 @@ class TrialExecutor:
     def _measure_capacity(self, trial: Trial, plan: TrialPlan, capacity: capacity_trial.CapacityPlan, server: Server,
                           api_key: str | None, model: str, progress: ProgressFn,
                           kv_cache_tokens: int | None) -> tuple[Outcome, str | None]:
-        def record(replicate: int, result: RunResult, started_at: float) -> None:
+        def record(replicate: int, result: RunResult, started_at: float, machine: RunMachine | None) -> None:
             self.store.record_run(trial.id, replicate, _relative(result, self.out_dir), started_at=started_at,
-                                  ended_at=max(time.time(), started_at))
+                                  ended_at=max(time.time(), started_at), machine=machine)
 
         outcome, detail = capacity_trial.measure_capacity(
             self.store, trial, plan.scenarios, capacity,
             capacity_trial.Server(server.url, model, api_key, server.is_alive,
-                                  lambda: self.engine.before_run(server.url, api_key), kv_cache_tokens),
+                                  lambda: self.engine.before_run(server.url, api_key), kv_cache_tokens,
+                                  sampler=lambda: RunSampler(self._env(), cpus=self._cpus())),
             runs_dir=self.out_dir / "runs", study_dir=self.out_dir, tokenizer_dir=self.tokenizer_dir,
             record=record, progress=lambda name, n, d, t: progress(trial, name, n, d, t))
         return Outcome(outcome), detail
 
     def _run_once(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
                   replicate: int, attempt: int, progress: ProgressFn,
-                  kv_cache_tokens: int | None, goodput_slo: dict[str, float] | None) -> tuple[RunResult, float]:
+                  kv_cache_tokens: int | None, goodput_slo: dict[str, float] | None,
+                  ) -> tuple[RunResult, float, RunMachine | None]:
         self.engine.before_run(url, api_key)  # the engine's own reset between runs (vLLM: its prefix cache)
         started_at = time.time()
         suffix = f"-a{attempt}" if attempt > 1 else ""
-        result = run_scenario(url, model, scenario, RunOptions(
+        sampler = RunSampler(self._env(), cpus=self._cpus())
+        with sampler:
+            result = self._run_scenario(trial, url, api_key, model, scenario, replicate, suffix, progress,
+                                        kv_cache_tokens, goodput_slo)
+        return marked_contended(result, sampler.result), started_at, sampler.result
+
+    def _run_scenario(self, trial: Trial, url: str, api_key: str | None, model: str, scenario: Scenario,
+                      replicate: int, suffix: str, progress: ProgressFn, kv_cache_tokens: int | None,
+                      goodput_slo: dict[str, float] | None) -> RunResult:
+        return run_scenario(url, model, scenario, RunOptions(
             tokenizer_dir=self.tokenizer_dir,
             out_dir=self.out_dir / "runs",
             run_id=f"trial{trial.seq:03d}-{scenario.name}-r{replicate}{suffix}",
@@ -252,7 +271,14 @@ class TrialExecutor:
             kv_cache_tokens=kv_cache_tokens,
             slo=goodput_slo or None,
         ))
-        return result, started_at
+
+    def _env(self) -> dict[str, str] | None:
+        """The slot's environment (its GPUs), which tells the machine records and samples which GPUs to read."""
+        return None if self.placement is None else self.placement.env
+
+    def _cpus(self) -> tuple[int, ...] | None:
+        """The slot's own CPUs (a share of the host), where it has them."""
+        return None if self.placement is None else self.placement.cpus
 
     def _log_path(self, trial: Trial) -> Path:
         logs = self.out_dir / "logs"
@@ -274,6 +300,18 @@ def _relative(result: RunResult, base: Path) -> RunResult:
         return result.model_copy(update={"records_path": str(path.resolve().relative_to(base.resolve()))})
     except ValueError:
         return result
+
+
+def marked_contended(result: RunResult, machine: RunMachine | None) -> RunResult:
+    """The run's `contended` mark (load/health.py: the client's loop lagging while it idles) also
+    set when other processes took much of the host's CPU during the run (machine/sampler.py)."""
+    if machine is None or not machine.contended or machine.mean_others_share is None:
+        return result
+    health = dict(result.client_health)
+    warning = (f"machine contended: other processes took {100 * machine.mean_others_share:.0f} % of the host's CPU "
+               "during the run")
+    health.update(contended=True, warnings=[*health.get("warnings", []), warning])
+    return result.model_copy(update={"client_health": health})
 
 
 def served_model_name(url: str, api_key: str | None) -> str:
