@@ -1,9 +1,10 @@
-"""`servetune probe context` and `servetune probe memory`: one question each, answered by booting."""
+"""`servetune probe context`, `probe utilization` and `probe memory`: one question each, answered by booting."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -38,6 +39,15 @@ from .serve_cmd import flags_from_argv
 
 console = Console()
 _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+# The options the probes that bisect over boots (context, utilization) share, declared once.
+ProbeModel = Annotated[str, typer.Option("--model", help="model directory or name")]
+MaxBoots = Annotated[int, typer.Option("--max-boots", min=1, help="boots at most")]
+BaseCommand = Annotated[str | None, typer.Option("--command",
+                                                 help=f"base command (default: {' '.join(DEFAULT_COMMAND)})")]
+StartupTimeout = Annotated[float, typer.Option("--startup-timeout", help="seconds until /health must be 200")]
+LogDir = Annotated[Path, typer.Option("--log-dir", help="where the server logs go")]
+OutJson = Annotated[Path | None, typer.Option("--out", help="write the answer and every boot as JSON here")]
 
 
 def _boot_line(b: ProbeBoot) -> str:
@@ -95,16 +105,15 @@ def _scenarios(names: list[str]) -> list[Scenario]:
 
 def context(
     ctx: typer.Context,
-    model: str = typer.Option(..., "--model", help="model directory or name"),
+    model: ProbeModel,
     start: int | None = typer.Option(None, "--start", help="first max-model-len to try (default: vLLM's "
                                      "automatic length, then the model's maximum)"),
     tolerance: int = typer.Option(256, "--tolerance", min=1, help="bisection stops this many tokens apart"),
-    max_boots: int = typer.Option(8, "--max-boots", min=1, help="boots at most"),
-    command: str | None = typer.Option(
-        None, "--command", help=f"base command (default: {' '.join(DEFAULT_COMMAND)})"),
-    startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
-    log_dir: Path = typer.Option(Path("runs/probe"), "--log-dir", help="where the server logs go"),
-    out: Path | None = typer.Option(None, "--out", help="write the answer and every boot as JSON here"),
+    max_boots: MaxBoots = 8,
+    command: BaseCommand = None,
+    startup_timeout: StartupTimeout = 900.0,
+    log_dir: LogDir = Path("runs/probe"),
+    out: OutJson = None,
     force: opt.Force = False,
     allow_busy: opt.AllowBusy = False,
 ) -> None:
@@ -161,17 +170,17 @@ def utilization_verdict(answer: UtilizationAnswer) -> str:
 
 def utilization(
     ctx: typer.Context,
-    model: str = typer.Option(..., "--model", help="model directory or name"),
+    model: ProbeModel,
     start: float = typer.Option(0.95, "--start", help=f"the highest --{FLAG} to try (booted first)"),
     low: float = typer.Option(0.5, "--low", help="the lowest value the bisection goes down to"),
     step: float = typer.Option(0.001, "--step", help="the answer's resolution"),
-    max_boots: int = typer.Option(8, "--max-boots", min=1, help="boots at most"),
-    command: str | None = typer.Option(
-        None, "--command", help=f"base command (default: {' '.join(DEFAULT_COMMAND)})"),
-    startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
-    log_dir: Path = typer.Option(Path("runs/probe"), "--log-dir", help="where the server logs go"),
-    out: Path | None = typer.Option(None, "--out", help="write the answer and every boot as JSON here"),
+    max_boots: MaxBoots = 8,
+    command: BaseCommand = None,
+    startup_timeout: StartupTimeout = 900.0,
+    log_dir: LogDir = Path("runs/probe"),
+    out: OutJson = None,
     force: opt.Force = False,
+    allow_busy: opt.AllowBusy = False,
 ) -> None:
     """The highest --gpu-memory-utilization that boots with the flags after `--`, on this device as it
     is now: vLLM's free-memory numbers first, bisection where a boot fails without them."""
@@ -185,6 +194,8 @@ def utilization(
     if out is not None:
         output_file(out, "--out", force, "JSON")  # now, not after minutes of boots
     writable_dir(log_dir, "--log-dir")
+    # Another tenant is what makes this answer differ from the GPU's size: the user says it is meant.
+    checked_record(None, allow_busy=allow_busy, where="probe utilization")
     on_interrupt(f"nothing written{f' to {out}' if out else ''}; the server logs are under {log_dir}")
     engine = VllmEngine(base, model=model, startup_timeout_s=startup_timeout, log_dir=log_dir)
     console.print(f"probing the highest --{FLAG} for {model} (server logs in {log_dir}) ...")
