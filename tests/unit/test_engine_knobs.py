@@ -297,3 +297,24 @@ def test_serve_prints_each_knob_with_its_status() -> None:
     assert "not applied" in rows["env.VLLM_CPU_KVCACHE_SPCE"] and "Unknown vLLM environment" in rows[
         "env.VLLM_CPU_KVCACHE_SPCE"]
     assert "│ applied" in rows["env.VLLM_CPU_KVCACHE_SPACE"]
+
+
+# vLLM 0.26 on an H200 (2026-12-06, `servetune serve` in scripts/h200's call sequence): the MoE
+# model with VLLM_TUNED_CONFIG_FOLDER at a folder holding the shipped H200 config, and the same
+# variable misspelled.
+H200_TUNED_LOG = (LOGS / "vllm026-h200-moe-tuned-folder.log").read_text()
+H200_TUNED = Config.of(env={"VLLM_TUNED_CONFIG_FOLDER": "/tmp/moe-config/tuned",
+                            "VLLM_TUNED_CONFG_FOLDER": "/tmp/moe-config/tuned"})
+
+
+def test_on_a_real_gpu_the_tuned_moe_folder_is_applied_and_its_misspelling_is_not() -> None:
+    facts = parse_boot_facts(H200_TUNED_LOG)
+    knobs = check_knobs(H200_TUNED, H200_TUNED_LOG, facts)
+    assert statuses(knobs) == {"env.VLLM_TUNED_CONFG_FOLDER": KnobStatus.not_applied,
+                               "env.VLLM_TUNED_CONFIG_FOLDER": KnobStatus.applied}
+    by = {k.knob: k for k in knobs}
+    assert "for MoE layer" in (by["env.VLLM_TUNED_CONFIG_FOLDER"].evidence_line or "")
+    assert "/tmp/moe-config/tuned/" in (by["env.VLLM_TUNED_CONFIG_FOLDER"].evidence_line or "")
+    assert facts.resolved_env == {"VLLM_TUNED_CONFG_FOLDER": None, "VLLM_TUNED_CONFIG_FOLDER": "/tmp/moe-config/tuned"}
+    assert (facts.gpu_memory_utilization_logged, facts.gpu_memory_utilization_without_graphs,
+            facts.gpu_memory_utilization_to_keep_kv) == (0.92, 0.9154, 0.9246)
