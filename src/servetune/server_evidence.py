@@ -7,10 +7,11 @@ them imports another's layer for it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from .load.speculative_metrics import stat_number
 
 # Keys of RunResult.server_stats, as servetune.load.scrape names them (deltas; peaks prefixed "peak_").
 # The engine-neutral keys every engine's scrape stores (servetune/vocabulary.py).
@@ -25,12 +26,6 @@ KV_TIGHT = 0.90   # peak KV usage at which the pool counts as tight
 KV_LOW = 0.60     # below this, more KV memory buys nothing
 
 
-def _get(stats: Mapping[str, Any], name: str) -> float | None:
-    value = stats.get(name)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
 
 @dataclass(frozen=True)
 class Evidence:
@@ -44,10 +39,10 @@ class Evidence:
 
     @classmethod
     def of(cls, stats: Mapping[str, Any]) -> Evidence:
-        hits, queries = _get(stats, _PREFIX_HITS), _get(stats, _PREFIX_QUERIES)
-        return cls(preemptions=_get(stats, _PREEMPTIONS), kv_usage_peak=_get(stats, _KV_PEAK),
+        hits, queries = stat_number(stats, _PREFIX_HITS), stat_number(stats, _PREFIX_QUERIES)
+        return cls(preemptions=stat_number(stats, _PREEMPTIONS), kv_usage_peak=stat_number(stats, _KV_PEAK),
                    prefix_hit_rate=hits / queries if hits is not None and queries else None,
-                   waiting_peak=_get(stats, _WAITING_PEAK), running_peak=_get(stats, _RUNNING_PEAK))
+                   waiting_peak=stat_number(stats, _WAITING_PEAK), running_peak=stat_number(stats, _RUNNING_PEAK))
 
     @property
     def empty(self) -> bool:

@@ -28,7 +28,8 @@ RATE_AT = "spec_decode_acceptance_pos"            # + the position
 _POSITION = re.compile(re.escape(ACCEPTED_AT) + r"(\d+)$")
 
 
-def _number(stats: Mapping[str, Any], key: str) -> float | None:
+def stat_number(stats: Mapping[str, Any], key: str) -> float | None:
+    """A run's server stat as a finite number; None when it is missing, not a number or not finite."""
     value = stats.get(key)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
@@ -47,11 +48,11 @@ class Acceptance:
     @classmethod
     def of(cls, stats: Mapping[str, Any]) -> Acceptance | None:
         """None when the server reported no drafts (speculative decoding off, or nothing proposed)."""
-        drafts, tokens, accepted = (_number(stats, k) for k in (DRAFTS, DRAFT_TOKENS, ACCEPTED))
+        drafts, tokens, accepted = (stat_number(stats, k) for k in (DRAFTS, DRAFT_TOKENS, ACCEPTED))
         if not drafts or tokens is None or accepted is None:
             return None
         at = sorted((int(m.group(1)), v) for k in stats if (m := _POSITION.match(k))
-                    and (v := _number(stats, k)) is not None)
+                    and (v := stat_number(stats, k)) is not None)
         return cls(drafts=drafts, draft_tokens=tokens, accepted=accepted,
                    rate=accepted / tokens if tokens else None, mean_length=1.0 + accepted / drafts,
                    per_position=tuple(v / drafts for _, v in at))
