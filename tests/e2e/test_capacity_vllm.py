@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from servetune.analysis import analysis
 from servetune.store import StudyStore
 from servetune.study import load_study
-from servetune.tune import analysis, capacity_trial
+from servetune.tune import capacity_trial
 from tests.conftest import servetune
 
 STUDY = Path(__file__).parent / "studies" / "capacity.yaml"

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from servetune.analysis import known
 from servetune.capacity.slo import Slo
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
@@ -26,7 +27,7 @@ from servetune.report.write import write_report
 from servetune.store import StudyStore, TrialRole
 from servetune.study.objective import Objective
 from servetune.study.spec import StudySpec
-from servetune.tune import capacity_trial, known
+from servetune.tune import capacity_trial
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from servetune.tune.trial import TrialExecutor, TrialPlan

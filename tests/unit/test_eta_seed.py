@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from servetune.analysis import analysis, eta
 from servetune.cli import app
 from servetune.engine.bootfacts import BootFacts
 from servetune.load.scenario import Scenario
 from servetune.models.presets import PRESETS, make_model
 from servetune.store import StudyStore
-from servetune.tune import analysis, eta
 from tests.fakes.counting_engine import CountingEngine, spec, tune
 from tests.fakes.hf_cache import cache_config
 

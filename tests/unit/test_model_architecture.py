@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from cli_run import servetune
 
+from servetune.analysis import eta
 from servetune.models.architecture import describe_layers, is_hybrid, kv_bytes_per_token, kv_layers
 from servetune.models.presets import PRESETS
 from servetune.study import load_study
-from servetune.tune import eta
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "model-configs"
 

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from servetune.analysis import analysis
 from servetune.load.records import RunResult
 from servetune.report import capacity as report_capacity
 from servetune.report.context import build as build_report_data
 from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
-from servetune.tune import analysis, capacity_trial
+from servetune.tune import capacity_trial
 from servetune.vocabulary import Outcome
 from tests.fakes.records import closed_loop_records
 

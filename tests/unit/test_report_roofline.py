@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from report_study import build_study
 
+from servetune.analysis.eta import active_fraction
+from servetune.analysis.types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.load.scenario import PRESETS as SCENARIO_PRESETS
@@ -29,8 +31,6 @@ from servetune.report.roofline import (
 from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
 from servetune.tune import bandwidth
-from servetune.tune.analysis_types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
-from servetune.tune.eta import active_fraction
 from servetune.vocabulary import Outcome
 from tests.fakes.hf_cache import cache_config
 

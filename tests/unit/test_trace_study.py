@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from servetune.analysis import known
 from servetune.report.context import build as build_report_data
 from servetune.report.write import write_report
 from servetune.study.spec import SpecError
-from servetune.tune import capacity_trial, known
+from servetune.tune import capacity_trial
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from tests.fakes.counting_engine import CPU_DEFAULTS

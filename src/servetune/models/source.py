@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..tune.eta import active_fraction, model_config, model_gib, parameter_count
+from ..analysis.eta import active_fraction, model_config, model_gib, parameter_count
 from .architecture import DTYPE_BYTES, language_config
 
 _HUB_TIMEOUT_S = 10.0

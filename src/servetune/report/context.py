@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis import known
+from ..analysis.revalidation import next_look
+from ..analysis.types import ConfigResult, Effect, Estimate, SloCheck, SloState, StudyAnalysis
+from ..analysis.verdict_rule import revalidation_cap
 from ..engine.bootfacts import BootFacts
 from ..engine.cache import CacheRecord
 from ..engine.config import Config
@@ -30,11 +34,8 @@ from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
 from ..study.metrics import GOODPUT, higher_is_better
 from ..study.representative import speculative_warnings
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
-from ..tune import bandwidth, known
-from ..tune.analysis_types import ConfigResult, Effect, Estimate, SloCheck, SloState, StudyAnalysis
+from ..tune import bandwidth
 from ..tune.provenance import stored_images
-from ..tune.revalidation import next_look
-from ..tune.verdict_rule import revalidation_cap
 from ..vocabulary import Outcome
 from . import plots
 from .advice import Advice, advise_config, describe_mismatch
@@ -87,7 +88,7 @@ class ConfigLine:
 
 @dataclass
 class SloRow:
-    """One SLO of one scenario on one config, as judged (tune/slo_proof.py)."""
+    """One SLO of one scenario on one config, as judged (analysis/slo_proof.py)."""
 
     label: str
     check: SloCheck
@@ -113,7 +114,7 @@ class TrialView:
     runs_total: int
     slot: str = ""  # which slot measured it ("slot 1 (cpus 1)"); shown when the study had several
     cache: str = "–"  # cold / warm / unknown, compile time, a wipe (engine/cache.py)
-    excluded: str = ""  # why the boot is kept out of the verdict (tune/outliers.py)
+    excluded: str = ""  # why the boot is kept out of the verdict (analysis/outliers.py)
 
 
 @dataclass

@@ -27,9 +27,9 @@ from ..load.scenario import Scenario
 from ..load.trace.window import load_replay
 
 if TYPE_CHECKING:
+    from ..analysis.types import StudyAnalysis
     from ..store import Trial
     from ..study.spec import StudySpec
-    from ..tune.analysis_types import StudyAnalysis
 
 NO_POWER = "not measured: these capacities hold no power readings"
 
