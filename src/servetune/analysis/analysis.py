@@ -46,9 +46,9 @@ from ..store import BASELINE_ROLES, Run, StudyStore, Trial, TrialRole, TrialStat
 from ..study.metrics import CAPACITY, GOODPUT, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
-from ..tune.capacity_trial import censored_value, censoring, is_level_run
 from ..vocabulary import Outcome
 from . import machine_check, pool_evidence, slo_proof
+from .capacity_runs import censored_value, censoring, is_level_run
 from .eta import for_study, next_trial_s, stored_seed
 from .known import DEFAULTS_META
 from .types import (
