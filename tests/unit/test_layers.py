@@ -24,7 +24,7 @@ FORBIDDEN = {
     "report": {"tune", "cli"},
     "probe": {"report"},
     "sizing": {"cli", "search", "probe", "drift", "ab"},
-    "engine": {"tune", "probe", "search", "load", "capacity", "drift", "report", "cli", "ab"},
+    "engine": {"tune", "probe", "search", "load", "capacity", "drift", "report", "cli", "ab", "analysis"},
 }
 
 

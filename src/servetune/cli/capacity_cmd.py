@@ -21,6 +21,7 @@ from ..capacity.replay import Replay
 from ..capacity.search import DEFAULT_MAX_LEVEL, SearchResult, SearchSettings, search, settings_for
 from ..capacity.sequential import LOOKS_PER_RUN
 from ..capacity.slo import Slo, parse_slos, requests_to_meet
+from ..engine.served import served
 from ..errors import ServetuneError
 from ..load.dataset import trace_specs
 from ..load.scenario import PRESETS, Scenario
@@ -31,7 +32,7 @@ from .bench_cmd import (
     api_key_from_env,
     build_scenario,
     check_server_choice,
-    served,
+    serve_flags,
 )
 from .boundary import EXIT_INTERRUPTED, EXIT_NO_RESULT, print_error
 from .capacity_view import SearchView, unit
@@ -137,8 +138,8 @@ def capacity(
     try:
         with sigterm_as_interrupt(), view:
             if serve is not None:
-                with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key,
-                            allow_busy) as (base_url, key, kv_tokens):
+                with served(serve, serve_flags(serve_arg), runs_dir / "logs", "capacity", api_key,
+                            allow_busy, console.print) as (base_url, key, kv_tokens):
                     run.run_search(base_url, key, tokenizer or serve, kv_tokens)
             else:
                 assert url is not None
