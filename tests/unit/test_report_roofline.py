@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from report_study import build_study
 
-from servetune.analysis.eta import active_fraction
 from servetune.analysis.types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.load.scenario import PRESETS as SCENARIO_PRESETS
 from servetune.load.scenario import Scenario
+from servetune.models.architecture import active_fraction
 from servetune.models.presets import PRESETS
 from servetune.report.context import build
 from servetune.report.html import render_html
