@@ -5,7 +5,7 @@ their screening estimate that beat the baseline's), re-validates them on fresh b
 baseline boots, optionally boots the leader and the baseline again until decided, and names a
 winner when a finalist's T reaches the critical value servetune computes for that design
 (stats/pipeline.py): with replicates at the least favourable replicate/boot sd ratio, 0, as
-tune/verdict_rule.py does (the table of critical values by ratio below shows it is the largest). The A/A calibration (scripts/aa_calibration.py) never selects a
+analysis/verdict_rule.py does (the table of critical values by ratio below shows it is the largest). The A/A calibration (scripts/aa_calibration.py) never selects a
 finalist, so it cannot see the selection's inflation; this does.
 
 False winners: every candidate as good as the baseline (or worse), any winner is false; the

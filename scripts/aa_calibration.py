@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from servetune.analysis.analysis import power_line, study_power
 from servetune.engine import Engine, engine_for
 from servetune.load.bench import run_scenario
 from servetune.load.options import RunOptions
@@ -39,7 +40,6 @@ from servetune.stats import (
 from servetune.store import StudyStore
 from servetune.study.loader import load_study
 from servetune.study.spec import StudySpec
-from servetune.tune.analysis import power_line, study_power
 from servetune.tune.trial import served_model_name
 from servetune.vocabulary import Outcome
 

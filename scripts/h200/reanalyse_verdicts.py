@@ -11,10 +11,10 @@ import math
 import sys
 from pathlib import Path
 
+from servetune.analysis import analysis, verdict_rule
+from servetune.analysis.types import Effect
 from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
-from servetune.tune import analysis, verdict_rule
-from servetune.tune.analysis_types import Effect
 
 
 def _effect(e: Effect) -> str:

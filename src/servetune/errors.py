@@ -3,3 +3,8 @@
 
 class ServetuneError(Exception):
     """Bad input or an impossible request, with a message that says what and where."""
+
+
+class NoResult(ServetuneError):
+    """The input was good and the command ran, but there is no result (a server that does not answer):
+    one line, exit 1."""

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from servetune.analysis import analysis, capacity_runs
 from servetune.store import StudyStore
 from servetune.study import load_study
-from servetune.tune import analysis, capacity_trial
 from tests.conftest import servetune
 
 STUDY = Path(__file__).parent / "studies" / "capacity.yaml"
@@ -25,8 +25,8 @@ def test_a_capacity_study_names_the_config_that_serves_more(tmp_path: Path) -> N
     assert [t.role for t in store.trials()] == ["baseline", "candidate", "baseline_final", "finalist"]
     for trial in store.trials():
         runs = store.runs(trial.id)
-        (cap,) = [r for r in runs if r.replicate == capacity_trial.CAPACITY_REPLICATE]
-        levels = [r for r in runs if capacity_trial.is_level_run(r.summary)]
+        (cap,) = [r for r in runs if r.replicate == capacity_runs.CAPACITY_REPLICATE]
+        levels = [r for r in runs if capacity_runs.is_level_run(r.summary)]
         assert cap.summary["levels_measured"] == len(levels) >= 2 and cap.summary["capacity"] >= 1
     result = analysis.analyze(store, spec)
     assert result.winner is not None, result.winner_reason

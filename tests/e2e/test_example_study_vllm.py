@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from servetune.analysis import analysis
+from servetune.analysis.ofat_audit import off_one_factor
 from servetune.engine import VllmEngine
 from servetune.engine.config import Config, render_flags
 from servetune.store import StudyStore, TrialRole
 from servetune.study import load_study
-from servetune.tune import analysis
-from servetune.tune.ofat_audit import off_one_factor
 from tests.conftest import REPO, servetune
 from tests.unit.report_study import chromium_check
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from servetune.analysis import analysis
 from servetune.store import StudyStore
 from servetune.study import load_study
-from servetune.tune import analysis
 from tests.conftest import servetune
 
 REPO = Path(__file__).resolve().parents[2]

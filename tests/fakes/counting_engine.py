@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from servetune.analysis import known
 from servetune.engine.base import StartResult
 from servetune.engine.classify import Failure
 from servetune.engine.config import Config
@@ -18,7 +19,6 @@ from servetune.engine.defaults import EngineDefaults
 from servetune.engine.launch import Server, StopReport
 from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
-from servetune.tune import known
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from servetune.vocabulary import VLLM_METRIC_NAMES, Outcome

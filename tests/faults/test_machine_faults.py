@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from servetune.analysis import analysis
 from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
-from servetune.tune import analysis
 from tests.fakes import standin
 from tests.fakes.machine import H100, NVML_DIR, nvml_state, write_state
 from tests.faults.test_standin_faults import STUDY_TIMEOUT_S

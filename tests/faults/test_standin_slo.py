@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from servetune.analysis import analysis
+from servetune.analysis.types import SloState
 from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
-from servetune.tune import analysis
-from servetune.tune.analysis_types import SloState
 from tests.fakes import standin
 from tests.faults.test_standin_faults import STUDY_TIMEOUT_S
 

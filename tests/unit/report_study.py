@@ -9,6 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
+from servetune.analysis.types import (
+    ConfigResult,
+    DriftPoint,
+    Effect,
+    Estimate,
+    ScenarioResult,
+    StudyAnalysis,
+)
 from servetune.engine.applied import AppliedMismatch
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
@@ -20,14 +28,6 @@ from servetune.store import TrialRole
 from servetune.store.sqlite import StudyStore
 from servetune.study.metrics import higher_is_better
 from servetune.study.spec import StudySpec
-from servetune.tune.analysis_types import (
-    ConfigResult,
-    DriftPoint,
-    Effect,
-    Estimate,
-    ScenarioResult,
-    StudyAnalysis,
-)
 from servetune.vocabulary import Outcome
 
 SPEC_INPUT = {

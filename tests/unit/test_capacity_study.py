@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from servetune.analysis import capacity_runs, known
 from servetune.capacity.slo import Slo
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
@@ -26,7 +27,7 @@ from servetune.report.write import write_report
 from servetune.store import StudyStore, TrialRole
 from servetune.study.objective import Objective
 from servetune.study.spec import StudySpec
-from servetune.tune import capacity_trial, known
+from servetune.tune import capacity_trial
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from servetune.tune.trial import TrialExecutor, TrialPlan
@@ -91,8 +92,8 @@ def test_a_capacity_study_names_the_config_that_serves_more_with_an_interval(tmp
     assert [t.role for t in store.trials()] == ["baseline", "candidate", "baseline_final", "finalist"]
     for trial in store.trials():
         runs = store.runs(trial.id)
-        levels = [r for r in runs if capacity_trial.is_level_run(r.summary)]
-        (cap,) = [r for r in runs if r.replicate == capacity_trial.CAPACITY_REPLICATE]
+        levels = [r for r in runs if capacity_runs.is_level_run(r.summary)]
+        (cap,) = [r for r in runs if r.replicate == capacity_runs.CAPACITY_REPLICATE]
         # Every level measured is a Run with its offered rate; the capacity Run counts them all.
         assert len(levels) == cap.summary["levels_measured"] >= 3
         assert all(r.summary["load"] == "rate" and r.summary["load_level"] > 0 for r in levels)
@@ -101,7 +102,7 @@ def test_a_capacity_study_names_the_config_that_serves_more_with_an_interval(tmp
                    for r in levels)
         assert cap.summary["capacity_low"] <= cap.summary["capacity"] > 0
     # The capacity Runs are derived from the levels: the time spent measuring is the levels' alone.
-    level_s = sum(r.wall_s for r in store.runs() if capacity_trial.is_level_run(r.summary))
+    level_s = sum(r.wall_s for r in store.runs() if capacity_runs.is_level_run(r.summary))
     assert result.cost["measure_s"] == pytest.approx(level_s, rel=1e-3)
     assert result.winner is not None and result.winner.config.flags["max-num-seqs"] == SLOTS[1], result.winner_reason
     effect = result.winner.objective_effect
@@ -118,7 +119,7 @@ def test_a_capacity_study_names_the_config_that_serves_more_with_an_interval(tmp
     for row in data.capacity.rows:
         config = next(c for c in result.configs if c.scenarios["chat"].metrics.get("capacity") is row.capacity)
         served = [r.summary["output_throughput_at_capacity"] for t in config.trial_ids for r in store.runs(t)
-                  if r.replicate == capacity_trial.CAPACITY_REPLICATE]
+                  if r.replicate == capacity_runs.CAPACITY_REPLICATE]
         assert len(row.per_boot) == len(served) == 2 and row.unit == "req/s"
         # 2 $ an hour for one GPU, at the output tokens per second the capacity serves
         assert row.usd_per_million_tokens == pytest.approx(2.0 / (sum(served) / 2 * 3600) * 1e6)
@@ -127,9 +128,9 @@ def test_a_capacity_study_names_the_config_that_serves_more_with_an_interval(tmp
     assert table.scenario == "chat" and table.slos == [str(s) for s in capacity_trial.plan_for(spec).slos["chat"]]
     for trial in store.trials():
         runs = store.runs(trial.id)
-        (cap,) = [r for r in runs if r.replicate == capacity_trial.CAPACITY_REPLICATE]
+        (cap,) = [r for r in runs if r.replicate == capacity_runs.CAPACITY_REPLICATE]
         rows = [r for r in table.rows if r.trial_seq == trial.seq]
-        stored = {r.summary["load_level"] for r in runs if capacity_trial.is_level_run(r.summary)}
+        stored = {r.summary["load_level"] for r in runs if capacity_runs.is_level_run(r.summary)}
         assert {r.level for r in rows} == stored and len(rows) == cap.summary["levels_measured"]
         assert all(len(r.slos) == len(table.slos) for r in rows)
         met = [r.level for r in rows if r.verdict == "meets"]
@@ -165,8 +166,8 @@ def test_a_killed_capacity_search_resumes_from_its_stored_levels(tmp_path: Path,
         monkeypatch.setattr(capacity_trial, "measure_level", lambda *a, level, **k: (measured.append(level), real(*a, level=level, **k))[1])
         assert executor.run(trial, plan, enough=lambda t, r: True, progress=lambda *a: None) == "ok"
     runs = store.runs(trial.id)
-    levels = [r for r in runs if capacity_trial.is_level_run(r.summary)]
-    (cap,) = [r for r in runs if r.replicate == capacity_trial.CAPACITY_REPLICATE]
+    levels = [r for r in runs if capacity_runs.is_level_run(r.summary)]
+    (cap,) = [r for r in runs if r.replicate == capacity_runs.CAPACITY_REPLICATE]
     # The resumed search took the two stored levels as measured and went on from them: nothing measured twice.
     assert [r.summary["load_level"] for r in levels[:2]] == before
     assert measured[2] not in before
@@ -182,23 +183,23 @@ def test_a_capacity_made_by_older_judgement_rules_is_estimated_again_from_its_le
     with _servers() as urls:
         assert TrialExecutor(SlotsEngine(urls), store, tmp_path, None).run(
             trial, plan, enough=lambda t, r: True, progress=lambda *a: None) == "ok"
-    (searched,) = capacity_trial.current_capacity_runs(store.runs(trial.id), "chat")
-    assert searched.summary["judgement"] == capacity_trial.JUDGEMENT
+    (searched,) = capacity_runs.current_capacity_runs(store.runs(trial.id), "chat")
+    assert searched.summary["judgement"] == capacity_runs.JUDGEMENT
     assert capacity_trial.refresh_estimates(store, spec, tmp_path) == []   # made by today's rules
     # A store written before the judgement was versioned: its interval had no lower end.
     old = {k: v for k, v in searched.summary.to_dict().items() if k != "judgement"} | {"capacity_low": 0.0}
-    store.record_run(trial.id, capacity_trial.CAPACITY_REPLICATE,
+    store.record_run(trial.id, capacity_runs.CAPACITY_REPLICATE,
                      RunResult(scenario="chat", summary=RunSummary.model_validate(old)),
                      started_at=searched.started_at, ended_at=searched.ended_at, attempt=2)
     (lines,) = [capacity_trial.refresh_estimates(store, spec, tmp_path)]
     assert len(lines) == 1 and lines[0].startswith("trial #1 chat: ") and " [0, " in lines[0]
-    (current,) = capacity_trial.current_capacity_runs(store.runs(trial.id), "chat")
-    assert current.attempt == 3 and current.summary["judgement"] == capacity_trial.JUDGEMENT
+    (current,) = capacity_runs.current_capacity_runs(store.runs(trial.id), "chat")
+    assert current.attempt == 3 and current.summary["judgement"] == capacity_runs.JUDGEMENT
     # the same levels judged by the same rules give what the search itself stored
     for key in ("capacity", "capacity_low", "capacity_high", "capacity_binding", "levels_measured", "requests"):
         assert current.summary.get(key) == searched.summary.get(key), key
     assert capacity_trial.refresh_estimates(store, spec, tmp_path) == []
-    assert len([r for r in store.runs(trial.id) if r.replicate == capacity_trial.CAPACITY_REPLICATE]) == 3
+    assert len([r for r in store.runs(trial.id) if r.replicate == capacity_runs.CAPACITY_REPLICATE]) == 3
 
 
 @pytest.mark.parametrize("objective, says", [

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from servetune.analysis import known
 from servetune.cli import plan_cmd
 from servetune.engine.bootfacts import parse_boot_facts
 from servetune.engine.config import Config
@@ -19,7 +20,7 @@ from servetune.engine.vllm import KNOB_REPORT_ENV, PLUGIN_DIR, VllmEngine
 from servetune.models.source import ModelSource
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
-from servetune.tune import known, plan
+from servetune.tune import plan
 from servetune.vocabulary import Outcome
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

@@ -10,7 +10,7 @@ import pytest
 
 from servetune.engine.provenance import docker_image, inspect_image, parse_build, parse_inspect
 from servetune.store import StudyStore
-from servetune.tune.provenance import record_image, stored_images
+from servetune.tune.provenance import record_image
 
 
 @pytest.mark.parametrize(("version", "release", "dev", "commit", "is_dev"), [
@@ -85,6 +85,6 @@ def test_a_study_keeps_each_image_its_starts_found(tmp_path: Path) -> None:
         record_image(store, command, notes.append)
     finally:
         del os.environ["IMAGE_ID"]
-    assert [i.id for i in stored_images(store)] == ["sha256:01", "sha256:02"]
+    assert [i.id for i in store.engine_images()] == ["sha256:01", "sha256:02"]
     assert notes == ["the engine's image changed since the study's last start: mine:dev is now sha256:02"]
     assert record_image(store, ["python", "-m", "vllm"], notes.append) is None

@@ -9,11 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
+import yaml
 from rich.console import Console
 
 from servetune.engine import VllmEngine, engine_for, engine_kinds, register_engine, registry
 from servetune.engine.bootfacts import BootFacts
+from servetune.errors import ServetuneError
+from servetune.study import parse_study
 from servetune.study.spec import EngineSpec, StudySpec
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
@@ -51,8 +53,14 @@ def test_vllm_is_the_default_kind_and_builds_the_vllm_engine(tmp_path: Path) -> 
 
 
 def test_an_unknown_kind_is_refused_when_the_study_is_read(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="unknown engine kind 'sglang'; known: vllm"):
-        StudySpec.model_validate(_study(tmp_path, "sglang"))
+    with pytest.raises(ServetuneError, match=r"toy\.yaml:\d+: engine\.kind: unknown engine kind 'sglang'; known: vllm"):
+        parse_study(yaml.safe_dump(_study(tmp_path, "sglang")), "toy.yaml")
+
+
+def test_an_unknown_kind_built_in_code_is_refused_where_its_engine_is_built(tmp_path: Path) -> None:
+    spec = StudySpec.model_validate(_study(tmp_path, "sglang"))   # no registry names given: not checked here
+    with pytest.raises(ServetuneError, match="engine.kind: unknown engine 'sglang'; known: vllm"):
+        engine_for(spec.engine)
 
 
 def test_a_registered_toy_engine_runs_a_whole_study(tmp_path: Path, engines: dict) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from servetune.analysis import eta
 from servetune.study.spec import StudySpec
-from servetune.tune import eta
 
 BOOT_S, LEVEL_S = 50.0, 10.0
 

@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from servetune.analysis import analysis, eta
 from servetune.cli import app
 from servetune.engine.bootfacts import BootFacts
 from servetune.load.scenario import Scenario
+from servetune.models.architecture import active_fraction
 from servetune.models.presets import PRESETS, make_model
+from servetune.models.source import model_config, model_gib
 from servetune.store import StudyStore
-from servetune.tune import analysis, eta
 from tests.fakes.counting_engine import CountingEngine, spec, tune
 from tests.fakes.hf_cache import cache_config
 
@@ -28,7 +30,7 @@ H200_RUNS = [
 
 def test_seed_from_a_model_make_preset_matches_the_h200_study(tmp_path: Path) -> None:
     model = make_model("qwen3-8b", tmp_path / "qwen3-8b")  # config.json only, as for --load-format dummy
-    gib, source = eta.model_gib(model)
+    gib, source = model_gib(model)
     assert source == "config.json" and gib == pytest.approx(15.27, rel=0.01)  # the boot log's 15.27 GiB
     seeded, basis = eta.seed(model, [s for s, _ in H200_RUNS])
     assert basis == "model 15.26 GiB (config.json)"
@@ -48,13 +50,13 @@ def test_a_mixture_of_experts_decodes_at_the_weights_its_batch_routes_to(tmp_pat
     of b tokens routes to E(1 - (1 - k/E)^b) distinct experts, so contention (16 at once) reads
     about two thirds of them."""
     model = make_model("qwen3-30b-a3b", tmp_path / "moe")
-    config = eta.model_config(model)
+    config = model_config(model)
     assert config is not None
-    assert eta.active_fraction(config) == pytest.approx(3.3 / 30.5, rel=0.05)  # "30B-A3B"
-    assert eta.active_fraction(config, 16) == pytest.approx(0.66, abs=0.02)
-    assert eta.active_fraction(config, 10**6) == pytest.approx(1.0)  # every expert, at most
-    dense = eta.model_config(make_model("qwen3-8b", tmp_path / "dense"))
-    assert dense is not None and eta.active_fraction(dense, 16) == 1.0
+    assert active_fraction(config) == pytest.approx(3.3 / 30.5, rel=0.05)  # "30B-A3B"
+    assert active_fraction(config, 16) == pytest.approx(0.66, abs=0.02)
+    assert active_fraction(config, 10**6) == pytest.approx(1.0)  # every expert, at most
+    dense = model_config(make_model("qwen3-8b", tmp_path / "dense"))
+    assert dense is not None and active_fraction(dense, 16) == 1.0
     seeded, basis = eta.seed(model, [s for s, _ in H200_MOE_RUNS])
     assert basis == "model 56.87 GiB (config.json), 10.9% active per token"
     for scenario, measured in H200_MOE_RUNS:
@@ -63,7 +65,7 @@ def test_a_mixture_of_experts_decodes_at_the_weights_its_batch_routes_to(tmp_pat
 
 def test_weight_files_give_the_size_when_present(tmp_path: Path) -> None:
     (tmp_path / "model-00001.safetensors").write_bytes(b"\0" * 2**20)
-    assert eta.model_gib(tmp_path) == (1 / 1024, "weight files")
+    assert model_gib(tmp_path) == (1 / 1024, "weight files")
 
 
 def test_the_first_estimate_and_its_error_are_in_status_and_the_store(tmp_path: Path) -> None:

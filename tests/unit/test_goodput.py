@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from servetune.analysis.analysis import REPORTED_METRICS
 from servetune.capacity.http import sample_from_records
 from servetune.capacity.levels import judge_level
 from servetune.capacity.sequential import Looks
@@ -19,7 +20,6 @@ from servetune.load import metrics
 from servetune.stats.intervals import goodput_ci, share_ci
 from servetune.study.objective import Objective
 from servetune.study.spec import SpecError, StudySpec
-from servetune.tune.analysis import REPORTED_METRICS
 from tests.fakes.records import request_record_json
 from tests.unit.test_load_metrics import RECORDS, rec
 

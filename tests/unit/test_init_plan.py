@@ -17,6 +17,7 @@ import pytest
 from cli_run import assert_one_line_error, servetune
 from rich.console import Console
 
+from servetune.analysis import known, slo_proof
 from servetune.engine.defaults import EngineDefaults
 from servetune.engine.gates import why_not_here
 from servetune.engine.hardware import Hardware, parse_nvidia_smi, visible
@@ -26,7 +27,7 @@ from servetune.store import StudyStore
 from servetune.study import load_study, parse_study
 from servetune.study.serve_line import parse_serve_line
 from servetune.study.spec import SpecError
-from servetune.tune import known, plan, slo_proof
+from servetune.tune import plan
 from servetune.tune.display import StudyDisplay
 from servetune.tune.plan import flag_problems, planned_candidates
 from servetune.tune.runner import StudyRunner

@@ -1,7 +1,8 @@
 """Which package may import which (README's architecture table): the measuring layers (load/,
 capacity/, drift/) speak of outcomes and metric names through servetune/vocabulary.py and import
 nothing of engine/; no layer imports one above it (tune/ nothing of probe/, engine/ nothing of
-what drives it)."""
+what drives it); analysis/ concludes from the store between tune/ (which runs a study) and report/
+(which shows the conclusions): it imports neither, and report/ nothing of tune/."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ FORBIDDEN = {
     "capacity": {"engine"},
     "drift": {"engine"},
     "tune": {"probe", "cli", "report"},
+    "analysis": {"tune", "report", "cli", "probe", "ab", "sizing"},
+    "report": {"tune", "cli"},
     "probe": {"report"},
     "sizing": {"cli", "search", "probe", "drift", "ab"},
-    "engine": {"tune", "probe", "search", "load", "capacity", "drift", "report", "cli", "ab"},
+    "engine": {"tune", "probe", "search", "load", "capacity", "drift", "report", "cli", "ab", "analysis"},
 }
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from servetune.analysis import analysis
 from servetune.load.records import RunResult
 from servetune.machine import MachineRecord, RunMachine
 from servetune.machine.record import CpuState, GpuState
 from servetune.report import write_report
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
-from servetune.tune import analysis
 from servetune.vocabulary import Outcome
 
 STUDY = """

@@ -158,9 +158,9 @@ def test_of_two_winners_the_study_cannot_tell_apart_the_one_reserving_less_memor
     11-13 %, within each other's interval; `prefer_less_memory` names 0.8, the default the faster point."""
     import numpy as np
 
+    from servetune.analysis import analysis
     from servetune.load.records import RunResult
     from servetune.store import StudyStore, TrialRole
-    from servetune.tune import analysis
 
     text = ("name: unit\nengine: {model: m, args: {max-num-seqs: 4}}\n"
             "space: {gpu-memory-utilization: [0.8, 0.95]}\n"

@@ -11,10 +11,17 @@ from pathlib import Path
 import pytest
 from cli_run import servetune
 
-from servetune.models.architecture import describe_layers, is_hybrid, kv_bytes_per_token, kv_layers
+from servetune.models.architecture import (
+    active_fraction,
+    describe_layers,
+    is_hybrid,
+    kv_bytes_per_token,
+    kv_layers,
+    parameter_count,
+)
 from servetune.models.presets import PRESETS
+from servetune.models.source import model_config
 from servetune.study import load_study
-from servetune.tune import eta
 
 CONFIGS = Path(__file__).resolve().parents[1] / "fixtures" / "model-configs"
 
@@ -58,10 +65,10 @@ def test_the_experts_of_a_multimodal_wrapper_are_counted(tmp_path: Path) -> None
     model = tmp_path / "qwen3.5"
     model.mkdir()
     shutil.copy(CONFIGS / "qwen3.5-35b-a3b-fp8.json", model / "config.json")
-    config = eta.model_config(model)
+    config = model_config(model)
     assert config is not None and config["num_experts"] == 256
-    assert eta.active_fraction(config) == pytest.approx(3 / 35, rel=0.3)
-    params = eta.parameter_count(recorded("qwen3.5-35b-a3b-fp8"))
+    assert active_fraction(config) == pytest.approx(3 / 35, rel=0.3)
+    params = parameter_count(recorded("qwen3.5-35b-a3b-fp8"))
     assert params is not None and params == pytest.approx(35e9, rel=0.15)
 
 
@@ -89,5 +96,5 @@ def test_experts_named_num_local_experts_are_experts_too() -> None:
     mixtral = {"architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
                "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
                "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "torch_dtype": "bfloat16"}
-    assert eta.parameter_count(mixtral) == pytest.approx(46.7e9, rel=0.02)
-    assert eta.active_fraction(mixtral) == pytest.approx(12.9 / 46.7, rel=0.05)
+    assert parameter_count(mixtral) == pytest.approx(46.7e9, rel=0.02)
+    assert active_fraction(mixtral) == pytest.approx(12.9 / 46.7, rel=0.05)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from servetune.analysis import analysis, known
 from servetune.engine.bootfacts import BootFacts, parse_boot_facts
 from servetune.engine.config import Config
 from servetune.engine.defaults import (
@@ -18,7 +19,6 @@ from servetune.engine.defaults import (
 from servetune.engine.equivalence import Booted, same_server
 from servetune.report.context import build as build_report_data
 from servetune.store import StudyStore, TrialRole
-from servetune.tune import analysis, known
 from servetune.vocabulary import Outcome
 from tests.fakes.counting_engine import CPU_DEFAULTS, CountingEngine
 from tests.fakes.counting_engine import spec as _spec

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from servetune.analysis.ofat_audit import off_one_factor
 from servetune.store import StudyStore
 from servetune.study import parse_study
-from servetune.tune.ofat_audit import off_one_factor
 from tests.unit.test_tune_analysis import STUDY, _trial
 
 TWO_FACTORS = STUDY.replace("space: {max-num-seqs: [4, 8, 16]}",

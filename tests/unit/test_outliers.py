@@ -1,4 +1,4 @@
-"""The outlier rule (stats/outliers.py) and what a study does with a far boot (tune/outliers.py):
+"""The outlier rule (stats/outliers.py) and what a study does with a far boot (analysis/outliers.py):
 exclude it once per config, with why, boot its config again on a wiped cache, leave it out of the verdict."""
 
 from __future__ import annotations
@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from servetune.analysis import analysis, outliers
 from servetune.engine.cache import CacheRecord
 from servetune.load.records import RunResult
 from servetune.stats.outliers import FLOOR, K, far_boots
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
-from servetune.tune import analysis, outliers, phases
+from servetune.tune import phases
 from servetune.vocabulary import Outcome
 
 STUDY = """

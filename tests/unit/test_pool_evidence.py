@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from servetune.analysis import known, pool_evidence
 from servetune.engine.config import Config
 from servetune.engine.defaults import EngineDefaults
 from servetune.load.records import RunResult
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
-from servetune.tune import known, pool_evidence
 from servetune.tune.plan import planned_candidates
 from servetune.vocabulary import Outcome
 
@@ -78,9 +78,9 @@ def test_the_plan_names_the_condition_under_which_it_boots() -> None:
 
 
 def test_the_report_lists_the_skipped_candidate_with_its_reason(tmp_path: Path) -> None:
+    from servetune.analysis import analysis
     from servetune.report.context import build
     from servetune.report.markdown import render_markdown
-    from servetune.tune import analysis
 
     spec = parse_study("name: p\nengine: {model: m, args: {gpu-memory-utilization: 0.45, max-num-seqs: 32}}\n"
                        "space: {gpu-memory-utilization: [0.55]}\n"

@@ -12,6 +12,8 @@ import pytest
 from rich.console import Console
 
 from benchmarks.replay_strategies import main as replay_main
+from servetune.analysis import known
+from servetune.analysis.analysis import search_size
 from servetune.engine.bootfacts import BootFacts
 from servetune.errors import ServetuneError
 from servetune.load.records import RunResult
@@ -19,8 +21,6 @@ from servetune.search import Grid
 from servetune.store import StudyStore, TrialRole
 from servetune.study.loader import load_study
 from servetune.study.spec import StudySpec
-from servetune.tune import known
-from servetune.tune.analysis import search_size
 from servetune.tune.display import StudyDisplay
 from servetune.tune.replay import GridTable, benchmark, quantile, replay, trial_seconds
 from servetune.tune.runner import StudyRunner

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from servetune.analysis import analysis, capacity_runs
 from servetune.load.records import RunResult
 from servetune.report import capacity as report_capacity
 from servetune.report.context import build as build_report_data
 from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
-from servetune.tune import analysis, capacity_trial
 from servetune.vocabulary import Outcome
 from tests.fakes.records import closed_loop_records
 
@@ -42,12 +42,12 @@ def _store(tmp_path: Path) -> StudyStore:
         steady = 300.0 if users == USERS[0] else 1500.0
         records = closed_loop_records(tmp_path / "study" / f"users-{users}.jsonl", users, 3000.0, steady)
         # The run's vllm-bench field counts the first wave: 3000 ms, over the limit at both levels.
-        summary = {capacity_trial.LEVEL_KEY: users, "load": "concurrency", "p95_ttft_ms": 3000.0, "completed": 3 * users}
+        summary = {capacity_runs.LEVEL_KEY: users, "load": "concurrency", "p95_ttft_ms": 3000.0, "completed": 3 * users}
         store.record_run(trial.id, replicate, RunResult(scenario="users", summary=summary,
                                                         records_path=str(records)), started_at=0, ended_at=1)
-    store.record_run(trial.id, capacity_trial.CAPACITY_REPLICATE, RunResult(scenario="users", summary={
+    store.record_run(trial.id, capacity_runs.CAPACITY_REPLICATE, RunResult(scenario="users", summary={
         "capacity": USERS[0], "capacity_low": USERS[0], "capacity_high": USERS[1], "load": "concurrency",
-        "judgement": capacity_trial.JUDGEMENT}), started_at=0, ended_at=1)
+        "judgement": capacity_runs.JUDGEMENT}), started_at=0, ended_at=1)
     store.finish_trial(trial.id, Outcome.ok)
     return store
 

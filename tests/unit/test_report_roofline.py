@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from report_study import build_study
 
+from servetune.analysis.types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.load.scenario import PRESETS as SCENARIO_PRESETS
 from servetune.load.scenario import Scenario
+from servetune.models.architecture import active_fraction
 from servetune.models.presets import PRESETS
 from servetune.report.context import build
 from servetune.report.html import render_html
@@ -26,11 +28,8 @@ from servetune.report.roofline import (
     kv_bytes_per_token,
     roofline_fraction,
 )
-from servetune.store import StudyStore, TrialRole
+from servetune.store import StudyStore, TrialRole, meta
 from servetune.study.spec import StudySpec
-from servetune.tune import bandwidth
-from servetune.tune.analysis_types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
-from servetune.tune.eta import active_fraction
 from servetune.vocabulary import Outcome
 from tests.fakes.hf_cache import cache_config
 
@@ -196,7 +195,7 @@ def test_both_templates_show_the_section(tmp_path: Path) -> None:
 
 def test_the_report_reads_the_study_s_stored_measurement(tmp_path: Path) -> None:
     store, analysis = build_study(tmp_path)
-    store.set_meta_json(bandwidth.META_KEY, {"read_gbps": 25.0, "device": "cpu x86_64"})
+    store.set_meta_json(meta.BANDWIDTH, {"read_gbps": 25.0, "device": "cpu x86_64"})
     view = build(analysis, store).roofline
     assert view is not None and view.read_gbps == 25.0
     assert "no decode-bound scenario (answers at least half the prompt's length)" in view.notes

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from report_study import build_study
 
+from servetune.analysis.types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
 from servetune.engine.config import Config
 from servetune.report import write_report
 from servetune.report.speculative import acceptance_rows, peak_line, sweep_peaks
-from servetune.tune.analysis_types import ConfigResult, Estimate, ScenarioResult, StudyAnalysis
 
 BASE = Config.of({"load-format": "dummy", "speculative-config": {"method": "ngram", "num_speculative_tokens": 2}})
 

@@ -4,9 +4,9 @@ strategy is one class plus one decorator); `baseline` proposes nothing."""
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 from search_synthetic import make_study
 
+from servetune.errors import ServetuneError
 from servetune.search import (
     STRATEGIES,
     BaselineOnly,
@@ -18,6 +18,7 @@ from servetune.search import (
     register_strategy,
     registry,
 )
+from servetune.study import parse_study
 
 
 @pytest.mark.parametrize(
@@ -37,8 +38,15 @@ def strategies(monkeypatch: pytest.MonkeyPatch) -> dict:
 
 
 def test_an_unknown_strategy_is_refused_when_the_study_is_read() -> None:
-    with pytest.raises(ValidationError, match="unknown strategy 'bayes'; known: baseline, grid, ofat, optuna"):
-        make_study({"max-num-seqs": [4, 8]}, strategy="bayes")
+    study = "name: s\nengine: {model: models/tiny}\nscenarios: [{name: s, input_len: 8, output_len: 8}]\nstrategy: bayes\n"
+    with pytest.raises(ServetuneError, match="s.yaml:4: strategy: unknown strategy 'bayes'; known: baseline, grid, ofat, optuna"):
+        parse_study(study, "s.yaml")
+
+
+def test_an_unknown_strategy_built_in_code_is_refused_where_it_is_made() -> None:
+    study = make_study({"max-num-seqs": [4, 8]}, strategy="bayes")   # no registry names given: not checked here
+    with pytest.raises(ServetuneError, match="strategy: unknown strategy 'bayes'; known: baseline, grid, ofat, optuna"):
+        make_strategy(study)
 
 
 def test_a_registered_strategy_is_a_study_files_choice(strategies: dict) -> None:

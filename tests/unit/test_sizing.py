@@ -173,11 +173,11 @@ def _study(tmp_path: Path) -> Path:
     baseline (10 req/s [8, 12]) and tensor parallel 2 (30 req/s [27, 33], two GPUs a server)."""
     import sys
 
+    from servetune.analysis import capacity_runs
     from servetune.engine.config import Config
     from servetune.load.records import RunResult
     from servetune.store import StudyStore, TrialRole
     from servetune.study.spec import StudySpec
-    from servetune.tune import capacity_trial
     from servetune.vocabulary import Outcome
 
     spec = StudySpec.model_validate({
@@ -194,9 +194,9 @@ def _study(tmp_path: Path) -> Path:
             (TrialRole.candidate, spec.baseline_config().merged(Config.of({"tensor-parallel-size": 2})), (30.0, 27.0, 33.0))):
         trial = store.begin_trial(role, config, {})
         store.record_boot(trial.id, healthy_at=trial.started_at + 1, boot_facts=None, mismatches=[], log_path=None)
-        store.record_run(trial.id, capacity_trial.CAPACITY_REPLICATE, RunResult(scenario="chat", summary={
+        store.record_run(trial.id, capacity_runs.CAPACITY_REPLICATE, RunResult(scenario="chat", summary={
             "capacity": cap, "capacity_low": low, "capacity_high": high, "load": "rate",
-            "output_throughput_at_capacity": cap * 4, "judgement": capacity_trial.JUDGEMENT}),
+            "output_throughput_at_capacity": cap * 4, "judgement": capacity_runs.JUDGEMENT}),
             started_at=0, ended_at=1)
         store.finish_trial(trial.id, Outcome.ok)
     store.close()

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from servetune.analysis import known
 from servetune.engine.defaults import EngineDefaults
 from servetune.errors import ServetuneError
 from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
-from servetune.tune import known
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from tests.fakes import MODEL_WITHOUT_WEIGHTS

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from servetune.analysis import capacity_runs, known
 from servetune.report.context import build as build_report_data
 from servetune.report.write import write_report
 from servetune.study.spec import SpecError
-from servetune.tune import capacity_trial, known
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from tests.fakes.counting_engine import CPU_DEFAULTS
@@ -40,7 +40,7 @@ def test_a_capacity_study_on_a_trace_names_the_config_that_holds_more_of_it(tmp_
         result = runner.run()
     store = runner.store
     for trial in store.trials():
-        levels = [r for r in store.runs(trial.id) if capacity_trial.is_level_run(r.summary)]
+        levels = [r for r in store.runs(trial.id) if capacity_runs.is_level_run(r.summary)]
         assert levels and all(r.summary["load"] == "speedup" for r in levels)
         assert all(r.summary["prefix_hit_rate_pool"] == r.summary["prefix_hit_rate_implied"] for r in levels)
         assert levels[0].summary["load_level"] == 4 and all(r.summary["trace_speedup"] == r.summary["load_level"]

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from servetune.analysis import analysis
 from servetune.load.records import RunResult, RunSummary
 from servetune.store import StudyStore, TrialRole, TrialState
 from servetune.study import parse_study
-from servetune.tune import analysis
 from servetune.vocabulary import Outcome
 from tests.unit.test_tune_analysis import STUDY, _trial
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from servetune.analysis import analysis
 from servetune.engine.placement import Placement
 from servetune.load.records import RunResult
 from servetune.report import write_report
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
-from servetune.tune import analysis
 from servetune.vocabulary import Outcome
 
 STUDY = """

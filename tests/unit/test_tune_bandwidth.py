@@ -14,6 +14,7 @@ from rich.console import Console
 
 from servetune.engine.bandwidth import measure_with
 from servetune.engine.bootfacts import BootFacts
+from servetune.store import meta
 from servetune.store.sqlite import StudyStore
 from servetune.study.spec import StudySpec
 from servetune.tune import bandwidth
@@ -57,7 +58,7 @@ def test_off_by_variable_or_study_key(tmp_path: Path, monkeypatch: pytest.Monkey
     bandwidth.ensure_measured(store, ["python"], {}, enabled=True, note=print, measure=measure)
     monkeypatch.delenv(bandwidth.OFF_VARIABLE)
     bandwidth.ensure_measured(store, ["python"], {}, enabled=False, note=print, measure=measure)
-    assert measure.calls == [] and store.get_meta_json(bandwidth.META_KEY) is None
+    assert measure.calls == [] and store.get_meta_json(meta.BANDWIDTH) is None
     assert StudySpec.model_validate({"name": "s", "engine": {"model": "m"}, "scenarios": [{"preset": "chat"}],
                                      "measure_bandwidth": False}).measure_bandwidth is False
 
@@ -67,7 +68,7 @@ def test_a_failure_is_kept_with_its_reason_and_not_retried(tmp_path: Path, measu
     for _ in range(2):
         bandwidth.ensure_measured(store, ["python"], {}, enabled=True, note=notes.append, measure=measure)
     assert len(measure.calls) == 1 and bandwidth.stored(store) is None
-    assert store.get_meta_json(bandwidth.META_KEY) == {"unavailable": "python could not measure (no numpy)"}
+    assert store.get_meta_json(meta.BANDWIDTH) == {"unavailable": "python could not measure (no numpy)"}
     assert notes == ["memory bandwidth not measured: python could not measure (no numpy)"]
 
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
+from servetune.analysis import analysis
 from servetune.store import TrialRole
 from servetune.study import parse_study
-from servetune.tune import analysis, phases
+from servetune.tune import phases
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from tests.fakes import MODEL_WITHOUT_WEIGHTS

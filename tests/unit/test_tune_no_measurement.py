@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from cli_run import servetune
 
+from servetune.analysis import analysis
 from servetune.engine.config import Config
 from servetune.load.records import RunResult
 from servetune.models.presets import make_model
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
-from servetune.tune import analysis
 from servetune.vocabulary import Outcome
 
 STUDY = """\

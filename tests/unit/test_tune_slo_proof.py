@@ -1,5 +1,5 @@
 """An SLO is met, unproven or violated by where its interval lies, pooled over a config's boots
-(tune/slo_proof.py); a winner meets every SLO, the search leaves out only violated configs."""
+(analysis/slo_proof.py); a winner meets every SLO, the search leaves out only violated configs."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from servetune.analysis import analysis, revalidation, slo_proof
+from servetune.analysis.types import Estimate, SloState
 from servetune.load.records import RequestRecord, RunResult
 from servetune.store import StudyStore, TrialRole
 from servetune.study import parse_study
-from servetune.tune import analysis, revalidation, slo_proof
-from servetune.tune.analysis_types import Estimate, SloState
 from servetune.vocabulary import Outcome
 
 MS = 1_000_000

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from servetune.analysis import analysis, known
 from servetune.engine import VllmEngine
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
@@ -22,7 +23,6 @@ from servetune.errors import ServetuneError
 from servetune.report import write_report
 from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
-from servetune.tune import analysis, known
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from servetune.vocabulary import Outcome

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from servetune.analysis import known
+from servetune.analysis.types import StudyAnalysis
 from servetune.engine.config import Config
 from servetune.report.context import build as build_report_data
 from servetune.store import StudyStore, TrialRole
 from servetune.study.spec import StudySpec
-from servetune.tune import known
-from servetune.tune.analysis_types import StudyAnalysis
 from servetune.tune.display import StudyDisplay
 from servetune.tune.runner import StudyRunner
 from tests.fakes import MODEL_WITHOUT_WEIGHTS

@@ -63,8 +63,8 @@ class TooLongEngine:
 
 
 def _too_long_trial(tmp_path: Path, estimate: int | None, baseline_memory: str) -> str | None:
+    from servetune.analysis import known
     from servetune.engine.bootfacts import BootFacts
-    from servetune.tune import known
 
     store = StudyStore.in_dir(tmp_path)
     baseline = Config.of({"kv-cache-memory-bytes": baseline_memory, "max-model-len": 2048})

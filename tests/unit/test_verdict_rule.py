@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from servetune import stats
+from servetune.analysis import analysis
+from servetune.analysis.capacity_runs import censored_value, censoring, interval_text
+from servetune.analysis.revalidation import next_look
+from servetune.analysis.types import ConfigResult, Effect, StudyAnalysis
+from servetune.analysis.verdict_rule import judge
 from servetune.capacity.slo import quantile_ci
 from servetune.engine.config import Config
 from servetune.stats.pipeline import Design, critical_level, critical_t
 from servetune.study.spec import StudySpec
-from servetune.tune import analysis
-from servetune.tune.analysis_types import ConfigResult, Effect, StudyAnalysis
-from servetune.tune.capacity_trial import censored_value, censoring, interval_text
-from servetune.tune.revalidation import next_look
-from servetune.tune.verdict_rule import judge
 
 TOP = {"capacity": 64.0, "capacity_low": 64.0, "capacity_high": None, "capacity_binding": None}
 FIRST = {"capacity": 0.0, "capacity_low": 0.0, "capacity_high": 1.0, "capacity_binding": "ttft:p95<=1000ms"}

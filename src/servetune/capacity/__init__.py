@@ -7,5 +7,6 @@ grows without bound; `search.py` brackets and bisects the load level over a `mea
 prior)` callable; `probe.py` picks the first level from a short saturation probe; `estimate.py`
 turns the levels into the capacity and its interval; `http.py` measures a level against a server
 with `load.run_scenario`; `document.py` writes the search as JSON as each level ends and reads it
-back for `--resume`; `replay.py` hands stored runs back to a resumed search.
+back for `--resume`; `replay.py` hands stored runs back to a resumed search; `session.py` is
+`servetune capacity`'s search on one server, from the probe to the last level's document.
 """

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +14,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..engine.served import served
 from ..errors import ServetuneError
 from ..load.bench import run_scenario
 from ..load.metrics import SLO_NAMES, percentile_key
 from ..load.options import RunOptions
 from ..load.records import RunResult, RunSummary
 from ..load.scenario import PRESETS, Scenario, preset
-from ..machine import checked_record
 from ..vocabulary import Outcome
 from . import server_options as opt
 from . import validate
-from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt, print_error, validation_text
+from .boundary import EXIT_NO_RESULT, on_interrupt, print_error, validation_text
 from .paths import output_file
 from .server_check import check_reachable
 from .trace_options import TRACE_HELP, TRACE_SET_HELP, trace_scenario, trace_spec
@@ -345,34 +342,6 @@ def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Pat
                   slo: dict[str, float], pcts: tuple[float, ...], workers: int, tokenizer: Path | None,
                   api_key: str | None, allow_busy: bool) -> RunResult:
     """`api_key`: from --api-key-env; None: the key the launched server itself uses, if any."""
-    with served(model_dir, serve_args, out.parent / "logs", run_id, api_key, allow_busy) as (url, key, kv_tokens):
+    with served(model_dir, serve_flags(serve_args), out.parent / "logs", run_id, api_key, allow_busy,
+                console.print) as (url, key, kv_tokens):
         return _bench(url, None, sc, tokenizer or model_dir, out, run_id, slo, pcts, workers, key, kv_tokens)
-
-
-@contextmanager
-def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
-           api_key: str | None, allow_busy: bool) -> Iterator[tuple[str, str | None, int | None]]:
-    """vLLM launched on `model_dir` with `serve_args` (--serve, --serve-arg) for the duration:
-    yields its URL, the key to send (`api_key`, else the one the server uses) and its KV pool in
-    tokens (the boot log's, None where it did not say); always stopped. A busy machine refuses
-    the boot (`allow_busy`: --allow-busy-gpu)."""
-    from ..engine.base import Engine
-    from ..engine.config import Config
-    from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
-    if not model_dir.is_dir():
-        raise ServetuneError(f"--serve {model_dir}: not a directory")
-    flags = serve_flags(serve_args)
-    engine: Engine = VllmEngine(DEFAULT_COMMAND, model=str(model_dir), startup_timeout_s=900, log_dir=log_dir)
-    config = Config.of(flags)
-    api_key = api_key or engine.client_api_key(config)
-    checked_record(None, allow_busy=allow_busy, where="--serve")
-    console.print(f"starting vLLM on {model_dir} ...")
-    t0 = time.monotonic()
-    started = engine.start(config, log_dir / f"{run_id}.server.log")
-    if not started.ok or started.server is None:
-        raise NoResult(f"the server did not start: {started.outcome.value}: {started.detail}")
-    console.print(f"server up at {started.server.url} after {time.monotonic() - t0:.0f} s")
-    try:
-        yield started.server.url, api_key, started.boot_facts.kv_cache_tokens
-    finally:
-        engine.stop(started.server)

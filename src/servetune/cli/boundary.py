@@ -19,16 +19,11 @@ from pydantic import ValidationError
 from rich.console import Console
 from typer._click import exceptions as click_errors  # typer vendors click; these are its classes
 
-from ..errors import ServetuneError
+from ..errors import NoResult, ServetuneError
 
 EXIT_NO_RESULT = 1
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
-
-
-class NoResult(ServetuneError):
-    """The input was good and the command ran, but there is no result (a server that does not answer):
-    one line, exit 1."""
 
 
 # What an interrupted command leaves behind, said after "interrupted" (set by the command as it goes).

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +10,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ..capacity.document import COMPLETE, INTERRUPTED, RUNNING, capacity_document, stored_samples, write_document
+from ..capacity.document import COMPLETE, INTERRUPTED, stored_samples, write_document
 from ..capacity.estimate import FIT, CapacityEstimate, estimate
-from ..capacity.http import LoadKind, http_measure
+from ..capacity.http import LoadKind
 from ..capacity.levels import LevelSample
-from ..capacity.probe import http_probe
-from ..capacity.replay import Replay
-from ..capacity.search import DEFAULT_MAX_LEVEL, SearchResult, SearchSettings, search, settings_for
+from ..capacity.search import DEFAULT_MAX_LEVEL, SearchSettings, settings_for
 from ..capacity.sequential import LOOKS_PER_RUN
+from ..capacity.session import CapacitySession
 from ..capacity.slo import Slo, parse_slos, requests_to_meet
+from ..engine.served import served
 from ..errors import ServetuneError
 from ..load.dataset import trace_specs
-from ..load.scenario import PRESETS, Scenario
+from ..load.scenario import PRESETS
 from ..tune.session import sigterm_as_interrupt
 from . import server_options as opt
 from . import validate
@@ -31,7 +29,7 @@ from .bench_cmd import (
     api_key_from_env,
     build_scenario,
     check_server_choice,
-    served,
+    serve_flags,
 )
 from .boundary import EXIT_INTERRUPTED, EXIT_NO_RESULT, print_error
 from .capacity_view import SearchView, unit
@@ -131,14 +129,14 @@ def capacity(
     runs_dir = companion_dir(runs_dir_of(out), "--out", force or resume)
     search_start: dict[str, Any] = {"start": previous.get("start"), "probe": previous.get("probe")}
     view = SearchView(console, load, integer=kind == "concurrency", alpha=alpha)
-    run = _Search(out, sc, slos, settings, load, kind, {"url": url, "serve": str(serve) if serve else None},
+    run = CapacitySession(out, sc, slos, settings, load, kind, {"url": url, "serve": str(serve) if serve else None},
                   num_prompts, start, model, runs_dir, stored, view, search_start)
     status = COMPLETE
     try:
         with sigterm_as_interrupt(), view:
             if serve is not None:
-                with served(serve, serve_arg, runs_dir / "logs", "capacity", api_key,
-                            allow_busy) as (base_url, key, kv_tokens):
+                with served(serve, serve_flags(serve_arg), runs_dir / "logs", "capacity", api_key,
+                            allow_busy, console.print) as (base_url, key, kv_tokens):
                     run.run_search(base_url, key, tokenizer or serve, kv_tokens)
             else:
                 assert url is not None
@@ -164,57 +162,7 @@ def _check_search(load: str, trace: Path | None, scenario: str | None, alpha: fl
         raise ServetuneError(f"--rel-tol {rel_tol:g}: must be between 0 and 1")
 
 
-@dataclass
-class _Search:
-    """One capacity search as it runs: what it measures, where OUT is rewritten as each level ends,
-    and what it has found so far (`result`)."""
-
-    out: Path
-    sc: Scenario
-    slos: list[Slo]
-    settings: SearchSettings
-    load: str
-    kind: LoadKind
-    target: dict[str, str | None]  # the document's "url" and "serve"
-    num_prompts: int
-    start: float | None  # --start as given; None: from a saturation probe
-    model: str | None
-    runs_dir: Path
-    stored: list[LevelSample]  # --resume: the runs OUT already holds, replayed before any request
-    view: SearchView
-    search_start: dict[str, Any]  # the first level and the probe behind it, as written to OUT
-    result: SearchResult = field(default_factory=SearchResult)
-
-    def document(self, status: str) -> dict[str, Any]:
-        est = estimate(self.result.levels, integer=self.kind == "concurrency", alpha=self.settings.alpha)
-        return capacity_document(self.result, est, self.slos, self.settings, self.load, {
-            **self.target, "scenario": json.loads(self.sc.model_dump_json()),
-            "num_prompts": self.num_prompts, **self.search_start}, status)
-
-    def on_level(self, done: SearchResult) -> None:
-        write_document(self.out, self.document(RUNNING))
-        self.view.level_done(done)
-
-    def run_search(self, base_url: str, key: str | None, tok: Path | None, kv_cache_tokens: int | None = None) -> None:
-        settings, view = self.settings, self.view
-        first = settings.start
-        if self.search_start["start"] is not None:
-            first = float(self.search_start["start"])   # a resumed search starts where it started
-        elif self.start is None:
-            first = _probed_start(base_url, key, tok, self.sc, self.kind, settings, self.runs_dir, self.model, view,
-                                  self.search_start)
-        self.search_start["start"] = first
-        if self.stored:
-            view.note(f"resuming {self.out}: {len(self.stored)} stored runs replayed")
-        measure = http_measure(base_url, self.sc, self.slos, load=self.kind, num_prompts=self.num_prompts,
-                               looks=settings.looks, out_dir=self.runs_dir, model=self.model, tokenizer_dir=tok,
-                               api_key=key, first_run=len(self.stored), progress=view.progress,
-                               kv_cache_tokens=kv_cache_tokens)
-        search(Replay(self.stored, measure), self.slos, replace(settings, start=first), on_level=self.on_level,
-               result=self.result)
-
-
-def _conclude(run: _Search, status: str, alpha: float) -> None:
+def _conclude(run: CapacitySession, status: str, alpha: float) -> None:
     """OUT written with the search's end (or nothing, when no level ended), the capacity printed,
     and the exit code: 130 interrupted, 1 no level or a server failure that ended the search."""
     result, out = run.result, run.out
@@ -244,20 +192,6 @@ def _conclude(run: _Search, status: str, alpha: float) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("capacity")(capacity)
-
-
-def _probed_start(url: str, key: str | None, tok: Path | None, sc: Scenario, kind: LoadKind, settings: SearchSettings,
-                  runs_dir: Path, model: str | None, view: SearchView, record: dict[str, Any]) -> float:
-    """The first level from a saturation probe (settings.start when the probe completes too few)."""
-    view.note("probe: keeping the server busy for a few seconds ...")
-    probe = http_probe(url, sc, out_dir=runs_dir, model=model, tokenizer_dir=tok, api_key=key)
-    if probe is None:
-        view.note(f"probe: too few requests completed to say; first level {settings.start:g}")
-        return settings.start
-    first = min(max(probe.start(kind), settings.min_level), settings.max_level)
-    record["probe"] = probe.to_dict()
-    view.probed(probe, first)
-    return first
 
 
 def _check_options(load: str, start: float | None, max_level: float | None, input_len: int | None,

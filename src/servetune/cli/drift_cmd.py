@@ -19,10 +19,11 @@ from rich.table import Table
 from ..drift.analysis import DriftAnalysis, analyze
 from ..drift.measure import DriftRun, run_protocol
 from ..drift.protocol import DriftProtocol, Phase
+from ..engine.served import served
 from ..errors import ServetuneError
 from . import server_options as opt
 from . import validate
-from .bench_cmd import api_key_from_env, check_server_choice, served
+from .bench_cmd import api_key_from_env, check_server_choice, serve_flags
 from .boundary import EXIT_NO_RESULT, on_interrupt, print_error, validation_text
 from .paths import companion_dir, output_file, runs_dir_of
 from .server_check import check_reachable
@@ -138,7 +139,8 @@ def drift(
 
     silence = Silence(0.0, 0.0)  # set per phase: a long phase may be silent longer
     if serve is not None:
-        with served(serve, serve_arg, runs_dir / "logs", "drift", api_key, allow_busy) as (base_url, key, _):
+        with served(serve, serve_flags(serve_arg), runs_dir / "logs", "drift", api_key, allow_busy,
+                        console.print) as (base_url, key, _):
             run = _measure(base_url, key, tokenizer or serve, protocol, runs_dir, model, silence)
     else:
         assert url is not None

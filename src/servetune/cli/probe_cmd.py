@@ -15,7 +15,7 @@ from ..engine import Engine, engine_for
 from ..engine.applied import as_number
 from ..engine.config import Config
 from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
-from ..errors import ServetuneError
+from ..errors import NoResult, ServetuneError
 from ..load.scenario import PRESETS, Scenario
 from ..machine import checked_record
 from ..probe.context import ContextAnswer, ProbeBoot, check_start, engine_boot, find_max_model_len, model_max_len
@@ -33,7 +33,7 @@ from ..study.loader import load_study
 from . import server_options as opt
 from . import validate
 from .bench_cmd import build_scenario
-from .boundary import EXIT_NO_RESULT, NoResult, on_interrupt
+from .boundary import EXIT_NO_RESULT, on_interrupt
 from .paths import output_file, result_file, writable_dir
 from .serve_cmd import flags_from_argv
 

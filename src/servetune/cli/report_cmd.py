@@ -19,8 +19,8 @@ def report(
     out: Path | None = typer.Option(None, "--out", "-o", help="where to write (default: the study directory)"),
 ) -> None:
     """Write report.md, report.html and the winning config (winner/) from a study's store."""
+    from ..analysis.analysis import analyze
     from ..report import write_report
-    from ..tune.analysis import analyze
     from .stored_study import stored_study
 
     if out is not None:

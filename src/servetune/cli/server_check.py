@@ -12,7 +12,7 @@ import aiohttp
 from rich.console import Console
 
 from .. import server_http
-from .boundary import NoResult
+from ..errors import NoResult
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_FIRST_BYTE_TIMEOUT_S = 30.0

@@ -126,7 +126,7 @@ def _check_options(rate: float | None, trace: Path | None, percentile: float, gr
 def _capacities(source: Path, scenario: str | None, gpus: int) -> tuple[list[ConfigCapacity], float | None]:
     """The capacities of SOURCE and the study's GPU price (None for a capacity result)."""
     if source.is_dir():
-        from ..tune.analysis import analyze
+        from ..analysis.analysis import analyze
         from .stored_study import stored_study
 
         with stored_study(source) as (store, spec):

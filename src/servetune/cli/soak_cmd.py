@@ -18,7 +18,7 @@ from rich.markup import escape
 from ..engine import Engine, engine_for
 from ..engine.classify import Failure
 from ..engine.config import Config
-from ..errors import ServetuneError
+from ..errors import NoResult, ServetuneError
 from ..load.scenario import PRESETS
 from ..secrets import MASK, SECRET_FLAGS
 from ..soak.document import soak_document
@@ -35,7 +35,7 @@ from ..vocabulary import VLLM_METRIC_NAMES
 from . import server_options as opt
 from . import validate
 from .bench_cmd import api_key_from_env, build_scenario, serve_flags
-from .boundary import EXIT_INTERRUPTED, EXIT_NO_RESULT, NoResult, on_interrupt, print_error
+from .boundary import EXIT_INTERRUPTED, EXIT_NO_RESULT, on_interrupt, print_error
 from .paths import companion_dir, output_file, result_file, runs_dir_of
 from .server_check import check_reachable
 

@@ -14,11 +14,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..analysis.eta import estimate, first_estimate_summary, for_study, next_trial_s, stored_seed
 from ..errors import ServetuneError
 from ..store import Run, StudyStore, Trial, TrialRole
 from ..study.spec import SpecError
 from ..tune.display import StudyDisplay, format_duration
-from ..tune.eta import estimate, first_estimate_summary, for_study, next_trial_s, stored_seed
 from . import server_options as opt
 from . import validate
 from .boundary import EXIT_NO_RESULT, on_interrupt, store_errors, validation_text
@@ -85,8 +85,8 @@ def status(out: Path = typer.Argument(..., help="study directory")) -> None:
     console.print(_trials_table(store, f"study {spec.get('name', out)}", trials, runs))
     line = f"trials done: {len(done)}"
     if spec:
+        from ..analysis import analysis
         from ..study import StudySpec
-        from ..tune import analysis
 
         try:
             study = StudySpec.from_store(spec)
@@ -100,7 +100,7 @@ def status(out: Path = typer.Argument(..., help="study directory")) -> None:
     if spec:
         console.print(escape(analysis.power_line(analysis.study_power(store, study))))
         if store.final_plan() is not None:
-            from ..tune import revalidation, verdict_rule
+            from ..analysis import revalidation, verdict_rule
 
             look = revalidation.next_look(analysis.analyze(store, study), study,
                                           verdict_rule.revalidation_cap(store))

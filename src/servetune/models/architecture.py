@@ -113,3 +113,42 @@ def describe_layers(config: dict[str, Any]) -> str | None:
         return None
     return (f"{kv_layers(config)} of {_layer_count(language_config(config))} layers hold KV "
             "(the others keep a fixed-size linear-attention / Mamba state)")
+
+
+def parameter_count(config: dict[str, Any]) -> float | None:
+    """Weights of a decoder-only transformer (dense or mixture of experts) from its config.json
+    (a hybrid's linear-attention layers counted as attention ones: an estimate of the size)."""
+    config = language_config(config)
+    try:
+        hidden, layers, vocab = int(config["hidden_size"]), int(config["num_hidden_layers"]), int(config["vocab_size"])
+        heads = int(config.get("num_attention_heads", 1))
+        kv_heads = int(config.get("num_key_value_heads", heads))
+        head_dim = int(config.get("head_dim") or hidden // heads)
+        experts = int(config.get("num_experts") or 0)
+        mlp = (3 * hidden * int(config["moe_intermediate_size"]) * experts + hidden * experts if experts
+               else 3 * hidden * int(config["intermediate_size"]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return float(embeddings + layers * (attention + mlp))
+
+
+def active_fraction(config: dict[str, Any], batch: int = 1) -> float:
+    """The share of the weights a decode step of `batch` sequences reads: 1 for a dense model. For
+    a mixture of experts, at batch 1 the active experts' share by parameter count (a lower bound at
+    any batch: the roofline's); at larger batches the expected share if each token's k of E experts
+    were uniform draws, E(1 - (1 - k/E)^batch) distinct experts (random weights route about so;
+    trained routers are more skewed and read fewer)."""
+    config = language_config(config)
+    experts, per_token = config.get("num_experts"), config.get("num_experts_per_tok")
+    if not experts or not per_token:
+        return 1.0
+    total = parameter_count(config)
+    one, two = parameter_count({**config, "num_experts": 1}), parameter_count({**config, "num_experts": 2})
+    if not total or one is None or two is None:
+        return 1.0
+    per_expert = two - one  # the count is linear in the number of experts
+    distinct = experts * (1 - (1 - per_token / experts) ** max(batch, 1))  # = k at batch 1
+    share: float = (one + (distinct - 1) * per_expert) / total
+    return share

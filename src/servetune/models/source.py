@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..tune.eta import active_fraction, model_config, model_gib, parameter_count
-from .architecture import DTYPE_BYTES, language_config
+from .architecture import DTYPE_BYTES, active_fraction, language_config, parameter_count
 
 _HUB_TIMEOUT_S = 10.0
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
@@ -138,3 +138,27 @@ def _hub_config(model_id: str) -> tuple[dict[str, Any] | None, str]:
     except (urllib.error.URLError, OSError, ValueError) as exc:
         return None, f"unreachable ({getattr(exc, 'reason', exc)})"
     return (language_config(config), "") if isinstance(config, dict) else (None, "config.json is not a JSON object")
+
+
+def model_gib(model_dir: Path) -> tuple[float | None, str]:
+    """The weights' size in GiB and where it comes from; None when neither files nor config tell."""
+    files = [p for p in model_dir.glob("*") if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES)]
+    if files:
+        return sum(p.stat().st_size for p in files) / 2**30, "weight files"
+    config = model_config(model_dir)
+    if config is None:
+        return None, "no weights or config.json"
+    params = parameter_count(config)
+    if params is None:
+        return None, "config.json without sizes"
+    return params * DTYPE_BYTES.get(str(config.get("torch_dtype", "bfloat16")), 2) / 2**30, "config.json"
+
+
+def model_config(model_dir: Path) -> dict[str, Any] | None:
+    """The model directory's config.json, flattened (`architecture.language_config`); None when
+    it cannot be read."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return language_config(config) if isinstance(config, dict) else None

@@ -14,14 +14,14 @@ from statistics import fmean
 
 import numpy as np
 
+from ..analysis.capacity_runs import current_capacity_runs, interval_text, is_level_run, judged_levels
+from ..analysis.types import ConfigResult, Effect, Estimate, StudyAnalysis
 from ..capacity.levels import LevelResult
 from ..capacity.slo import Judgement, Slo, slo_from_key, slos_from_limits, statistic
 from ..engine.placement import server_gpus
 from ..store import Run, Trial
 from ..study.metrics import CAPACITY
 from ..study.spec import CapacitySpec, ObjectiveSpec
-from ..tune.analysis_types import ConfigResult, Effect, Estimate, StudyAnalysis
-from ..tune.capacity_trial import current_capacity_runs, interval_text, is_level_run, judged_levels
 from . import plots
 
 _UNIT = {"rate": "req/s", "concurrency": "concurrent requests", "speedup": "x the recorded traffic"}

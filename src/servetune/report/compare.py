@@ -116,8 +116,8 @@ def _bench_side(paths: list[Path], source: str) -> Side:
 
 
 def _study_side(path: Path) -> Side:
+    from ..analysis.analysis import analyze
     from ..study.spec import StudySpec
-    from ..tune.analysis import analyze
 
     store = StudyStore.open_existing(path, read_only=True)
     try:

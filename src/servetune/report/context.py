@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis import known
+from ..analysis.revalidation import next_look
+from ..analysis.types import ConfigResult, Effect, Estimate, SloCheck, SloState, StudyAnalysis
+from ..analysis.verdict_rule import revalidation_cap
 from ..engine.bootfacts import BootFacts
 from ..engine.cache import CacheRecord
 from ..engine.config import Config
@@ -30,11 +34,6 @@ from ..store import EtaEntry, Run, StudyStore, Trial, TrialState
 from ..study.metrics import GOODPUT, higher_is_better
 from ..study.representative import speculative_warnings
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
-from ..tune import bandwidth, known
-from ..tune.analysis_types import ConfigResult, Effect, Estimate, SloCheck, SloState, StudyAnalysis
-from ..tune.provenance import stored_images
-from ..tune.revalidation import next_look
-from ..tune.verdict_rule import revalidation_cap
 from ..vocabulary import Outcome
 from . import plots
 from .advice import Advice, advise_config, describe_mismatch
@@ -87,7 +86,7 @@ class ConfigLine:
 
 @dataclass
 class SloRow:
-    """One SLO of one scenario on one config, as judged (tune/slo_proof.py)."""
+    """One SLO of one scenario on one config, as judged (analysis/slo_proof.py)."""
 
     label: str
     check: SloCheck
@@ -113,7 +112,7 @@ class TrialView:
     runs_total: int
     slot: str = ""  # which slot measured it ("slot 1 (cpus 1)"); shown when the study had several
     cache: str = "–"  # cold / warm / unknown, compile time, a wipe (engine/cache.py)
-    excluded: str = ""  # why the boot is kept out of the verdict (tune/outliers.py)
+    excluded: str = ""  # why the boot is kept out of the verdict (analysis/outliers.py)
 
 
 @dataclass
@@ -440,7 +439,7 @@ def _provenance(trials: list[Trial], store: StudyStore, engine_kind: str) -> Pro
                              if t.boot_facts is not None and t.boot_facts.vllm_version)
     roots = dict.fromkeys(t.cache.root for t in trials if t.cache is not None and t.cache.root)
     return ProvenanceView(engines=[f"{name} {parse_build(v).describe()}" for v in versions if v],
-                          images=stored_images(store),
+                          images=store.engine_images(),
                           cache_roots=[r for r in roots if r])
 
 
@@ -637,7 +636,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
             diff = [(k, fmt_value(a), fmt_value(b)) for k, (a, b) in subject.config.diff(base_cfg).items()]
         facts = next((trial_by_id[t].boot_facts for t in reversed(subject.trial_ids)
                       if t in trial_by_id and trial_by_id[t].boot_facts), None) or BootFacts()
-        images = stored_images(store)
+        images = store.engine_images()
         dep = Deployment.of(subject.config, spec.get("engine"), facts.vllm_version, images[-1] if images else None)
 
     evidence: list[EvidenceRow] = []
@@ -678,7 +677,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         plots=figures, evidence=evidence, advice=advice,
         cost=_cost(analysis, store, trials, runs), notes=notes, confidence_pct=_level(analysis),
         acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity,
-        roofline=build_roofline(analysis, trial_by_id, spec, store.get_meta_json(bandwidth.META_KEY)),
+        roofline=build_roofline(analysis, trial_by_id, spec, store.bandwidth()),
         fidelity=fidelity_rows(trials, base_cfg), prefill_sweep=sweep_rows(trials, base_cfg),
         slo_rows=_slo_rows(analysis), exclusions=_exclusions(trials, base_cfg),
         machine=build_machine(analysis, trials, base_cfg),

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..analysis.machine_check import reference_of
+from ..analysis.types import Estimate, StudyAnalysis
 from ..engine.config import Config
 from ..machine import MachineRecord, busy_reasons
 from ..store import Trial
-from ..tune.analysis_types import Estimate, StudyAnalysis
-from ..tune.machine_check import reference_of
 
 
 @dataclass

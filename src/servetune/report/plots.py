@@ -18,8 +18,8 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from ..analysis.types import DriftPoint  # noqa: E402
 from ..load.records import SummaryLike  # noqa: E402
-from ..tune.analysis_types import DriftPoint  # noqa: E402
 
 DPI = 100
 SERIES_TITLES = {"ttft": "TTFT (ms)", "tpot": "TPOT (ms)", "itl": "ITL (ms)", "e2el": "E2E latency (ms)"}

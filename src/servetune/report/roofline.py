@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..analysis.eta import mean_len
+from ..analysis.types import Estimate, StudyAnalysis
 from ..load.scenario import Scenario
-from ..models.architecture import describe_layers, kv_bytes_per_token
+from ..models.architecture import active_fraction, describe_layers, kv_bytes_per_token
 from ..models.source import locate
 from ..store import Trial
-from ..tune.analysis_types import Estimate, StudyAnalysis
-from ..tune.eta import active_fraction, mean_len
 
 GIB = 2**30
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..analysis.types import ConfigResult, Estimate, StudyAnalysis
 from ..engine import speculative
 from ..engine.config import Config
 from ..load.speculative_metrics import Acceptance
-from ..tune.analysis_types import ConfigResult, Estimate, StudyAnalysis
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import jinja2
 
-from ..tune.analysis_types import Effect, Estimate, SloCheck
+from ..analysis.types import Effect, Estimate, SloCheck
 from ..vocabulary import Outcome
 
 

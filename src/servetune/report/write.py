@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..analysis.types import StudyAnalysis
 from ..store.sqlite import StudyStore
-from ..tune.analysis_types import StudyAnalysis
 from . import context
 from .emit import write_snippets
 from .html import render_html

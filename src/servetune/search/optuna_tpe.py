@@ -7,7 +7,7 @@ the same history always gives the same proposal, so a resumed study continues ex
 - Objective value of a trial: the mean of its objective samples (maximised).
 - Feasibility goes to TPE as a constraint value (> 0 infeasible): a failed outcome
   (oom, invalid_arg, ...) is 2, an SLO violated 1 (its interval wholly outside the limit,
-  tune/slo_proof.py; an unproven SLO is feasible, as more boots may prove it), so the sampler
+  analysis/slo_proof.py; an unproven SLO is feasible, as more boots may prove it), so the sampler
   learns to avoid both. A `duplicate` (it runs as a config already measured) is not a failure
   and is left out.
 - A sample that breaks a constraint between parameters is told to the sampler as infeasible

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from ..errors import ServetuneError
 from ..study.spec import StudySpec
 from .base import SearchBase, Strategy
 
@@ -27,6 +28,9 @@ def strategy_names() -> list[str]:
 def make_strategy(study: StudySpec) -> Strategy:
     """The study's strategy; fails early (ServetuneError) when ofat or grid meet a space they
     cannot enumerate."""
-    strategy = STRATEGIES[study.strategy](study)
+    cls = STRATEGIES.get(study.strategy)
+    if cls is None:
+        raise ServetuneError(f"strategy: unknown strategy {study.strategy!r}; known: {', '.join(strategy_names())}")
+    strategy = cls(study)
     strategy.check()
     return strategy  # type: ignore[return-value]

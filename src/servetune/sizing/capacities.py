@@ -27,9 +27,9 @@ from ..load.scenario import Scenario
 from ..load.trace.window import load_replay
 
 if TYPE_CHECKING:
+    from ..analysis.types import StudyAnalysis
     from ..store import Trial
     from ..study.spec import StudySpec
-    from ..tune.analysis_types import StudyAnalysis
 
 NO_POWER = "not measured: these capacities hold no power readings"
 
@@ -143,10 +143,10 @@ def from_study(spec: StudySpec, analysis: StudyAnalysis, trials: Sequence[Trial]
     """Every measured config's capacity of one scenario of a `maximize: capacity` study. A config
     of several boots: the point is the mean over boots, the interval the widest of the across-boots
     interval and the boots' own search intervals (each boot's search uncertainty kept)."""
+    from ..analysis.capacity_runs import current_capacity_runs, load_kind
     from ..engine.placement import server_gpus
     from ..study.metrics import CAPACITY
     from ..study.objective import Objective
-    from ..tune.capacity_trial import current_capacity_runs, load_kind
 
     objective = Objective(spec)
     if not objective.is_capacity:

@@ -143,7 +143,7 @@ def simulate_false_positive_rate(
 
 def _study_verdicts(baseline: Boots, candidates: Sequence[Boots], components: VarianceComponents, *,
                     alpha: float, higher_is_better: bool, min_effect_pct: float) -> list[tuple[Comparison, str]]:
-    """Every candidate against the baseline as a study judges its objective (tune/analysis.py):
+    """Every candidate against the baseline as a study judges its objective (analysis/analysis.py):
     compare_boots, Holm across the candidates, verdict, then the label the candidate's boots allow
     (better/worse from two boots on, promising/not_promising from one)."""
     comparisons = [compare_boots(baseline, c, components, higher_is_better=higher_is_better,

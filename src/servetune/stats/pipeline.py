@@ -19,7 +19,7 @@ group-sequential boundary on the p scale; stopping early for futility only lower
 With one value a boot T is studentised by a variance of the same boots, so its null does not
 depend on the unknown boot variance. With replicates it depends on the ratio of replicate to boot
 variance (``sd_ratio``), and the critical value is largest at ratio 0, where it equals the
-one-value-a-boot design's: tune/verdict_rule.py uses that least favourable value (a plug-in of
+one-value-a-boot design's: analysis/verdict_rule.py uses that least favourable value (a plug-in of
 the ratio a study estimates from 2-3 boot-level df is not valid). Replicate noise enters as its
 sufficient statistic: under normality the pooled within-boot sum of squares is
 ``rep_var * chi2(rep_df)``, independent of the boot means.
@@ -121,7 +121,7 @@ def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, e
 
     Looks: after the fixed re-validation, the finalist with the largest T and the baseline get one
     boot each, ``extra`` times; T of every finalist is taken at every look. With ``critical`` (a
-    nominal level) a study stops as the runner does (tune/revalidation.py): once decided, or when
+    nominal level) a study stops as the runner does (analysis/revalidation.py): once decided, or when
     even at its leader's measured effect the boots up to the cap would decide it with less than
     ``futility_power`` chance. Without it every study runs every look (the null's calibration:
     stopping early can only lower the false-winner rate)."""

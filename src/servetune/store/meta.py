@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ..engine.provenance import ImageRef
 from .model import TrialRole
 
 SPEC = "spec"              # the study spec as dumped (StudySpec.from_store reads it)
@@ -16,6 +17,8 @@ FINAL_PLAN = "final_plan"  # [[role, config key], ...]: the validation boots, pl
 ETA_LOG = "eta_log"        # [{"trial_seq", "at", "predicted_end"}, ...]: the ETA shown before each boot (unix times)
 VERDICT = "verdict"        # {"winner": config key or null, "reason"}: the last finished run's verdict
 REVALIDATION = "revalidation"  # {"max_boots": N}: the re-validation cap, fixed when the study starts
+BANDWIDTH = "bandwidth"   # {"read_gbps", "device"} or {"unavailable": why}: measured at the start (tune/bandwidth.py)
+ENGINE_IMAGES = "engine_images"  # [ImageRef as JSON, ...] in the order first seen (tune/provenance.py)
 
 
 class PlannedTrial(NamedTuple):
@@ -60,3 +63,14 @@ def final_plan_from_json(raw: Any) -> list[PlannedTrial] | None:
 
 def verdict_from_json(raw: Any) -> Verdict | None:
     return None if not raw else Verdict(raw.get("winner"), str(raw.get("reason")))
+
+
+def images_from_json(raw: Any) -> list[ImageRef]:
+    """Every image the study's starts found, oldest first (an unreadable entry is left out)."""
+    out = []
+    for item in raw if isinstance(raw, list) else []:
+        try:
+            out.append(ImageRef.model_validate(item))
+        except ValueError:
+            continue
+    return out

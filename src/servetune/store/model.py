@@ -83,7 +83,7 @@ class Run:
 @dataclass(frozen=True)
 class Exclusion:
     """Why a boot is kept out of the verdict: its measurement far from its config's other boots
-    (tune/outliers.py). The config is booted once more with a wiped cache in its place."""
+    (analysis/outliers.py). The config is booted once more with a wiped cache in its place."""
 
     why: str                 # one line for the report
     value: float             # the boot's mean objective (ratio to the baseline)

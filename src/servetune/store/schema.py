@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS trials (
     earlier_boots      INTEGER,                -- healthy boots before the current one (a trial reopened after a kill)
     earlier_boot_s     REAL,                   -- and their launch-to-healthy seconds, for the study's cost
     cache_json         TEXT,                   -- the boot's cache root, cold/warm, compile time (engine.cache)
-    exclusion_json     TEXT,                   -- why this boot is kept out of the verdict (tune.outliers)
+    exclusion_json     TEXT,                   -- why this boot is kept out of the verdict (analysis.outliers)
     machine_json       TEXT,                   -- the slot's GPUs / CPU before the boot (machine.MachineRecord)
     started_at         REAL NOT NULL,
     healthy_at         REAL,

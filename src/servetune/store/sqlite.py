@@ -29,6 +29,7 @@ from ..engine.cache import CacheRecord
 from ..engine.config import Config
 from ..engine.knobs import KnobEvidence
 from ..engine.placement import Placement
+from ..engine.provenance import ImageRef
 from ..errors import ServetuneError
 from ..load.records import RunResult, RunSummary
 from ..machine import MachineRecord, RunMachine
@@ -207,6 +208,15 @@ class StudyStore:
 
     def set_verdict(self, verdict: meta.Verdict) -> None:
         self.set_meta_json(meta.VERDICT, verdict.to_json())
+
+    def engine_images(self) -> list[ImageRef]:
+        """The docker images of the study's starts, oldest first (tune/provenance.py records them)."""
+        return meta.images_from_json(self.get_meta_json(meta.ENGINE_IMAGES))
+
+    def bandwidth(self) -> dict[str, Any] | None:
+        """The memory bandwidth measured at the study's start, or why it was not; None: never asked."""
+        value = self.get_meta_json(meta.BANDWIDTH)
+        return value if isinstance(value, dict) else None
 
     def revalidation_cap(self) -> int | None:
         """The most boots re-validation may give the leading finalist, as fixed when the study

@@ -381,7 +381,7 @@ def _replicates(inp: DraftInput) -> int:
 
 def _slo_prompts(inp: DraftInput) -> int:
     """Requests a run of a tuning study needs for a finalist's two boots to show each percentile
-    SLO met at all (tune/slo_proof.py pools a config's requests over its boots); 0 for none."""
+    SLO met at all (analysis/slo_proof.py pools a config's requests over its boots); 0 for none."""
     if inp.goal == "capacity":
         return 0
     needed = [n for s in inp.slos if (n := requests_to_meet(s, inp.alpha)) is not None]

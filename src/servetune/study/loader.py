@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import ServetuneError
 from ..load.scenario import Scenario
 from ._hints import did_you_mean
-from .spec import Loc, SpecError, StudySpec, dotted
+from .spec import ENGINE_KINDS, STRATEGY_NAMES, Loc, SpecError, StudySpec, dotted
 from .yaml_lines import LocatedYaml, load_yaml, parse_yaml
 
 # Keys a model accepts besides its fields (consumed by a before-validator).
@@ -46,12 +46,25 @@ def _validate(doc: LocatedYaml, base_dir: Path | None = None) -> StudySpec:
     if not isinstance(doc.data, dict):
         raise ServetuneError(f"{doc.source}:1: a study is a mapping of keys (name, engine, space, ...)")
     try:
-        return StudySpec.model_validate(doc.data, context={"base_dir": base_dir} if base_dir else None)
+        return StudySpec.model_validate(doc.data, context=_context(base_dir))
     except ValidationError as exc:
         problems = [_describe(err) for err in exc.errors(include_url=False)]
     except SpecError as exc:
         problems = [(loc, msg, False) for loc, msg in exc.problems]
     raise ServetuneError(_format(doc, problems)) from None
+
+
+def _context(base_dir: Path | None) -> dict[str, Any]:
+    """What validation checks a study file against: the registered engines and strategies, and the
+    file's folder (a scenario's relative trace path is from there)."""
+    # Imported here: the strategies' modules import the study package, whose __init__ imports this one.
+    from ..engine.registry import engine_kinds
+    from ..search.registry import strategy_names
+
+    context: dict[str, Any] = {ENGINE_KINDS: engine_kinds(), STRATEGY_NAMES: strategy_names()}
+    if base_dir:
+        context["base_dir"] = base_dir
+    return context
 
 
 def _describe(err: Any) -> tuple[Loc, str, bool]:

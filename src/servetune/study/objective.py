@@ -9,7 +9,7 @@ and the baseline's own samples sit around 1.0. Across scenarios:
 
 SLOs bound scenario metrics (`*_ms`, duration, failed: upper limits; throughputs: lower limits).
 A config meets one only when that statistic's interval, pooled over the config's boots, lies
-inside the limit (tune/slo_proof.py: met, unproven or violated); `slo_violations` here checks a
+inside the limit (analysis/slo_proof.py: met, unproven or violated); `slo_violations` here checks a
 single value against the limits, as the capacity objective's are checked.
 
 With `maximize: capacity` the SLOs are what the capacity is measured against (each scenario's

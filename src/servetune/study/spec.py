@@ -36,10 +36,24 @@ from .constraints import ORDER_OPS, Constraint, config_value, violations
 from .metrics import CAPACITY, GOODPUT, check_metric, higher_is_better, metric_problem
 from .space import ENV_PREFIX, Parameter, env_var, is_number, json_field, normalize_param_name
 
-# Validation context key: the spec is read back from a store (StudySpec.from_store).
+# Validation context keys: the spec is read back from a store (StudySpec.from_store); the engine
+# kinds and strategy names registered, which the loader (study/loader.py) hands in so that this
+# module imports neither registry (both registries import this module's types).
 STORED = "stored"
+ENGINE_KINDS = "engine_kinds"
+STRATEGY_NAMES = "strategy_names"
 
 Loc = tuple[Any, ...]
+
+
+def registered(name: str, info: ValidationInfo, key: str, what: str) -> str:
+    """`name` when the registry's names in the validation context (`key`) hold it; a spec validated
+    without them (read back from a store, or built in code) is checked where it is built
+    (engine_for, make_strategy)."""
+    known = (info.context or {}).get(key)
+    if known is not None and name not in known:
+        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(known)}")
+    return name
 DEFAULT_COMMAND = ["python", "-m", "vllm.entrypoints.openai.api_server"]
 MAX_REPLICATES = 1000  # more runs on one boot is a typo, not a plan
 # Flags the engine layer sets itself from dedicated fields.
@@ -119,11 +133,8 @@ class EngineSpec(_Strict):
 
     @field_validator("kind")
     @classmethod
-    def _registered(cls, kind: str) -> str:
-        from ..engine.registry import engine_kinds  # the registry imports this module's types
-        if kind not in engine_kinds():
-            raise ValueError(f"unknown engine kind {kind!r}; known: {', '.join(engine_kinds())}")
-        return kind
+    def _registered(cls, kind: str, info: ValidationInfo) -> str:
+        return registered(kind, info, ENGINE_KINDS, "engine kind")
 
     @model_validator(mode="wrap")
     @classmethod
@@ -400,11 +411,8 @@ class StudySpec(_Strict):
 
     @field_validator("strategy")
     @classmethod
-    def _registered_strategy(cls, name: str) -> str:
-        from ..search.registry import strategy_names  # the strategies import this module's types
-        if name not in strategy_names():
-            raise ValueError(f"unknown strategy {name!r}; known: {', '.join(strategy_names())}")
-        return name
+    def _registered_strategy(cls, name: str, info: ValidationInfo) -> str:
+        return registered(name, info, STRATEGY_NAMES, "strategy")
 
     @field_validator("space")
     @classmethod

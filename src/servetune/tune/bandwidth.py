@@ -13,9 +13,8 @@ from typing import Any
 
 from ..engine.bandwidth import measure_with
 from ..engine.defaults import engine_interpreter
-from ..store import StudyStore
+from ..store import StudyStore, meta
 
-META_KEY = "bandwidth"
 OFF_VARIABLE = "SERVETUNE_NO_BANDWIDTH"
 
 
@@ -24,19 +23,19 @@ def ensure_measured(store: StudyStore, command: list[str], env: dict[str, str], 
                     measure: Callable[[str, dict[str, str]], dict[str, Any] | str] | None = None) -> None:
     """Measure with the engine command's interpreter (servetune's own where that is a container)
     and the first slot's environment, unless it is off or the store already holds an answer."""
-    if not enabled or os.environ.get(OFF_VARIABLE) == "1" or store.get_meta_json(META_KEY) is not None:
+    if not enabled or os.environ.get(OFF_VARIABLE) == "1" or store.get_meta_json(meta.BANDWIDTH) is not None:
         return
     python = engine_interpreter(command) or sys.executable
     result = (measure or measure_with)(python, {**os.environ, **env})
     if isinstance(result, str):  # kept too, so a resumed study does not try again; the report says why
-        store.set_meta_json(META_KEY, {"unavailable": result})
+        store.set_meta_json(meta.BANDWIDTH, {"unavailable": result})
         note(f"memory bandwidth not measured: {result}")
         return
-    store.set_meta_json(META_KEY, result)
+    store.set_meta_json(meta.BANDWIDTH, result)
     note(f"memory bandwidth {result['read_gbps']:.0f} GB/s read ({result.get('device', '?')})")
 
 
 def stored(store: StudyStore) -> dict[str, Any] | None:
     """The measurement the study holds, None when it has none (or only the reason why)."""
-    value = store.get_meta_json(META_KEY)
+    value = store.get_meta_json(meta.BANDWIDTH)
     return value if isinstance(value, dict) and "read_gbps" in value else None

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..analysis import eta, known
 from ..errors import ServetuneError
 from ..store import StudyStore, meta
 from ..study.spec import StudySpec
-from . import eta, known
 
 SPEC_KEYS_THAT_MAY_CHANGE = ("budget", "parallel", "measure_bandwidth")
 # What a start writes for its spec before the first trial, forgotten with a replaced spec (the

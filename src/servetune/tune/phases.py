@@ -6,7 +6,7 @@ elsewhere), until the trial or wall-clock budget or the strategy ends it. Re-val
 the finalist plan (each finalist beside a fresh baseline boot on the same slot) written to the
 store before its first boot, then, while the leading finalist is undecided, one more baseline and
 leader pair appended to it. In both, a boot far from its config's other boots is excluded and its
-config booted again on a wiped cache before anything else (tune/outliers.py). Every answer is a
+config booted again on a wiped cache before anything else (analysis/outliers.py). Every answer is a
 function of the store's contents, so a resumed study plans what the killed one would have.
 
 A phase only plans: beginning the trial, a resumed trial first, and recording what it ends with
@@ -22,19 +22,19 @@ from typing import Any, Protocol
 
 from rich.markup import escape
 
+from ..analysis import analysis, known, outliers, revalidation, verdict_rule
+from ..analysis import eta as eta_seed
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
 from ..search import Strategy, make_strategy
 from ..store import PlannedTrial, StudyStore, TrialRole
 from ..study.spec import StudySpec
-from . import analysis, known, outliers, revalidation, verdict_rule
-from . import eta as eta_seed
 
 
 @dataclass(frozen=True)
 class Work:
     """A trial to begin: why it boots, its config, and the strategy's params for it; `replaces`:
-    the seq of the excluded boot it is booted for, on a wiped cache (tune/outliers.py)."""
+    the seq of the excluded boot it is booted for, on a wiped cache (analysis/outliers.py)."""
 
     role: TrialRole
     config: Config
@@ -69,7 +69,7 @@ class StudyState:
     note: Callable[[str], None]
 
     def reboot(self, slot: int, slots: SlotsNow) -> Work | None:
-        """A far boot's re-boot on a wiped cache, before any other work (tune/outliers.py). The far
+        """A far boot's re-boot on a wiped cache, before any other work (analysis/outliers.py). The far
         boot is excluded as soon as it is found; its re-boot waits for the slot that measured it,
         whose cache it wipes (another slot takes it only when that one is gone)."""
         found = outliers.next_reboot(self.store, self.spec)

@@ -5,7 +5,7 @@ every flag of the baseline and the space is one the installed engine's parser ta
 search replayed on paper: the strategy is asked for its candidates as it will be in the study,
 each answered as if it measured like the baseline (no effect), so OFAT walks from the baseline
 and a grid lists its cells; a candidate that runs as the baseline or an earlier candidate by the
-engine's argument defaults is a duplicate that will not boot (the same decision `tune.known`
+engine's argument defaults is a duplicate that will not boot (the same decision `analysis.known`
 takes with the store). From the booting candidates follow the boots, the runs and the ETA, by
 the same formulas the running study uses (`analysis.trial_count`, `eta.seed_from`). Values that
 need a newer GPU or a kernel package the engine's interpreter lacks (`engine.gates`) are flagged,
@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..analysis import eta as eta_seed
+from ..analysis import pool_evidence, slo_proof
+from ..analysis.analysis import trial_count
 from ..engine.defaults import EngineDefaults, in_container
 from ..engine.equivalence import Booted, duplicate_detail
 from ..engine.gates import why_not_here
@@ -39,9 +42,6 @@ from ..study.representative import speculative_warnings
 from ..study.space import env_var, json_field
 from ..study.spec import Loc, SpecError, StudySpec
 from ..vocabulary import Outcome
-from . import eta as eta_seed
-from . import pool_evidence, slo_proof
-from .analysis import trial_count
 
 # Optuna without a trial budget: how many of its proposals the plan lists.
 UNBOUNDED_LISTED = 20

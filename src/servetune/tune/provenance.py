@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..engine.provenance import ImageRef, inspect_image
-from ..store import StudyStore
-
-META_KEY = "engine_images"   # [ImageRef as JSON, ...] in the order first seen
+from ..store import StudyStore, meta
 
 
 def record_image(store: StudyStore, command: list[str], note: Callable[[str], None],
@@ -22,23 +20,13 @@ def record_image(store: StudyStore, command: list[str], note: Callable[[str], No
     image = inspect(command)
     if image is None:
         return None
-    seen = stored_images(store)
+    seen = store.engine_images()
     if image.error is not None:
         note(f"the engine's image {image.reference} is not known to docker here: {image.error}")
     if all(s.id != image.id or s.reference != image.reference for s in seen):
         if seen and image.id is not None:
             note(f"the engine's image changed since the study's last start: {image.reference} is now {image.id}")
-        store.set_meta_json(META_KEY, [*(s.model_dump(mode="json") for s in seen), image.model_dump(mode="json")])
+        store.set_meta_json(meta.ENGINE_IMAGES,
+                            [*(s.model_dump(mode="json") for s in seen), image.model_dump(mode="json")])
     return image
 
-
-def stored_images(store: StudyStore) -> list[ImageRef]:
-    """Every image the study's starts found, oldest first (an unreadable entry is left out)."""
-    raw = store.get_meta_json(META_KEY)
-    out = []
-    for item in raw if isinstance(raw, list) else []:
-        try:
-            out.append(ImageRef.model_validate(item))
-        except ValueError:
-            continue
-    return out

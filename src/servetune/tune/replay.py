@@ -41,12 +41,12 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..analysis import analysis, known
 from ..errors import ServetuneError
 from ..search import STRATEGIES, Grid, Strategy, TrialView
 from ..store import StudyStore, Trial
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
-from . import analysis, known
 
 
 class ShuffledGrid(Grid):

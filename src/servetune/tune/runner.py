@@ -18,6 +18,9 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from ..analysis import analysis, known, verdict_rule
+from ..analysis import eta as eta_seed
+from ..analysis.types import StudyAnalysis
 from ..engine import Engine, engine_for
 from ..engine.cache import CacheRecord
 from ..engine.config import Config
@@ -29,9 +32,7 @@ from ..store import EtaEntry, StudyStore, Trial, TrialRole, Verdict
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
-from . import analysis, bandwidth, capacity_trial, known, phases, plan, provenance, verdict_rule
-from . import eta as eta_seed
-from .analysis_types import StudyAnalysis
+from . import bandwidth, capacity_trial, phases, plan, provenance
 from .display import StudyDisplay
 from .identity import check_same_study, store_spec
 from .recovery import Leftovers

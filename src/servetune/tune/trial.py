@@ -147,7 +147,7 @@ class TrialExecutor:
         cache = None if self.cache_root is None else CacheDirs.for_slot(self.cache_root, trial.slot)
         wipe = trial.cache is not None and trial.cache.wipe_before_boot
         if cache is not None and wipe:
-            cache.wipe()   # the boot that replaces an excluded one starts from nothing (tune/outliers.py)
+            cache.wipe()   # the boot that replaces an excluded one starts from nothing (analysis/outliers.py)
         before = cache.snapshot() if cache is not None else None
         started = self.engine.start(config, log_path, port=self.port, on_spawn=on_spawn, launch_token=token,
                                     placement=self.placement, cache=cache)

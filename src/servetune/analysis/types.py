@@ -60,7 +60,7 @@ class Effect:
 
 
 class SloState(StrEnum):
-    """Where an SLO's interval lies against its limit (tune/slo_proof.py)."""
+    """Where an SLO's interval lies against its limit (analysis/slo_proof.py)."""
 
     met = "met"               # wholly inside the limit
     unproven = "unproven"     # it straddles the limit, or there is no interval (too few values)
@@ -144,7 +144,7 @@ class ConfigResult:
     is_baseline: bool = False
     is_finalist: bool = False
     unfinished_trial_ids: list[int] = field(default_factory=list)   # stopped mid-trial: resumed by `servetune tune`
-    # Trial id -> how its machine differs from its baseline's (tune/machine_check.py): left out of every estimate.
+    # Trial id -> how its machine differs from its baseline's (analysis/machine_check.py): left out of every estimate.
     unlike_machine: dict[int, list[str]] = field(default_factory=dict)
     energy: dict[str, Energy] = field(default_factory=dict)         # per scenario, where the runs read energy
 

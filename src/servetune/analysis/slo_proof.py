@@ -7,7 +7,7 @@ as a capacity level pools its runs (capacity/slo.py `judge`): the order-statisti
 percentile, its sample shrunk to an effective size where slow requests come together (a queue
 excursion, or one slow boot, whose requests sit next to each other in the pooled order); ITL
 bootstrapped over requests. A mean, a standard deviation, a throughput, the duration or the
-failures are one value per run: their interval is the config's metric interval (tune/analysis.py:
+failures are one value per run: their interval is the config's metric interval (analysis/analysis.py:
 boots nested in configs, under the study's boot variance once it is known; stats/). Where a run's
 request records are missing (a store moved without its runs/), a percentile falls back to that
 per-run interval of the runs' percentiles, and its basis says so.
@@ -34,7 +34,7 @@ from ..errors import ServetuneError
 from ..load.records import read_records
 from ..study.metrics import CAPACITY, higher_is_better
 from ..study.spec import StudySpec
-from .analysis_types import Estimate, SloCheck, SloState
+from .types import Estimate, SloCheck, SloState
 
 _STATE = {Verdict.meets: SloState.met, Verdict.violates: SloState.violated, Verdict.undecided: SloState.unproven}
 _FileKey = tuple[str, int, int]   # path, mtime_ns, size: a records file as it is now

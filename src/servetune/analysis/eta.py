@@ -18,21 +18,18 @@ kept in the store's meta, and the summary says how far off it was.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..load.scenario import Scenario
-from ..models.architecture import DTYPE_BYTES, language_config
+from ..models.architecture import active_fraction
+from ..models.source import ModelSource, model_config, model_gib
 from ..store import Run, StudyStore, Trial
 from ..study.objective import Objective
 from ..study.spec import StudySpec
-
-if TYPE_CHECKING:
-    from ..models.source import ModelSource
 
 # Before anything is measured and without a seed: a guess only.
 DEFAULT_BOOT_S = 90.0
@@ -44,7 +41,6 @@ DECODE_FIXED_S = 0.002   # one decode step of a tiny model
 DECODE_S_PER_GIB = 0.0002  # reading the weights once per step (~5 TB/s)
 PREFILL_TOKENS_PER_S = 40_000.0
 RUN_OVERHEAD_S = 1.0     # prefix-cache reset, /metrics scrapes, the client self-check
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 # Runs a capacity search takes per level it may measure: 16.4 runs at 12 levels at most on the
 # simulated server of benchmarks/capacity_search.py (undecided levels are measured again).
 CAPACITY_RUNS_PER_MAX_LEVEL = 1.4
@@ -109,68 +105,6 @@ def next_trial_s(spec: StudySpec, eta: Eta) -> float:
 
 
 # --- the seed ---------------------------------------------------------------------------
-
-def model_gib(model_dir: Path) -> tuple[float | None, str]:
-    """The weights' size in GiB and where it comes from; None when neither files nor config tell."""
-    files = [p for p in model_dir.glob("*") if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES)]
-    if files:
-        return sum(p.stat().st_size for p in files) / 2**30, "weight files"
-    config = model_config(model_dir)
-    if config is None:
-        return None, "no weights or config.json"
-    params = parameter_count(config)
-    if params is None:
-        return None, "config.json without sizes"
-    return params * DTYPE_BYTES.get(str(config.get("torch_dtype", "bfloat16")), 2) / 2**30, "config.json"
-
-
-def parameter_count(config: dict[str, Any]) -> float | None:
-    """Weights of a decoder-only transformer (dense or mixture of experts) from its config.json
-    (a hybrid's linear-attention layers counted as attention ones: an estimate of the size)."""
-    config = language_config(config)
-    try:
-        hidden, layers, vocab = int(config["hidden_size"]), int(config["num_hidden_layers"]), int(config["vocab_size"])
-        heads = int(config.get("num_attention_heads", 1))
-        kv_heads = int(config.get("num_key_value_heads", heads))
-        head_dim = int(config.get("head_dim") or hidden // heads)
-        experts = int(config.get("num_experts") or 0)
-        mlp = (3 * hidden * int(config["moe_intermediate_size"]) * experts + hidden * experts if experts
-               else 3 * hidden * int(config["intermediate_size"]))
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return float(embeddings + layers * (attention + mlp))
-
-
-def active_fraction(config: dict[str, Any], batch: int = 1) -> float:
-    """The share of the weights a decode step of `batch` sequences reads: 1 for a dense model. For
-    a mixture of experts, at batch 1 the active experts' share by parameter count (a lower bound at
-    any batch: the roofline's); at larger batches the expected share if each token's k of E experts
-    were uniform draws, E(1 - (1 - k/E)^batch) distinct experts (random weights route about so;
-    trained routers are more skewed and read fewer)."""
-    config = language_config(config)
-    experts, per_token = config.get("num_experts"), config.get("num_experts_per_tok")
-    if not experts or not per_token:
-        return 1.0
-    total = parameter_count(config)
-    one, two = parameter_count({**config, "num_experts": 1}), parameter_count({**config, "num_experts": 2})
-    if not total or one is None or two is None:
-        return 1.0
-    per_expert = two - one  # the count is linear in the number of experts
-    distinct = experts * (1 - (1 - per_token / experts) ** max(batch, 1))  # = k at batch 1
-    share: float = (one + (distinct - 1) * per_expert) / total
-    return share
-
-
-def model_config(model_dir: Path) -> dict[str, Any] | None:
-    """The model directory's config.json, flattened (`architecture.language_config`); None when
-    it cannot be read."""
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return language_config(config) if isinstance(config, dict) else None
 
 
 def mean_len(length: Any) -> float:

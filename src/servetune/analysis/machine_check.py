@@ -1,7 +1,7 @@
 """Which trials ran on a machine unlike their baseline's: another power limit, application clocks,
 driver or GPU model than the baseline boot they are divided by (a power cap alone moves short
 decode by 20-30 %). Such a trial is kept in the store and shown, but its runs are left out of
-every estimate and verdict (tune.analysis) until its config is measured again on a like machine.
+every estimate and verdict (analysis.analysis) until its config is measured again on a like machine.
 
 The reference of a trial is the machine of the first measured baseline boot on its slot (the
 baseline its objective is a ratio to), else the study's first measured baseline boot. Trials

@@ -21,7 +21,7 @@ Every verdict rests on a two-level model (stats.hierarchy): boots nested in conf
 boot-to-boot variance estimated from every config booted more than once (the baseline and its
 re-measurements always are) and used for single-boot configs too. A config measured on one boot
 can only be promising / not promising; better / worse needs boots on both sides, and is tested
-at the selection-calibrated critical value of the design the study ran (tune/verdict_rule.py).
+at the selection-calibrated critical value of the design the study ran (analysis/verdict_rule.py).
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
 from . import machine_check, pool_evidence, slo_proof
-from .analysis_types import (
+from .capacity_runs import censored_value, censoring, is_level_run
+from .eta import for_study, next_trial_s, stored_seed
+from .known import DEFAULTS_META
+from .types import (
     ConfigResult,
     DriftPoint,
     Effect,
@@ -60,9 +63,6 @@ from .analysis_types import (
     StudyAnalysis,
     worst_state,
 )
-from .capacity_trial import censored_value, censoring, is_level_run
-from .eta import for_study, next_trial_s, stored_seed
-from .known import DEFAULTS_META
 from .verdict_rule import Judged, StudyDesign, judge, revalidation_cap
 
 REPORTED_METRICS = (
@@ -103,7 +103,7 @@ def _measured_all(trials: Sequence[Trial]) -> list[_Measured]:
 
 
 def _measured(trial: Trial) -> _Measured:
-    """A boot kept out of the verdict (tune/outliers.py) measured nothing as far as any reader goes."""
+    """A boot kept out of the verdict (analysis/outliers.py) measured nothing as far as any reader goes."""
     if trial.exclusion is not None:
         return _Measured(trial, {}, {})
     by_scenario: dict[str, dict[int, RunSummary]] = defaultdict(dict)
@@ -226,7 +226,7 @@ def history(store: StudyStore, spec: StudySpec) -> list[TrialView]:
     """What the search strategies see: every finished candidate/baseline trial with its objective
     samples, then the candidates still running on other slots (pending, without samples). A trial
     is feasible unless an SLO of its config is violated (its interval wholly outside the limit,
-    tune/slo_proof.py): an unproven SLO stays in the search, as more boots may prove it, and
+    analysis/slo_proof.py): an unproven SLO stays in the search, as more boots may prove it, and
     only a config that meets every SLO can be named the winner."""
     return history_of(store.trials(), spec, store.path.parent)
 
@@ -272,7 +272,7 @@ def scored_trials(trials: Sequence[Trial], spec: StudySpec,
 
 def boot_objectives(trials: Sequence[Trial], spec: StudySpec) -> dict[str, list[tuple[Trial, float]]]:
     """Per config, each finished boot's mean objective (ratio to the baseline), in trial order:
-    the values the outlier rule judges (tune/outliers.py). Excluded boots are left out, and so are
+    the values the outlier rule judges (analysis/outliers.py). Excluded boots are left out, and so are
     boots whose objective is a bound (a censored capacity): a bound is no value to be far from."""
     measured = [_measured(t) for t in trials]
     reference = _reference(measured, spec)
@@ -521,7 +521,7 @@ def _metric_samples(group: list[_Measured], names: Sequence[str]) -> dict[str, d
 
 def _slo_checks(group: list[_Measured], scenario: str, estimates: dict[str, Estimate], spec: StudySpec,
                 study_dir: Path | None) -> list[SloCheck]:
-    """Every SLO of `scenario` judged on the config's runs there (tune/slo_proof.py); none where
+    """Every SLO of `scenario` judged on the config's runs there (analysis/slo_proof.py); none where
     the config has no run of it."""
     limits = spec.objective.slo_for(scenario)
     if not limits or not estimates:

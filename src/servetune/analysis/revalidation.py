@@ -10,7 +10,7 @@ critical value already counts every look up to the cap (stats/pipeline.py).
 
 A finalist with an SLO violated (its interval wholly outside the limit) is out. One proven better
 whose SLO is still unproven is not a winner: it is booted again while the cap allows, since each
-boot pair adds requests to the pooled interval its SLO is judged by (tune/slo_proof.py), unless
+boot pair adds requests to the pooled interval its SLO is judged by (analysis/slo_proof.py), unless
 even the cap's boots would measure too few requests to bound that percentile.
 """
 
@@ -23,7 +23,7 @@ from ..capacity.slo import requests_to_meet
 from ..stats.pipeline import detection_power
 from ..study.spec import StudySpec
 from . import slo_proof
-from .analysis_types import SloCheck, SloState, StudyAnalysis
+from .types import SloCheck, SloState, StudyAnalysis
 
 FUTILITY_POWER = 0.10
 
