@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..capacity.http import request_values
-from ..capacity.slo import Slo, Verdict, judge, requests_to_meet, slo_from_key, verdict_of
+from ..capacity.slo import Slo, Verdict, class_slo, judge, requests_to_meet, verdict_of
 from ..errors import ServetuneError
 from ..load.records import read_records
 from ..study.metrics import CAPACITY, higher_is_better
@@ -43,9 +43,7 @@ _FileKey = tuple[str, int, int]   # path, mtime_ns, size: a records file as it i
 def percentile_slo(key: str, limit: float) -> Slo | None:
     """The study's SLO entry as a per-request percentile (a median is the p50); None for a mean or
     a per-run metric (a throughput, a standard deviation, the duration)."""
-    if key.startswith("mean_"):
-        return None
-    return slo_from_key(key.replace("median_", "p50_", 1), limit)
+    return None if key.startswith("mean_") else class_slo(key, limit)
 
 
 def check_scenario(scenario: str, limits: Mapping[str, float], records: Sequence[Path] | None,
@@ -58,7 +56,7 @@ def check_scenario(scenario: str, limits: Mapping[str, float], records: Sequence
         check = None
         if slo is not None and records:
             try:
-                check = _from_requests(scenario, key, slo, records, alpha)
+                check = from_requests(scenario, key, slo, records, alpha)
             except (OSError, ServetuneError):   # unreadable records: the per-run interval instead
                 check = None
         checks.append(check or _from_runs(scenario, key, limit, metrics.get(key)))
@@ -114,9 +112,10 @@ def _from_runs(scenario: str, key: str, limit: float, estimate: Estimate | None)
     return SloCheck(scenario, key, limit, estimate.estimate, low, high, state, "runs", estimate.n)
 
 
-def _from_requests(scenario: str, key: str, slo: Slo, records: Sequence[Path], alpha: float) -> SloCheck:
+def from_requests(scenario: str, key: str, slo: Slo, records: Sequence[Path], alpha: float,
+                   traffic_class: str | None = None) -> SloCheck:
     files = tuple(_file_key(p) for p in records)
-    estimate, low, high, n, verdict = _judged(slo, alpha, files)
+    estimate, low, high, n, verdict = _judged(slo, alpha, files, traffic_class)
     return SloCheck(scenario, key, slo.limit_ms, estimate, low, high, _STATE[verdict], "requests", n)
 
 
@@ -128,12 +127,17 @@ def _file_key(path: Path) -> _FileKey:
 # The search asks after every trial: a finished run's records never change, so each file is read
 # once and each judgement (an ITL bootstrap takes a while) made once per set of files.
 @functools.lru_cache(maxsize=256)
-def _judged(slo: Slo, alpha: float, files: tuple[_FileKey, ...]) -> tuple[float, float, float, int, Verdict]:
-    values = [v for f in files for v in _request_values(f).get(slo.metric, [])]
+def _judged(slo: Slo, alpha: float, files: tuple[_FileKey, ...],
+            traffic_class: str | None = None) -> tuple[float, float, float, int, Verdict]:
+    values = [v for f in files for v in _request_values(f, traffic_class).get(slo.metric, [])]
     j = judge(slo, values, alpha)
     return j.estimate, j.low, j.high, j.n, j.verdict
 
 
 @functools.lru_cache(maxsize=512)
-def _request_values(file: _FileKey) -> dict[str, list[np.ndarray]]:
-    return request_values(read_records(Path(file[0])))
+def _request_values(file: _FileKey, traffic_class: str | None = None) -> dict[str, list[np.ndarray]]:
+    """A records file's per-request values; of one traffic class's requests where one is named."""
+    records = read_records(Path(file[0]))
+    if traffic_class is not None:
+        records = [r for r in records if r.traffic_class == traffic_class]
+    return request_values(records)
