@@ -17,15 +17,10 @@ from pathlib import Path
 from ..capacity.slo import Slo, class_slo
 from ..errors import ServetuneError
 from .analysis_types import ClassResult, ClassStat, SloCheck, SloState
-from .slo_proof import from_requests
+from .slo_proof import class_label, from_requests
 
 # The statistics every class's row shows (with the study's SLO keys: `vllm bench serve` names).
 TABLE_KEYS = ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p50_e2el_ms")
-
-
-def class_label(scenario: str, traffic_class: str) -> str:
-    """How a class's SLO checks name where they were judged: `mixed/chat`."""
-    return f"{scenario}/{traffic_class}"
 
 
 def class_results(scenario: str, classes: Sequence[str], limits: Mapping[str, Mapping[str, float]],

@@ -31,6 +31,7 @@ import numpy as np
 from ..capacity.http import request_values
 from ..capacity.slo import Slo, Verdict, class_slo, judge, requests_to_meet, verdict_of
 from ..errors import ServetuneError
+from ..load.classes import class_counts
 from ..load.records import read_records
 from ..study.metrics import CAPACITY, higher_is_better
 from ..study.spec import StudySpec
@@ -44,6 +45,11 @@ def percentile_slo(key: str, limit: float) -> Slo | None:
     """The study's SLO entry as a per-request percentile (a median is the p50); None for a mean or
     a per-run metric (a throughput, a standard deviation, the duration)."""
     return None if key.startswith("mean_") else class_slo(key, limit)
+
+
+def class_label(scenario: str, traffic_class: str) -> str:
+    """How a traffic class's SLO checks name where they were judged: `mixed/chat`."""
+    return f"{scenario}/{traffic_class}"
 
 
 def check_scenario(scenario: str, limits: Mapping[str, float], records: Sequence[Path] | None,
@@ -75,15 +81,21 @@ def unprovable(spec: StudySpec) -> list[str]:
     for sc in spec.scenarios:
         if sc.num_prompts is None or sc.duration_s is not None or sc.sweep_input_lens or sc.trace is not None:
             continue
-        most = sc.num_prompts * spec.replicates.max * spec.revalidation.max_boots
-        for key, limit in spec.objective.slo_for(sc.name).items():
-            slo = percentile_slo(key, limit)
-            need = requests_to_meet(slo, spec.alpha) if slo is not None else None
-            if need is not None and most < need:
-                out.append(f"{sc.name}: {key} can be shown met only on at least {need} requests pooled over a "
-                           f"config's boots; at most {most} here ({sc.num_prompts} a run x {spec.replicates.max} "
-                           f"replicate(s) x {spec.revalidation.max_boots} boots): no winner can meet it "
-                           "(more num_prompts or replicates, or a lower percentile)")
+        runs = spec.replicates.max * spec.revalidation.max_boots
+        bounded = [(sc.name, sc.num_prompts, spec.objective.slo_for(sc.name))]
+        if sc.classes:   # a class's percentile is judged on its own requests alone
+            counts = class_counts(sc.classes, sc.num_prompts)
+            bounded += [(class_label(sc.name, name), counts[name], limits)
+                        for name, limits in spec.objective.class_slo_for(sc.name).items()]
+        for where, per_run, limits in bounded:
+            for key, limit in limits.items():
+                slo = percentile_slo(key, limit)
+                need = requests_to_meet(slo, spec.alpha) if slo is not None else None
+                if need is not None and per_run * runs < need:
+                    out.append(f"{where}: {key} can be shown met only on at least {need} requests pooled over a "
+                               f"config's boots; at most {per_run * runs} here ({per_run} a run x "
+                               f"{spec.replicates.max} replicate(s) x {spec.revalidation.max_boots} boots): no "
+                               "winner can meet it (more num_prompts or replicates, or a lower percentile)")
     return out
 
 
