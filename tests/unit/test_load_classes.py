@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from servetune.load.bench import run_scenario
-from servetune.load.classes import class_counts, class_order
+from servetune.load.classes import class_counts, class_names, class_order
 from servetune.load.dataset import request_specs
 from servetune.load.options import RunOptions
 from servetune.load.records import read_records
@@ -108,3 +108,38 @@ def test_a_long_class_raises_the_short_class_ttft_within_one_run(tmp_path: Path)
     assert chat.stats["p50_ttft_ms"].n == 36 and documents.stats["p50_ttft_ms"].n == 12
     assert chat.stats["p99_ttft_ms"].estimate > chat_alone.high
     assert documents.slo_checks == [] and documents.slo_state is None and chat.slo_state is SloState.violated
+
+
+# --- a trace's request types -----------------------------------------------------------------
+
+def _burstgpt(path: Path, n: int = 40) -> Path:
+    """A BurstGPT file: conversations of 16 prompt and 2 answer tokens, every fourth request an
+    API call answering 60 tokens, 50 ms apart."""
+    rows = ["Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"]
+    for i in range(n):
+        api = i % 4 == 3
+        rows.append(f"{i * 0.05:.2f},ChatGPT,{64 if api else 16},{60 if api else 2},0,"
+                    f"{'API log' if api else 'Conversation log'}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_a_trace_replay_keeps_its_request_types_as_classes(tmp_path: Path) -> None:
+    trace = _burstgpt(tmp_path / "burst.csv")
+    sc = Scenario.model_validate({"name": "burst", "concurrency": 4, "warmups": 0, "trace": {"path": str(trace)}})
+    assert class_names(sc) == ["conversation", "api"]
+    with fake_server(ttft_ms=5, itl_ms=5, slots=1, log=False) as url:
+        result = run_scenario(url, None, sc, RunOptions(out_dir=tmp_path, run_id="burst"))
+    assert result.records_path
+    assert {k: v["completed"] for k, v in result.summary["classes"].items()} == {"conversation": 30, "api": 10}
+    # the run's records replay with their classes in turn (servetune's own trace format)
+    again = Scenario.model_validate({"name": "again", "trace": {"path": result.records_path}})
+    assert class_names(again) == ["conversation", "api"]
+    assert sorted(r.traffic_class or "" for r in read_records(Path(result.records_path))).count("api") == 10
+
+
+def test_a_scenario_without_classes_or_types_has_none(tmp_path: Path) -> None:
+    assert class_names(Scenario(name="plain")) == []
+    plain = tmp_path / "plain.csv"
+    plain.write_text("Timestamp,Request tokens,Response tokens\n0,16,2\n1,16,2\n")
+    assert class_names(Scenario.model_validate({"name": "p", "trace": {"path": str(plain)}})) == []

@@ -153,3 +153,27 @@ def test_plan_names_a_class_percentile_its_share_of_the_requests_cannot_prove() 
     lines = slo_proof.unprovable(parse_study(text))
     chat = [line for line in lines if line.startswith("mixed/chat: p99_ttft_ms")]
     assert len(chat) == 1 and "at most 180 here (90 a run x 1 replicate(s) x 2 boots)" in chat[0]
+
+
+def test_a_class_slo_of_a_trace_scenario_names_one_of_its_request_types(tmp_path: Path) -> None:
+    trace = tmp_path / "burst.csv"
+    trace.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                     "0,ChatGPT,16,2,18,Conversation log\n0.5,GPT-4,64,8,72,API log\n")
+    text = f"""
+name: trace-classes
+engine: {{model: m}}
+scenarios:
+  - name: burst
+    trace: {{path: {trace}}}
+objective:
+  slo:
+    burst:
+      conversation: {{p50_ttft_ms: 300}}
+      %s
+"""
+    spec = parse_study(text % "api: {p50_e2el_ms: 2000}")
+    assert spec.objective.class_slo_for("burst") == {"conversation": {"p50_ttft_ms": 300.0},
+                                                      "api": {"p50_e2el_ms": 2000.0}}
+    with pytest.raises(ServetuneError, match=r"scenario 'burst' has no traffic class 'apis' \(did you mean 'api'\?\) "
+                                             r"\(its classes: conversation, api\)"):
+        parse_study(text % "apis: {p50_e2el_ms: 2000}")

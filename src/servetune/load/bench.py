@@ -373,7 +373,7 @@ def _summary(records: list[RequestRecord], parts: list[client.DriveResult], star
                     "prompts_inexact": setup.info.inexact, "nonce_salt": f"{setup.salt:016x}"})
     if scenario.sweep_input_lens:
         summary["prefill_sweep"] = sweep.per_size(records)
-    if scenario.classes is not None:
+    if any(s.traffic_class is not None for s in setup.specs):   # a mixed scenario, a trace's request types
         summary["classes"] = classes.class_summaries(records, duration_s, options.percentiles)
     if scenario.trace is not None:
         summary.update(fidelity.trace_fidelity(records, setup.specs, server_stats, scenario.trace,

@@ -1,5 +1,6 @@
-"""Traffic classes inside one run: which class each request of a mixed scenario belongs to, and
-each class's metrics apart (the same `vllm bench serve` definitions, on its own requests).
+"""Traffic classes inside one run: which class each request of a mixed scenario belongs to (or
+the request type a trace records), and each class's metrics apart (the same `vllm bench serve`
+definitions, on its own requests).
 
 A class's part of the run is its share of the requests, or its rate over the sum of the rates:
 the counts are fixed by largest remainder (so 20 requests at shares 0.75/0.25 are exactly 15 and
@@ -20,6 +21,7 @@ import numpy as np
 from . import metrics
 from .records import RequestRecord
 from .scenario import Scenario, TrafficClass
+from .trace.window import load_replay
 
 
 def class_counts(classes: dict[str, TrafficClass], n: int) -> dict[str, int]:
@@ -40,6 +42,15 @@ def class_order(scenario: Scenario, n: int, rng: np.random.Generator) -> list[st
     order = [name for name, k in class_counts(scenario.classes, n).items() for _ in range(k)]
     shuffled: list[str] = [order[i] for i in rng.permutation(len(order))]
     return shuffled
+
+
+def class_names(scenario: Scenario) -> list[str]:
+    """The classes a scenario's requests carry: its `classes`, or the request types its trace records."""
+    if scenario.classes is not None:
+        return list(scenario.classes)
+    if scenario.trace is not None:
+        return load_replay(scenario.trace).classes
+    return []
 
 
 def by_class(records: Sequence[RequestRecord]) -> dict[str, list[RequestRecord]]:

@@ -105,7 +105,7 @@ def trace_specs(scenario: Scenario) -> list[RequestSpec]:
     assert scenario.trace is not None
     requests = load_replay(scenario.trace).requests[: scenario.num_prompts]
     return [RequestSpec(r.input_len, r.output_len, hash_ids=r.hash_ids, offset_s=r.offset_s, follows=r.follows,
-                        delay_s=r.delay_s) for r in requests]
+                        delay_s=r.delay_s, traffic_class=r.traffic_class) for r in requests]
 
 
 def unshared(specs: list[RequestSpec], n: int) -> list[RequestSpec]:

@@ -28,6 +28,7 @@ from ..capacity.slo import class_slo, per_request_limits, requests_to_meet, slo_
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..engine.knobs import DeclaredEvidence
 from ..errors import ServetuneError
+from ..load.classes import class_names
 from ..load.scenario import PRESETS, Scenario
 from ..load.trace.window import load_replay
 from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
@@ -482,8 +483,12 @@ class StudySpec(_Strict):
         return problems
 
     def _class_slo_problems(self, scenario: str) -> list[tuple[Loc, str]]:
-        """A scenario's class entries name its classes, and bound latencies each request has."""
-        classes = next(s.classes or {} for s in self.scenarios if s.name == scenario)
+        """A scenario's class entries name its classes (or its trace's request types), and bound
+        latencies each request has."""
+        try:
+            classes = class_names(next(s for s in self.scenarios if s.name == scenario))
+        except ServetuneError:   # an unreadable trace: its own problem, reported with the scenario
+            classes = list(self.objective.class_slo_for(scenario))
         problems: list[tuple[Loc, str]] = []
         if self.objective.metric == CAPACITY and self.objective.class_slo_for(scenario):
             return [(("objective", "slo", scenario), "a traffic class's SLOs are judged on a study's runs; "

@@ -40,6 +40,8 @@ from .. import stats
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
 from ..engine.placement import server_gpus
+from ..errors import ServetuneError
+from ..load.classes import class_names
 from ..load.records import RunSummary, resolve
 from ..search.base import SearchBase, TrialView
 from ..store import BASELINE_ROLES, Run, StudyStore, Trial, TrialRole, TrialState
@@ -546,11 +548,15 @@ def _record_paths(group: list[_Measured], scenario: str, study_dir: Path | None)
 def _class_results(group: list[_Measured], scenario: str, spec: StudySpec,
                    study_dir: Path | None) -> list[ClassResult]:
     """A mixed scenario's classes on the config, each with its statistics and SLOs; none otherwise."""
-    classes = next((s.classes for s in spec.scenarios if s.name == scenario), None)
+    limits = spec.objective.class_slo_for(scenario)
+    try:
+        classes = class_names(next(s for s in spec.scenarios if s.name == scenario))
+    except ServetuneError:   # a trace no longer where it was: the classes its SLOs name
+        classes = list(limits)
     if not classes or not any(m.by_scenario.get(scenario) for m in group):
         return []
-    return class_proof.class_results(scenario, list(classes), spec.objective.class_slo_for(scenario),
-                                     _record_paths(group, scenario, study_dir), spec.alpha)
+    return class_proof.class_results(scenario, classes, limits, _record_paths(group, scenario, study_dir),
+                                     spec.alpha)
 
 
 def _slo_states(measured: list[_Measured], spec: StudySpec, study_dir: Path | None) -> dict[str, SloState]:
