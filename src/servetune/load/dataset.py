@@ -27,7 +27,7 @@ class RequestSpec:
     offset_s: float | None = None
     follows: int | None = None
     delay_s: float = 0.0
-    traffic_class: str | None = None   # a mixed scenario's class (load/classes.py)
+    traffic_class: str | None = None   # a mixed scenario's class or a trace's request type (load/classes.py)
 
 
 def _read_int_file(path: Path) -> np.ndarray:
