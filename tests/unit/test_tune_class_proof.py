@@ -100,7 +100,10 @@ def test_a_faster_config_whose_chat_class_waits_behind_documents_is_not_the_winn
     docs = classes["documents"].stats["p50_ttft_ms"]
     assert docs.n == 180 and docs.low <= docs.estimate <= docs.high and 350.0 < docs.estimate < 450.0
     assert result.baseline is not None and result.baseline.slo_state is SloState.met
-    md = write_report(result, store, tmp_path / "report")["markdown"].read_text()
+    written = write_report(result, store, tmp_path / "report")
+    md = written["markdown"].read_text()
+    html = written["html"].read_text()
+    assert "<h3>Traffic classes</h3>" in html and "<td>documents</td>" in html
     section = md.split("### Traffic classes", 1)[1].split("\n### ", 1)[0]
     chat_rows = [line for line in section.splitlines() if "| chat |" in line]
     assert len(chat_rows) == 2 and any("**violated**: mixed/chat: p90_ttft_ms" in r for r in chat_rows)
