@@ -13,11 +13,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from servetune.analysis import slo_proof
+from servetune.analysis.class_proof import class_results
 from servetune.load.bench import run_scenario
 from servetune.load.options import RunOptions
 from servetune.load.prompts import LocalTokenizer, PromptFactory
 from servetune.load.records import RequestRecord
-from servetune.load.scenario import PRESETS, Scenario, SharedPrefix, preset
+from servetune.load.scenario import PRESETS, Scenario, SharedPrefix, TrafficClass, preset
 from servetune.vocabulary import Outcome
 
 # Every preset, scaled to what the tiny model's 2048-token context and a 2-core CPU allow.
@@ -94,6 +96,41 @@ def test_nonces_defeat_the_prefix_cache_except_the_shared_prefix(vllm_server: An
     # every request reuses the 128-token prefix (whole KV blocks of it) warmed by the one before
     hits = shared.server_stats["prefix_cache_hits"]
     assert 6 * 96 <= hits <= 6 * 128
+
+
+def test_long_documents_beside_chat_raise_the_chat_class_ttft_measured_apart(vllm_server: Any,
+                                                                              tmp_path: Path) -> None:
+    """A mixed scenario on the real engine: each request tagged with its class, each class's TTFT
+    with its interval from its own requests. Three in four requests are documents of near the
+    whole context: the scheduler prefills the waiting ones first come, first served, a step's
+    token budget at a time, so a chat question waits behind the documents ahead of it, and its
+    TTFT sits above chat measured alone at the same concurrency on the same server, by intervals
+    that do not overlap."""
+    chat = dict(input_len=32, output_len=8)
+    mixed = Scenario(name="mixed", concurrency=8, num_prompts=128, warmups=2,
+                     classes={"chat": TrafficClass(**chat, share=1), "documents": TrafficClass(
+                         input_len=1900, output_len=8, share=3)})
+    alone = Scenario(name="chat-alone", **chat, concurrency=8, num_prompts=48, warmups=2)
+    options = dict(tokenizer_dir=vllm_server.model_dir, out_dir=tmp_path)
+    both = run_scenario(vllm_server.url, vllm_server.model, mixed, RunOptions(run_id="mixed", **options))
+    solo = run_scenario(vllm_server.url, vllm_server.model, alone, RunOptions(run_id="alone", **options))
+    assert both.outcome in MEASURED and solo.outcome in MEASURED, (both.error, solo.error)
+    per_class = both.summary["classes"]
+    assert {k: (v["completed"], v["total_input_tokens"]) for k, v in per_class.items()} == {
+        "chat": (32, 32 * 32), "documents": (96, 96 * 1900)}
+    assert both.summary["prompt_tokens_mismatched"] == 0
+    records = [RequestRecord.model_validate_json(line)
+               for line in Path(both.records_path or "").read_text().splitlines()]
+    assert {r.traffic_class for r in records if not r.warmup} == {"chat", "documents"}
+    chat_mixed, docs = class_results("mixed", ["chat", "documents"], {}, [Path(both.records_path or "")], 0.05)
+    chat_alone, = slo_proof.check_scenario("chat-alone", {"p50_ttft_ms": 1.0}, [Path(solo.records_path or "")],
+                                           {}, alpha=0.05)
+    mixed_p50 = chat_mixed.stats["p50_ttft_ms"]
+    assert mixed_p50.n == 32 and docs.stats["p50_ttft_ms"].n == 96
+    # the long class hurts the short: the chat class's p50 TTFT beside documents is above its
+    # value alone, each with its 95 % interval
+    assert mixed_p50.low > chat_alone.high, (mixed_p50, chat_alone, per_class["chat"]["p90_ttft_ms"],
+                                             per_class["documents"]["median_ttft_ms"])
 
 
 # vLLM's `vllm bench serve` core (vllm.benchmarks.serve.benchmark) on prompts we hand it: its

@@ -40,6 +40,8 @@ from .. import stats
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
 from ..engine.placement import server_gpus
+from ..errors import ServetuneError
+from ..load.classes import class_names
 from ..load.records import RunSummary, resolve
 from ..search.base import SearchBase, TrialView
 from ..store import BASELINE_ROLES, Run, StudyStore, Trial, TrialRole, TrialState
@@ -47,11 +49,12 @@ from ..study.metrics import CAPACITY, GOODPUT, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
-from . import machine_check, pool_evidence, slo_proof
+from . import class_proof, machine_check, pool_evidence, slo_proof
 from .capacity_runs import censored_value, censoring, is_level_run
 from .eta import for_study, next_trial_s, stored_seed
 from .known import DEFAULTS_META
 from .types import (
+    ClassResult,
     ConfigResult,
     DriftPoint,
     Effect,
@@ -521,19 +524,39 @@ def _metric_samples(group: list[_Measured], names: Sequence[str]) -> dict[str, d
 
 def _slo_checks(group: list[_Measured], scenario: str, estimates: dict[str, Estimate], spec: StudySpec,
                 study_dir: Path | None) -> list[SloCheck]:
-    """Every SLO of `scenario` judged on the config's runs there (analysis/slo_proof.py); none where
-    the config has no run of it."""
+    """Every SLO of `scenario` judged on the config's runs there (analysis/slo_proof.py), its traffic
+    classes' own after them (analysis/class_proof.py); none where the config has no run of it."""
     limits = spec.objective.slo_for(scenario)
-    if not limits or not estimates:
+    if not estimates:
         return []
-    if spec.objective.metric == CAPACITY:
+    if limits and spec.objective.metric == CAPACITY:
         return [slo_proof.capacity_check(scenario, estimates.get(CAPACITY))]
+    checks = slo_proof.check_scenario(scenario, limits, _record_paths(group, scenario, study_dir),
+                                      estimates, spec.alpha) if limits else []
+    return checks + [c for r in _class_results(group, scenario, spec, study_dir) for c in r.slo_checks]
+
+
+def _record_paths(group: list[_Measured], scenario: str, study_dir: Path | None) -> list[Path] | None:
+    """The request records of the config's runs of `scenario` in the order measured; None where any is missing."""
     stored = [m.records.get(scenario, {}).get(r) for m in sorted(group, key=lambda m: m.trial.seq)
               for r in sorted(m.by_scenario.get(scenario, {}))]
     paths = [resolve(p, study_dir) for p in stored]
     records = [p for p in paths if p is not None]
-    return slo_proof.check_scenario(scenario, limits, records if len(records) == len(paths) else None,
-                                    estimates, spec.alpha)
+    return records if len(records) == len(paths) else None
+
+
+def _class_results(group: list[_Measured], scenario: str, spec: StudySpec,
+                   study_dir: Path | None) -> list[ClassResult]:
+    """A mixed scenario's classes on the config, each with its statistics and SLOs; none otherwise."""
+    limits = spec.objective.class_slo_for(scenario)
+    try:
+        classes = class_names(next(s for s in spec.scenarios if s.name == scenario))
+    except ServetuneError:   # a trace no longer where it was: the classes its SLOs name
+        classes = list(limits)
+    if not classes or not any(m.by_scenario.get(scenario) for m in group):
+        return []
+    return class_proof.class_results(scenario, classes, limits, _record_paths(group, scenario, study_dir),
+                                     spec.alpha)
 
 
 def _slo_states(measured: list[_Measured], spec: StudySpec, study_dir: Path | None) -> dict[str, SloState]:
@@ -574,6 +597,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
             metrics=estimates,
             server=_server_means(group, scenario.name),
             slo_checks=_slo_checks(group, scenario.name, estimates, spec, study_dir),
+            classes=_class_results(group, scenario.name, spec, study_dir),
         )
         if not is_baseline:
             for metric in values:

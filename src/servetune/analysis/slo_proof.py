@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from ..capacity.http import request_values
-from ..capacity.slo import Slo, Verdict, judge, requests_to_meet, slo_from_key, verdict_of
+from ..capacity.slo import Slo, Verdict, class_slo, judge, requests_to_meet, verdict_of
 from ..errors import ServetuneError
+from ..load.classes import class_counts
 from ..load.records import read_records
 from ..study.metrics import CAPACITY, higher_is_better
 from ..study.spec import StudySpec
@@ -43,9 +44,12 @@ _FileKey = tuple[str, int, int]   # path, mtime_ns, size: a records file as it i
 def percentile_slo(key: str, limit: float) -> Slo | None:
     """The study's SLO entry as a per-request percentile (a median is the p50); None for a mean or
     a per-run metric (a throughput, a standard deviation, the duration)."""
-    if key.startswith("mean_"):
-        return None
-    return slo_from_key(key.replace("median_", "p50_", 1), limit)
+    return None if key.startswith("mean_") else class_slo(key, limit)
+
+
+def class_label(scenario: str, traffic_class: str) -> str:
+    """How a traffic class's SLO checks name where they were judged: `mixed/chat`."""
+    return f"{scenario}/{traffic_class}"
 
 
 def check_scenario(scenario: str, limits: Mapping[str, float], records: Sequence[Path] | None,
@@ -58,7 +62,7 @@ def check_scenario(scenario: str, limits: Mapping[str, float], records: Sequence
         check = None
         if slo is not None and records:
             try:
-                check = _from_requests(scenario, key, slo, records, alpha)
+                check = from_requests(scenario, key, slo, records, alpha)
             except (OSError, ServetuneError):   # unreadable records: the per-run interval instead
                 check = None
         checks.append(check or _from_runs(scenario, key, limit, metrics.get(key)))
@@ -77,15 +81,21 @@ def unprovable(spec: StudySpec) -> list[str]:
     for sc in spec.scenarios:
         if sc.num_prompts is None or sc.duration_s is not None or sc.sweep_input_lens or sc.trace is not None:
             continue
-        most = sc.num_prompts * spec.replicates.max * spec.revalidation.max_boots
-        for key, limit in spec.objective.slo_for(sc.name).items():
-            slo = percentile_slo(key, limit)
-            need = requests_to_meet(slo, spec.alpha) if slo is not None else None
-            if need is not None and most < need:
-                out.append(f"{sc.name}: {key} can be shown met only on at least {need} requests pooled over a "
-                           f"config's boots; at most {most} here ({sc.num_prompts} a run x {spec.replicates.max} "
-                           f"replicate(s) x {spec.revalidation.max_boots} boots): no winner can meet it "
-                           "(more num_prompts or replicates, or a lower percentile)")
+        runs = spec.replicates.max * spec.revalidation.max_boots
+        bounded = [(sc.name, sc.num_prompts, spec.objective.slo_for(sc.name))]
+        if sc.classes:   # a class's percentile is judged on its own requests alone
+            counts = class_counts(sc.classes, sc.num_prompts)
+            bounded += [(class_label(sc.name, name), counts[name], limits)
+                        for name, limits in spec.objective.class_slo_for(sc.name).items()]
+        for where, per_run, limits in bounded:
+            for key, limit in limits.items():
+                slo = percentile_slo(key, limit)
+                need = requests_to_meet(slo, spec.alpha) if slo is not None else None
+                if need is not None and per_run * runs < need:
+                    out.append(f"{where}: {key} can be shown met only on at least {need} requests pooled over a "
+                               f"config's boots; at most {per_run * runs} here ({per_run} a run x "
+                               f"{spec.replicates.max} replicate(s) x {spec.revalidation.max_boots} boots): no "
+                               "winner can meet it (more num_prompts or replicates, or a lower percentile)")
     return out
 
 
@@ -114,9 +124,10 @@ def _from_runs(scenario: str, key: str, limit: float, estimate: Estimate | None)
     return SloCheck(scenario, key, limit, estimate.estimate, low, high, state, "runs", estimate.n)
 
 
-def _from_requests(scenario: str, key: str, slo: Slo, records: Sequence[Path], alpha: float) -> SloCheck:
+def from_requests(scenario: str, key: str, slo: Slo, records: Sequence[Path], alpha: float,
+                   traffic_class: str | None = None) -> SloCheck:
     files = tuple(_file_key(p) for p in records)
-    estimate, low, high, n, verdict = _judged(slo, alpha, files)
+    estimate, low, high, n, verdict = _judged(slo, alpha, files, traffic_class)
     return SloCheck(scenario, key, slo.limit_ms, estimate, low, high, _STATE[verdict], "requests", n)
 
 
@@ -128,12 +139,17 @@ def _file_key(path: Path) -> _FileKey:
 # The search asks after every trial: a finished run's records never change, so each file is read
 # once and each judgement (an ITL bootstrap takes a while) made once per set of files.
 @functools.lru_cache(maxsize=256)
-def _judged(slo: Slo, alpha: float, files: tuple[_FileKey, ...]) -> tuple[float, float, float, int, Verdict]:
-    values = [v for f in files for v in _request_values(f).get(slo.metric, [])]
+def _judged(slo: Slo, alpha: float, files: tuple[_FileKey, ...],
+            traffic_class: str | None = None) -> tuple[float, float, float, int, Verdict]:
+    values = [v for f in files for v in _request_values(f, traffic_class).get(slo.metric, [])]
     j = judge(slo, values, alpha)
     return j.estimate, j.low, j.high, j.n, j.verdict
 
 
 @functools.lru_cache(maxsize=512)
-def _request_values(file: _FileKey) -> dict[str, list[np.ndarray]]:
-    return request_values(read_records(Path(file[0])))
+def _request_values(file: _FileKey, traffic_class: str | None = None) -> dict[str, list[np.ndarray]]:
+    """A records file's per-request values; of one traffic class's requests where one is named."""
+    records = read_records(Path(file[0]))
+    if traffic_class is not None:
+        records = [r for r in records if r.traffic_class == traffic_class]
+    return request_values(records)

@@ -110,14 +110,43 @@ def worst_state(checks: Iterable[SloCheck]) -> SloState:
     return next((s for s in (SloState.violated, SloState.unproven) if s in states), SloState.met)
 
 
+@dataclass(frozen=True)
+class ClassStat:
+    """One statistic of one class's requests: its estimate and interval (ms), over n values."""
+
+    estimate: float
+    low: float
+    high: float
+    n: int
+
+
+@dataclass
+class ClassResult:
+    """One traffic class of a mixed scenario on one config."""
+
+    name: str
+    stats: dict[str, ClassStat]                                 # TABLE_KEYS -> the statistic
+    slo_checks: list[SloCheck] = field(default_factory=list)   # the class's own SLOs, judged
+
+    @property
+    def requests(self) -> int:
+        return max((s.n for k, s in self.stats.items() if "_itl_" not in k), default=0)
+
+    @property
+    def slo_state(self) -> SloState | None:
+        """met, unproven or violated over the class's SLOs; None where it has none."""
+        return worst_state(self.slo_checks) if self.slo_checks else None
+
+
 @dataclass
 class ScenarioResult:
     scenario: str
     replicates: int
     metrics: dict[str, Estimate]                  # vllm-bench field name -> estimate over replicates
     effects: dict[str, Effect] = field(default_factory=dict)   # vs baseline, per metric
-    slo_checks: list[SloCheck] = field(default_factory=list)   # every SLO of the scenario, judged
+    slo_checks: list[SloCheck] = field(default_factory=list)   # every SLO of the scenario (its classes' too), judged
     server: dict[str, Any] = field(default_factory=dict)       # mean of /metrics deltas and peaks
+    classes: list[ClassResult] = field(default_factory=list)   # a mixed scenario's traffic classes apart
 
     @property
     def slo_violations(self) -> list[str]:

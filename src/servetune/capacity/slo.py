@@ -103,6 +103,12 @@ def slo_from_key(key: str, limit_ms: float) -> Slo | None:
     return Slo(m.group(2), m.group(1), float(limit_ms))
 
 
+def class_slo(key: str, limit_ms: float) -> Slo | None:
+    """A traffic class's SLO entry (a mean, median or percentile latency, judged on the class's own
+    requests: load/classes.py) as an Slo; None for anything else (a throughput, a standard deviation)."""
+    return slo_from_key(key.replace("median_", "p50_", 1), limit_ms)
+
+
 def slos_from_limits(limits: Mapping[str, float]) -> list[Slo]:
     """The entries of a scenario's limits a capacity search judges per request, in their order."""
     return [slo for k, v in limits.items() if (slo := slo_from_key(k, v)) is not None]

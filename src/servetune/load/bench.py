@@ -27,7 +27,7 @@ import numpy as np
 from .. import server_http
 from ..errors import ServetuneError
 from ..vocabulary import VLLM_METRIC_NAMES, MetricNames, Outcome, for_http_status
-from . import arrivals, client, health, metrics, sweep
+from . import arrivals, classes, client, health, metrics, sweep
 from .dataset import RequestSpec, request_specs, trace_specs, unshared
 from .options import Progress, RunOptions
 from .prompts import LocalTokenizer, PromptFactory, RemoteTokenizer, Tokenizer
@@ -79,7 +79,8 @@ async def _make_jobs(factory: PromptFactory, scenario: Scenario, model: str, spe
         body = client.request_body(scenario.endpoint, model, prompt.text, spec.output_len, scenario.ignore_eos,
                                    scenario.temperature)
         jobs.append(client.Job(first_index + i, prompt.tokens, spec.output_len, body, warmup,
-                               follows=None if spec.follows is None else first_index + spec.follows))
+                               follows=None if spec.follows is None else first_index + spec.follows,
+                               traffic_class=spec.traffic_class))
     return jobs
 
 
@@ -372,6 +373,8 @@ def _summary(records: list[RequestRecord], parts: list[client.DriveResult], star
                     "prompts_inexact": setup.info.inexact, "nonce_salt": f"{setup.salt:016x}"})
     if scenario.sweep_input_lens:
         summary["prefill_sweep"] = sweep.per_size(records)
+    if any(s.traffic_class is not None for s in setup.specs):   # a mixed scenario, a trace's request types
+        summary["classes"] = classes.class_summaries(records, duration_s, options.percentiles)
     if scenario.trace is not None:
         summary.update(fidelity.trace_fidelity(records, setup.specs, server_stats, scenario.trace,
                                                 options.kv_cache_tokens))

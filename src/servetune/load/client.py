@@ -59,6 +59,7 @@ class Job:
     # ends, and not before its own offset.
     follows: int | None = None
     gap_ns: int = 0
+    traffic_class: str | None = None
 
 
 @dataclass
@@ -382,7 +383,7 @@ class _Sender:
 
     def _new_record(self, job: Job, scheduled: int) -> tuple[RequestRecord, Raw]:
         rec = RequestRecord(index=job.index, warmup=job.warmup, input_len=job.input_len,
-                            output_len=job.output_len, scheduled_ns=scheduled)
+                            output_len=job.output_len, scheduled_ns=scheduled, traffic_class=job.traffic_class)
         pair = (rec, Raw())
         self.pairs.append(pair)
         return pair

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ServetuneError
+from .classes import class_order
 from .scenario import Fixed, FromFile, Length, Normal, Scenario, Uniform
 from .trace.jsonl import json_lines
 from .trace.window import load_replay
@@ -26,6 +27,7 @@ class RequestSpec:
     offset_s: float | None = None
     follows: int | None = None
     delay_s: float = 0.0
+    traffic_class: str | None = None   # a mixed scenario's class or a trace's request type (load/classes.py)
 
 
 def _read_int_file(path: Path) -> np.ndarray:
@@ -103,7 +105,7 @@ def trace_specs(scenario: Scenario) -> list[RequestSpec]:
     assert scenario.trace is not None
     requests = load_replay(scenario.trace).requests[: scenario.num_prompts]
     return [RequestSpec(r.input_len, r.output_len, hash_ids=r.hash_ids, offset_s=r.offset_s, follows=r.follows,
-                        delay_s=r.delay_s) for r in requests]
+                        delay_s=r.delay_s, traffic_class=r.traffic_class) for r in requests]
 
 
 def unshared(specs: list[RequestSpec], n: int) -> list[RequestSpec]:
@@ -121,6 +123,22 @@ def request_specs(scenario: Scenario, n: int, rng: np.random.Generator) -> list[
     if scenario.dataset is not None:
         rows = read_dataset(scenario.dataset)
         return [rows[i % len(rows)] for i in range(n)]
+    if scenario.classes is not None:
+        return _class_specs(scenario, n, rng)
     ins = sample_lengths(scenario.input_len, n, rng)
     outs = sample_lengths(scenario.output_len, n, rng)
     return [RequestSpec(i, o) for i, o in zip(ins, outs)]
+
+
+def _class_specs(scenario: Scenario, n: int, rng: np.random.Generator) -> list[RequestSpec]:
+    """A mixed scenario's first n requests: each its class's lengths, tagged with the class."""
+    assert scenario.classes is not None
+    order = class_order(scenario, n, rng)
+    drawn = {name: iter(zip(sample_lengths(tc.input_len, order.count(name), rng),
+                            sample_lengths(tc.output_len, order.count(name), rng)))
+             for name, tc in scenario.classes.items()}
+    specs = []
+    for name in order:
+        input_len, output_len = next(drawn[name])
+        specs.append(RequestSpec(input_len, output_len, traffic_class=name))
+    return specs

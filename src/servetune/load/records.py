@@ -40,6 +40,7 @@ class RequestRecord(BaseModel):
     prompt_tokens: int | None = None   # from the server's usage
     output_tokens: int | None = None   # from the server's usage
     error: str | None = None
+    traffic_class: str | None = None   # a mixed scenario's class or a trace's request type (load/classes.py)
 
     @property
     def ok(self) -> bool:

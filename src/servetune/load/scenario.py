@@ -52,6 +52,31 @@ class SharedPrefix(BaseModel):
     share: float = Field(default=1.0, ge=0.0, le=1.0)
 
 
+def _checked_length(value: Length) -> Length:
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"must be at least 1 token, got {value}")
+    if isinstance(value, Uniform) and value.low > value.high:
+        raise ValueError(f"low ({value.low}) is above high ({value.high})")
+    return value
+
+
+class TrafficClass(BaseModel):
+    """One kind of request in a mixed scenario (chat beside long documents): its lengths and its
+    part of the traffic, a `share` of the scenario's requests or a `rate` of its own (req/s)."""
+
+    model_config = ConfigDict(extra="forbid")
+    input_len: Length = 512
+    output_len: Length = 512
+    share: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one_part(self) -> TrafficClass:
+        if (self.share is None) == (self.rate is None):
+            raise ValueError("give share (of the scenario's requests) or rate (req/s), not both or neither")
+        return self
+
+
 class Scenario(BaseModel):
     """Input/output lengths, arrival process, request count, warmups, seed."""
 
@@ -80,6 +105,11 @@ class Scenario(BaseModel):
     # A recorded trace replayed at its arrival times (load/trace/): it sets the requests, their
     # lengths, prefixes and times; num_prompts (when given) keeps its first N, concurrency caps it.
     trace: TraceSpec | None = None
+    # Traffic classes sent side by side in one run (load/classes.py): each sets its own lengths (the
+    # scenario's input_len and output_len are not used) and each request carries its class, so each
+    # class's latencies are measured and judged apart. Shares are the parts of num_prompts; rates
+    # are each class's own arrivals, their sum the scenario's rate.
+    classes: dict[str, TrafficClass] | None = None
     # One request per prompt size, in order (the prefill sweep).
     sweep_input_lens: list[int] | None = None
     # The sweep's limit per size: a size with no first token within it is recorded as timed out
@@ -93,11 +123,28 @@ class Scenario(BaseModel):
     @field_validator("input_len", "output_len")
     @classmethod
     def _positive_length(cls, value: Length) -> Length:
-        if isinstance(value, int) and value < 1:
-            raise ValueError(f"must be at least 1 token, got {value}")
-        if isinstance(value, Uniform) and value.low > value.high:
-            raise ValueError(f"low ({value.low}) is above high ({value.high})")
-        return value
+        return _checked_length(value)
+
+    @field_validator("classes")
+    @classmethod
+    def _classes(cls, classes: dict[str, TrafficClass] | None) -> dict[str, TrafficClass] | None:
+        if classes is None:
+            return None
+        if len(classes) < 2:
+            raise ValueError("a mixed scenario needs two or more classes")
+        for name, tc in classes.items():
+            if not name or not name.replace("-", "_").isidentifier():
+                raise ValueError(f"class name {name!r}: use letters, digits, '_' or '-'")
+            for key in ("input_len", "output_len"):
+                try:
+                    _checked_length(getattr(tc, key))
+                except ValueError as exc:
+                    raise ValueError(f"{name}.{key}: {exc}") from None
+        by_share = [n for n, tc in classes.items() if tc.share is not None]
+        if by_share and len(by_share) != len(classes):
+            raise ValueError(f"give every class a share or every class a rate, not some of each "
+                             f"(a share: {', '.join(by_share)})")
+        return classes
 
     @field_validator("sweep_input_lens")
     @classmethod
@@ -118,6 +165,8 @@ class Scenario(BaseModel):
     def _check(self) -> Scenario:
         if self.trace is not None:
             return self._check_trace()
+        if self.classes is not None:
+            self._check_classes()
         if self.num_prompts is None and self.duration_s is None and not self.sweep_input_lens:
             raise ValueError("set num_prompts or duration_s")
         if self.concurrency is None and self.rate is None:
@@ -125,7 +174,7 @@ class Scenario(BaseModel):
         return self
 
     def _check_trace(self) -> Scenario:
-        clashing = [k for k in ("rate", "dataset", "sweep_input_lens", "shared_prefix", "duration_s")
+        clashing = [k for k in ("rate", "dataset", "sweep_input_lens", "shared_prefix", "duration_s", "classes")
                     if getattr(self, k) is not None]
         if clashing:
             raise ValueError(f"trace sets the requests and their times: drop {', '.join(clashing)}")
@@ -135,6 +184,23 @@ class Scenario(BaseModel):
         if "concurrency" not in self.model_fields_set:
             self.concurrency = None
         return self
+
+    def _check_classes(self) -> None:
+        clashing = [k for k in ("dataset", "sweep_input_lens") if getattr(self, k) is not None]
+        if clashing:
+            raise ValueError(f"classes set the requests' lengths: drop {', '.join(clashing)}")
+        assert self.classes is not None
+        rates = [tc.rate for tc in self.classes.values() if tc.rate is not None]
+        if not rates:
+            return
+        total = math.fsum(rates)
+        if self.rate is not None and not math.isclose(self.rate, total, rel_tol=1e-9):
+            raise ValueError(f"rate ({self.rate:g}) differs from the sum of the classes' rates ({total:g}); "
+                             "drop rate (it is that sum)")
+        self.rate = total
+        # Each class arrives on its own: no cap on what is in flight unless one is given.
+        if "concurrency" not in self.model_fields_set:
+            self.concurrency = None
 
     @property
     def effective_warmups(self) -> int:
@@ -179,6 +245,9 @@ class Scenario(BaseModel):
         if self.trace is not None:
             requests = load_replay(self.trace).requests
             return max(r.input_len for r in requests), max(r.output_len for r in requests)
+        if self.classes is not None:
+            return (max(_upper(tc.input_len) for tc in self.classes.values()),
+                    max(_upper(tc.output_len) for tc in self.classes.values()))
         inputs = max(self.sweep_input_lens) if self.sweep_input_lens else _upper(self.input_len)
         return inputs, _upper(self.output_len)
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import known
+from ..analysis.class_proof import TABLE_KEYS
 from ..analysis.revalidation import next_look
 from ..analysis.types import ConfigResult, Effect, Estimate, SloCheck, SloState, StudyAnalysis
 from ..analysis.verdict_rule import revalidation_cap
@@ -38,6 +39,7 @@ from ..vocabulary import Outcome
 from . import plots
 from .advice import Advice, advise_config, describe_mismatch
 from .capacity import CapacityView, build_capacity
+from .classes import ClassRow, class_rows
 from .emit import Deployment, Snippets, snippets
 from .fidelity import FidelityRow, fidelity_rows
 from .machine import MachineView, build_machine
@@ -198,6 +200,8 @@ class ReportData:
     fidelity: list[FidelityRow] = field(default_factory=list)  # how faithfully each run sent its traffic
     prefill_sweep: list[SweepRow] = field(default_factory=list)  # per boot, each prompt size's TTFT or timeout
     slo_rows: list[SloRow] = field(default_factory=list)       # every SLO's interval and state per config
+    class_rows: list[ClassRow] = field(default_factory=list)   # a mixed scenario's traffic classes apart
+    class_columns: tuple[str, ...] = TABLE_KEYS                # the statistics each class row shows
     exclusions: list[ExclusionView] = field(default_factory=list)  # boots kept out of the verdict
     provenance: ProvenanceView | None = None
     machine: MachineView = field(default_factory=lambda: MachineView(recorded=False))  # what it was measured on
@@ -679,6 +683,7 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         acceptance=acceptance_rows(analysis, base_cfg), sweep_peaks=sweep_peaks(analysis), capacity=capacity,
         roofline=build_roofline(analysis, trial_by_id, spec, store.bandwidth()),
         fidelity=fidelity_rows(trials, base_cfg), prefill_sweep=sweep_rows(trials, base_cfg),
-        slo_rows=_slo_rows(analysis), exclusions=_exclusions(trials, base_cfg),
+        slo_rows=_slo_rows(analysis), class_rows=class_rows(analysis, base_cfg),
+        exclusions=_exclusions(trials, base_cfg),
         machine=build_machine(analysis, trials, base_cfg),
         provenance=_provenance(trials, store, str((spec.get("engine") or {}).get("kind") or "vllm")))

@@ -8,7 +8,7 @@ from typing import Any
 
 import jinja2
 
-from ..analysis.types import Effect, Estimate, SloCheck
+from ..analysis.types import ClassStat, Effect, Estimate, SloCheck
 from ..vocabulary import Outcome
 
 
@@ -57,11 +57,18 @@ def _end(x: float) -> str:
 
 def slo_interval(c: SloCheck) -> str:
     """An SLO's statistic with its interval: `5,120 [4,800, ∞]` (an unbounded side: too few values)."""
-    if c.basis == "capacity" or not _finite(c.estimate):
-        return num(c.estimate) if c.basis == "capacity" else "–"
-    if math.isnan(c.low) or math.isnan(c.high):
+    if c.basis == "capacity":
         return num(c.estimate)
-    return f"{num(c.estimate)} [{_end(c.low)}, {_end(c.high)}]"
+    return stat_interval(c)
+
+
+def stat_interval(s: SloCheck | ClassStat) -> str:
+    """A statistic with its interval, `5,120 [4,800, ∞]`; `–` without a value."""
+    if not _finite(s.estimate):
+        return "–"
+    if math.isnan(s.low) or math.isnan(s.high):
+        return num(s.estimate)
+    return f"{num(s.estimate)} [{_end(s.low)}, {_end(s.high)}]"
 
 
 def pvalue(e: Effect | None) -> str:
@@ -116,7 +123,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(num=num, est=estimate, eff=effect, pval=pvalue, verdict=verdict, secs=seconds, pct=pct,
-                       when=when, md=md_cell, slo=slo_interval)
+                       when=when, md=md_cell, slo=slo_interval, stat=stat_interval)
     # Templates compare with `Outcome.ok`, never the string: a renamed outcome fails the render (StrictUndefined).
     env.globals.update(share=share, Outcome=Outcome)
     return env

@@ -251,4 +251,8 @@ MEANINGS: dict[str, str] = {
     "FromFile.kind": "`file`",
     "FromFile.path": "a file of lengths, one integer a line, drawn from at random",
     "SharedPrefix.share": "the share of requests that start with the prefix",
+    "TrafficClass.input_len": "the class's prompt tokens: a number or a distribution",
+    "TrafficClass.output_len": "the class's answer tokens: a number or a distribution",
+    "TrafficClass.share": "the class's part of `num_prompts`, a weight (3 and 1: three quarters and one)",
+    "TrafficClass.rate": "the class's own arrivals in req/s; the scenario's rate is the classes' sum",
 }

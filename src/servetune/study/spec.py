@@ -24,10 +24,11 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from ..capacity.sequential import LOOKS_PER_RUN, Looks
-from ..capacity.slo import per_request_limits, requests_to_meet, slo_from_key, slos_from_limits
+from ..capacity.slo import class_slo, per_request_limits, requests_to_meet, slo_from_key, slos_from_limits
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..engine.knobs import DeclaredEvidence
 from ..errors import ServetuneError
+from ..load.classes import class_names
 from ..load.scenario import PRESETS, Scenario
 from ..load.trace.window import load_replay
 from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
@@ -263,8 +264,9 @@ class ObjectiveSpec(_Strict):
     minimize: Metric | None = None
     combine: Literal["weighted", "worst_case"] = "weighted"
     weights: dict[str, Annotated[float, Field(ge=0, allow_inf_nan=False)]] = Field(default_factory=dict)
-    # {metric: limit} for every scenario, {scenario: {metric: limit}} for one.
-    slo: dict[str, float | dict[str, float]] = Field(default_factory=dict)
+    # {metric: limit} for every scenario, {scenario: {metric: limit}} for one, and within a mixed
+    # scenario {scenario: {class: {metric: limit}}} for one of its traffic classes.
+    slo: dict[str, float | dict[str, float | dict[str, float]]] = Field(default_factory=dict)
     # Each config's objective divided by the GPUs one server of it takes (tensor x pipeline x
     # data parallel sizes): what a second GPU buys, e.g. tensor parallel 2 against 1 per GPU.
     per_gpu: bool = False
@@ -298,8 +300,15 @@ class ObjectiveSpec(_Strict):
         limits = {k: v for k, v in self.slo.items() if not isinstance(v, dict)}
         own = self.slo.get(scenario)
         if isinstance(own, dict):
-            limits.update(own)
+            limits.update({k: v for k, v in own.items() if not isinstance(v, dict)})
         return limits
+
+    def class_slo_for(self, scenario: str) -> dict[str, dict[str, float]]:
+        """A mixed scenario's limits per traffic class, judged on that class's requests alone."""
+        own = self.slo.get(scenario)
+        if not isinstance(own, dict):
+            return {}
+        return {name: dict(limits) for name, limits in own.items() if isinstance(limits, dict)}
 
 
 class CapacitySpec(_Strict):
@@ -471,11 +480,41 @@ class StudySpec(_Strict):
             if isinstance(value, dict):
                 if key not in names:
                     problems.append((("objective", "slo", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
-                problems += [(("objective", "slo", key, m), msg) for m in value if (msg := metric_problem(m))]
-                problems += [(("objective", "slo", key, m), msg) for m, v in value.items()
+                    continue
+                plain = {m: v for m, v in value.items() if not isinstance(v, dict)}
+                problems += [(("objective", "slo", key, m), msg) for m in plain if (msg := metric_problem(m))]
+                problems += [(("objective", "slo", key, m), msg) for m, v in plain.items()
                              if (msg := _limit_problem(v))]
+                problems += self._class_slo_problems(key)
             elif msg := metric_problem(key, also=names) or _limit_problem(value):
                 problems.append((("objective", "slo", key), msg))
+        return problems
+
+    def _class_slo_problems(self, scenario: str) -> list[tuple[Loc, str]]:
+        """A scenario's class entries name its classes (or its trace's request types), and bound
+        latencies each request has."""
+        try:
+            classes = class_names(next(s for s in self.scenarios if s.name == scenario))
+        except ServetuneError:   # an unreadable trace: its own problem, reported with the scenario
+            classes = list(self.objective.class_slo_for(scenario))
+        problems: list[tuple[Loc, str]] = []
+        if self.objective.metric == CAPACITY and self.objective.class_slo_for(scenario):
+            return [(("objective", "slo", scenario), "a traffic class's SLOs are judged on a study's runs; "
+                                                     "maximize: capacity judges each load level by the scenario's")]
+        for name, limits in self.objective.class_slo_for(scenario).items():
+            loc: Loc = ("objective", "slo", scenario, name)
+            if name not in classes:
+                known = f"its classes: {', '.join(classes)}" if classes else "it has no classes"
+                problems.append((loc, f"scenario {scenario!r} has no traffic class {name!r}"
+                                      f"{did_you_mean(name, classes)} ({known})"))
+                continue
+            for metric, limit in limits.items():
+                if class_slo(metric, 1.0) is None:
+                    problems.append(((*loc, metric), f"a class's SLO bounds a latency of its requests "
+                                                     f"(mean, median or pNN of ttft, tpot, itl, e2el in ms, e.g. "
+                                                     f"p99_ttft_ms), not {metric!r}"))
+                elif msg := _limit_problem(limit):
+                    problems.append(((*loc, metric), msg))
         return problems
 
     def _capacity_problems(self) -> list[tuple[Loc, str]]:

@@ -49,8 +49,17 @@ def read_azure(path: Path) -> Iterator[TraceRow]:
 
 
 def read_burstgpt(path: Path) -> Iterator[TraceRow]:
-    """A failed request of BurstGPT (0 response tokens) still arrived: it is sent for one token."""
+    """A failed request of BurstGPT (0 response tokens) still arrived: it is sent for one token.
+    Its `Log Type` (`Conversation log`, `API log`), where the file has it, is the request's class."""
     for where, row in csv_rows(path, ("Timestamp", "Request tokens", "Response tokens")):
+        kind = (row.get("Log Type") or "").strip()
         yield TraceRow(t_s=finite_float(row["Timestamp"], where, "Timestamp"),
                        input_len=positive_int(row["Request tokens"], where, "Request tokens"),
-                       output_len=max(positive_int(row["Response tokens"], where, "Response tokens", minimum=0), 1))
+                       output_len=max(positive_int(row["Response tokens"], where, "Response tokens", minimum=0), 1),
+                       traffic_class=_class_name(kind) if kind else None)
+
+
+def _class_name(log_type: str) -> str:
+    """BurstGPT's `Conversation log` -> `conversation`: a name a study file's SLO can key on."""
+    words = log_type.lower().split()
+    return "_".join(words[:-1] if len(words) > 1 and words[-1] == "log" else words)

@@ -62,15 +62,18 @@ def read_mooncake(path: Path) -> Iterator[TraceRow]:
 
 def read_servetune(path: Path) -> Iterator[TraceRow]:
     """A run's request records: measured requests only (warmups left out), arriving when the
-    run scheduled them, with the lengths the server counted (its usage) where it reported them."""
+    run scheduled them, with the lengths the server counted (its usage) where it reported them,
+    and a mixed run's class of each."""
     for where, row in json_lines(path):
         _require(row, where, "scheduled_ns", "input_len", "output_len")
         if row.get("warmup"):
             continue
         prompt = row.get("prompt_tokens")
         answer = row.get("output_tokens")
+        traffic_class = row.get("traffic_class")
         yield TraceRow(
             t_s=finite_float(row["scheduled_ns"], where, "scheduled_ns") / 1e9,
             input_len=positive_int(prompt if prompt else row["input_len"], where, "input_len"),
             output_len=positive_int(answer if answer else row["output_len"], where, "output_len"),
+            traffic_class=None if traffic_class is None else str(traffic_class),
         )

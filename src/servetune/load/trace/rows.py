@@ -16,7 +16,8 @@ class TraceRow:
     """`t_s`: arrival in seconds from any origin (readers keep the file's own); lengths in tokens;
     `hash_ids`: the prompt's prefix blocks (equal ids = the same block, prefix included), None
     when the format has none; `session`/`delay_s`: a multi-turn conversation's id and the think
-    time recorded before this turn (sent after the previous turn's answer plus it)."""
+    time recorded before this turn (sent after the previous turn's answer plus it); `traffic_class`:
+    the request's type where the format records one (BurstGPT's `Log Type`, a mixed run's class)."""
 
     t_s: float
     input_len: int
@@ -24,6 +25,7 @@ class TraceRow:
     hash_ids: tuple[int, ...] | None = None
     session: str | None = None
     delay_s: float | None = None
+    traffic_class: str | None = None
 
 
 def positive_int(value: object, where: str, key: str, *, minimum: int = 1) -> int:

@@ -29,6 +29,7 @@ class ReplayRequest:
     hash_ids: tuple[int, ...] | None = None
     follows: int | None = None
     delay_s: float = 0.0
+    traffic_class: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,11 @@ class Replay:
 
     def offsets_s(self, speedup: float) -> list[float]:
         return [r.offset_s / speedup for r in self.requests]
+
+    @property
+    def classes(self) -> list[str]:
+        """The request types the trace records, in the order they first arrive (none: [])."""
+        return list(dict.fromkeys(r.traffic_class for r in self.requests if r.traffic_class is not None))
 
 
 def _kept(session_key: str, sample: float, seed: int) -> bool:
@@ -79,7 +85,7 @@ def select(rows: Iterable[TraceRow], spec: TraceSpec, where: str) -> Replay:
             last_turn[row.session] = i
         out.append(ReplayRequest(offset_s=t - spec.start_s, input_len=max(round(row.input_len * scale), 1),
                                  output_len=max(round(row.output_len * scale), 1), hash_ids=row.hash_ids,
-                                 follows=follows, delay_s=row.delay_s or 0.0))
+                                 follows=follows, delay_s=row.delay_s or 0.0, traffic_class=row.traffic_class))
     span = spec.duration_s if spec.duration_s is not None else max(picked[-1][0] - spec.start_s, 0.0)
     return Replay(tuple(out), n, span)
 
