@@ -362,5 +362,59 @@ def benchmark(table: GridTable, strategies: Sequence[str], seeds: int, *, budget
     return out
 
 
-__all__ = ["Economy", "Entry", "GridTable", "SeedResult", "ShuffledGrid", "Summary", "benchmark", "make_replayed",
-           "quantile", "replay", "summarize", "trial_seconds", "variants"]
+@dataclass(frozen=True)
+class Saving:
+    """One strategy with an `Economy` against the same strategy without one, seed by seed on the
+    same worlds: the device time each spent in all (to the search's end: the study's verdict
+    where, as on the replayed grid, no finalist is booted after it), and whether both named the
+    same leader."""
+
+    strategy: str
+    seeds: int
+    today_minutes_median: float
+    minutes_median: float
+    ratio: float                 # minutes_median / today_minutes_median
+    boots_median: float
+    same_leader_share: float     # the leader is the config the run without economy ended with
+    as_good_share: float         # its true objective within the minimum effect of that config's, or better
+    near_best_share: float       # the leader is within `within_pct` % of the grid's best
+    stopped_share: float         # the stopping rule ended it
+    raced_median: float
+
+
+def _as_good(table: GridTable, leader: str | None, today: str | None) -> bool:
+    """`leader`'s true objective is at least `today`'s less the study's minimum effect: a winner
+    the full study could not call worse than its own."""
+    if today is None:
+        return leader is None
+    if leader is None:
+        return False
+    floor = (table.entries[today].true_value or 0.0) * (1 - table.spec.min_effect_pct / 100)
+    return (table.entries[leader].true_value or 0.0) >= floor
+
+
+def savings(table: GridTable, strategies: Sequence[str], seeds: int, economy: Economy, *,
+            budget: int | None = None, within_pct: float = 2.0) -> list[Saving]:
+    """Every strategy with and without `economy` on seeds 0 .. seeds-1."""
+    today = benchmark(table, strategies, seeds, budget=budget, within_pct=within_pct)
+    cheaper = benchmark(table, strategies, seeds, budget=budget, within_pct=within_pct, economy=economy)
+    targets = table.targets(within_pct)
+    out = []
+    for row, (_, before) in today.items():
+        after = cheaper[row][1]
+        old = float(np.median([r.spent_s for r in before])) / 60
+        new = float(np.median([r.spent_s for r in after])) / 60
+        out.append(Saving(
+            strategy=row, seeds=seeds, today_minutes_median=old, minutes_median=new, ratio=new / old if old else 1.0,
+            boots_median=float(np.median([r.boots for r in after])),
+            same_leader_share=fmean(a.leader == b.leader for a, b in zip(after, before, strict=True)),
+            as_good_share=fmean(_as_good(table, a.leader, b.leader) for a, b in zip(after, before, strict=True)),
+            near_best_share=fmean(a.leader in targets for a in after),
+            stopped_share=fmean(a.stopped_by_rule for a in after),
+            raced_median=float(np.median([a.raced for a in after])),
+        ))
+    return out
+
+
+__all__ = ["Economy", "Entry", "GridTable", "Saving", "SeedResult", "ShuffledGrid", "Summary", "benchmark",
+           "make_replayed", "quantile", "replay", "savings", "summarize", "trial_seconds", "variants"]
