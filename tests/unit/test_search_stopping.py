@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from servetune.cli import app
 from servetune.cli.tune_cmd import search_stop_line
 from servetune.engine.bootfacts import BootFacts
 from servetune.search import TrialView, stopping
@@ -153,6 +155,9 @@ def test_a_study_stopped_by_its_rule_records_why_and_a_resume_boots_nothing_more
         assert stop.after_trials == 3 and "most promising max-num-seqs=16 at" in stop.reason
         assert search_stop_line(store, spec).startswith("search stopped by its rule after 3 trials")
         store.close()
+        shown = CliRunner().invoke(app, ["status", str(tmp_path / "study")])
+        assert shown.exit_code == 0, shown.output
+        assert "search stopped by its rule after 3 trials" in " ".join(shown.output.split())
 
         again = CountingEngine(urls[(4, 256)], lambda c: BootFacts(), url_for=url_for)
         _study(tmp_path, again, spec).run()
@@ -179,3 +184,9 @@ def test_without_the_rule_the_same_study_boots_the_whole_grid(tmp_path: Path) ->
     store = StudyStore.open_existing(tmp_path / "study", read_only=True)
     assert store.search_stop() is None
     assert search_stop_line(store, spec).startswith("stopping rule: none")
+
+
+def test_a_space_too_large_to_enumerate_is_not_judged() -> None:
+    space = {"max-num-seqs": list(range(1, 201)), "max-num-batched-tokens": list(range(256, 256 + 101))}
+    state = stopping.assess(spec_of(space), [view(1.0), view(3.0, max_num_seqs=16)])
+    assert state.chance is None and not state.stops and "20,200 configs" in state.why_unjudged

@@ -40,8 +40,8 @@ Per strategy, what the chance comes from and why:
   large a config's objective is, so it cannot give the chance that a config beats the leader by
   the minimum effect. The main-effects posterior can, and TPE's history is its data.
 
-The rule needs every parameter's values enumerable (a finite set); a space with a continuous range
-is `unjudged` and never stops by this rule (`plan` says so). It is a pure function of the history
+The rule needs every parameter's values enumerable (a finite set) and at most `MAX_CONFIGS`
+configs in all; another space is not judged and never stops by this rule (`plan` says so). It is a pure function of the history
 and the study, so a resumed study judges exactly as the killed one did.
 """
 
@@ -62,7 +62,7 @@ from ..study.spec import StudySpec
 from .base import TrialView, Tried
 
 _NORMAL = NormalDist()
-_UNKNOWN = object()   # a parameter the baseline leaves at the engine's default
+MAX_CONFIGS = 20_000   # every config is predicted before each proposal: a larger space is not judged
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,10 @@ def assess(spec: StudySpec, history: Sequence[TrialView]) -> StopState:
         values = {name: list(param.enumerate(name)) for name, param in spec.space.items()}
     except ServetuneError as exc:
         return StopState(threshold, None, None, None, 0, why_unjudged=f"the space is not enumerable: {exc}")
+    size = math.prod(len(v) for v in values.values())
+    if size > MAX_CONFIGS:
+        return StopState(threshold, None, None, None, 0,
+                         why_unjudged=f"a space of {size:,} configs is more than the {MAX_CONFIGS:,} the rule enumerates")
     base_values = {n: config_value(baseline, n) for n in spec.space}
     unbooted: list[dict[str, Any]] = []
     for combo in itertools.product(*values.values()):
