@@ -41,8 +41,9 @@ Per strategy, what the chance comes from and why:
   the minimum effect. The main-effects posterior can, and TPE's history is its data.
 
 The rule needs every parameter's values enumerable (a finite set) and at most `MAX_CONFIGS`
-configs in all; another space is not judged and never stops by this rule (`plan` says so). It is a pure function of the history
-and the study, so a resumed study judges exactly as the killed one did.
+configs in all; another space is not judged and never stops by this rule (`plan` says so). It is
+a pure function of the history and the study, so a resumed study judges exactly as the killed
+one did.
 """
 
 from __future__ import annotations
@@ -109,8 +110,8 @@ def assess(spec: StudySpec, history: Sequence[TrialView]) -> StopState:
         return StopState(threshold, None, None, None, 0, why_unjudged=f"the space is not enumerable: {exc}")
     size = math.prod(len(v) for v in values.values())
     if size > MAX_CONFIGS:
-        return StopState(threshold, None, None, None, 0,
-                         why_unjudged=f"a space of {size:,} configs is more than the {MAX_CONFIGS:,} the rule enumerates")
+        why = f"a space of {size:,} configs is more than the {MAX_CONFIGS:,} the rule enumerates"
+        return StopState(threshold, None, None, None, 0, why_unjudged=why)
     base_values = {n: config_value(baseline, n) for n in spec.space}
     unbooted: list[dict[str, Any]] = []
     for combo in itertools.product(*values.values()):
