@@ -158,6 +158,10 @@ def test_a_study_stopped_by_its_rule_records_why_and_a_resume_boots_nothing_more
         shown = CliRunner().invoke(app, ["status", str(tmp_path / "study")])
         assert shown.exit_code == 0, shown.output
         assert "search stopped by its rule after 3 trials" in " ".join(shown.output.split())
+        reported = CliRunner().invoke(app, ["report", str(tmp_path / "study")])
+        assert reported.exit_code == 0, reported.output
+        assert ("The search was ended by its stopping rule after 3 trials"
+                in (tmp_path / "study" / "report.md").read_text())
 
         again = CountingEngine(urls[(4, 256)], lambda c: BootFacts(), url_for=url_for)
         _study(tmp_path, again, spec).run()
