@@ -256,7 +256,7 @@ def test_plan_command_prints_plan_and_fails_on_a_bad_flag(tmp_path: Path, tiny: 
     study.write_text(study.read_text() + "stopping: {chance_below: 0.05}\n")
     ruled = servetune("plan", study)
     assert ruled.code == 0, ruled
-    assert "stopping rule: stop once no unbooted config has a 5%" in " ".join(ruled.stdout.split())
+    assert "stopping rule: stop once no unbooted config has a 5 % chance" in " ".join(ruled.stdout.split())
     dry = servetune("tune", study, "--out", tmp_path / "out", "--dry-run")
     assert dry.code == 0 and "boots:" in dry.stdout
     assert not (tmp_path / "out").exists()  # nothing started, nothing written

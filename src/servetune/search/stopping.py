@@ -89,7 +89,7 @@ class StopState:
         """One line for `plan`, `status` and the tuner's log."""
         if self.threshold is None:
             return "stopping rule: none (the search runs until its strategy or budget ends it)"
-        rule = (f"stopping rule: stop once no unbooted config has a {self.threshold:.0%} chance of beating the "
+        rule = (f"stopping rule: stop once no unbooted config has a {self.threshold * 100:g} % chance of beating the "
                 f"leader by {min_effect_pct:g} % (main-effects posterior, search/stopping.py)")
         if self.chance is None:
             return f"{rule}; now: not judged ({self.why_unjudged})"
