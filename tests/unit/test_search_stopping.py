@@ -168,6 +168,37 @@ def test_a_study_stopped_by_its_rule_records_why_and_a_resume_boots_nothing_more
         assert again.started == []   # the resumed study goes straight to its verdict
 
 
+def test_a_study_killed_before_its_rule_stopped_it_stops_at_the_same_point_on_resume(tmp_path: Path) -> None:
+    """The rule is a function of the store: a study ended after one candidate (its trial budget)
+    and resumed with more budget boots the next config and stops where an unbroken run does."""
+    spec = StudySpec.model_validate({
+        "name": "stop-grid",
+        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS),
+                   "args": {"max-num-seqs": 4, "max-num-batched-tokens": 256}},
+        "space": SPACE,
+        "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 2, "warmups": 0}],
+        "strategy": "grid", "replicates": 2, "finalists": 0, "baseline_every": 5,
+        "stopping": {"chance_below": 0.05}, "budget": {"trials": 1},
+    })
+    itl = {(4, 256): 6, (4, 1024): 2, (16, 1024): 6, (16, 256): 18}
+    with ExitStack() as servers:
+        urls = {k: servers.enter_context(fake_server(ttft_ms=1, itl_ms=v)) for k, v in itl.items()}
+
+        def url_for(config):
+            return urls[_point(config)]
+
+        first = CountingEngine(urls[(4, 256)], lambda c: BootFacts(), url_for=url_for)
+        _study(tmp_path, first, spec).run()
+        assert [_point(c) for c in first.started] == [(4, 256), (4, 1024)]
+        more = spec.model_copy(update={"budget": spec.budget.model_copy(update={"trials": 3})})
+        second = CountingEngine(urls[(4, 256)], lambda c: BootFacts(), url_for=url_for)
+        _study(tmp_path, second, more).run()
+        assert [_point(c) for c in second.started] == [(16, 1024)]
+    store = StudyStore.open_existing(tmp_path / "study", read_only=True)
+    stop = store.search_stop()
+    assert stop is not None and stop.after_trials == 3
+
+
 def _point(config) -> tuple[int, int]:
     return int(config.flags["max-num-seqs"]), int(config.flags["max-num-batched-tokens"])
 
