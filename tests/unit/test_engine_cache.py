@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from servetune.engine.bootfacts import BootFacts, parse_boot_facts
-from servetune.engine.cache import CACHE_ENV, CacheDirs, cache_record, compile_entries
+from servetune.engine.cache import CACHE_ENV, CacheDirs, cache_record, compile_entries, compile_state_from_log
 from servetune.engine.config import Config
 from servetune.engine.vllm import VllmEngine
 
@@ -98,3 +98,18 @@ def test_a_docker_engine_mounts_the_root_and_forwards_its_variables(tmp_path: Pa
     opts = argv[:image]
     assert f"{dirs.root}:{dirs.root}" in opts and opts[opts.index(f"{dirs.root}:{dirs.root}") - 1] == "-v"
     assert all(["-e", name] == opts[opts.index(name) - 1:opts.index(name) + 1] for name in CACHE_ENV)
+
+
+def test_a_boot_log_says_whether_torch_compile_compiled_or_loaded_from_the_cache() -> None:
+    """For boots stored without a cache record (the H200 studies): vLLM 0.26's GPU log compiles
+    a graph, 0.32's CPU build saves an AOT artifact, a warm boot only loads (the lines of the
+    H200 Qwen3-8B OFAT study's baseline), an eager boot shows neither."""
+    assert compile_state_from_log((LOGS / "vllm026-gpu-tiny.log").read_text()) == "cold"
+    assert compile_state_from_log((LOGS / "vllm032-cpu-async-mbt1024.log").read_text()) == "cold"
+    warm = ("INFO [decorators.py:300] Directly load AOT compilation from path /c/vllm/torch_compile_cache/"
+            "torch_aot_compile/eeb90e4aa5b2/rank_0_0/model\n"
+            "INFO [backends.py:210] Directly load the compiled graph(s) for compile range (1, 8192) from the "
+            "cache, took 1.834 s\n")
+    assert compile_state_from_log(warm) == "warm"
+    assert compile_state_from_log(warm + "INFO Compiling a graph for compile range (1, 16384) takes 7.40 s\n") == "cold"
+    assert compile_state_from_log("INFO Application startup complete.\n") is None

@@ -253,6 +253,11 @@ def test_plan_command_prints_plan_and_fails_on_a_bad_flag(tmp_path: Path, tiny: 
     ok = servetune("plan", study)
     assert ok.code == 0, ok
     assert "max-num-seqs=8" in ok.stdout and "boots:" in ok.stdout and "ETA:" in ok.stdout and "ready" in ok.stdout
+    assert "stopping rule: none" in ok.stdout
+    study.write_text(study.read_text() + "stopping: {chance_below: 0.05}\n")
+    ruled = servetune("plan", study)
+    assert ruled.code == 0, ruled
+    assert "stopping rule: stop once no unbooted config has a 5 % chance" in " ".join(ruled.stdout.split())
     dry = servetune("tune", study, "--out", tmp_path / "out", "--dry-run")
     assert dry.code == 0 and "boots:" in dry.stdout
     assert not (tmp_path / "out").exists()  # nothing started, nothing written

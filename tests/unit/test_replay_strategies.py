@@ -22,7 +22,7 @@ from servetune.store import StudyStore, TrialRole
 from servetune.study.loader import load_study
 from servetune.study.spec import StudySpec
 from servetune.tune.display import StudyDisplay
-from servetune.tune.replay import GridTable, benchmark, quantile, replay, trial_seconds
+from servetune.tune.replay import Economy, GridTable, benchmark, quantile, replay, trial_seconds
 from servetune.tune.runner import StudyRunner
 from servetune.vocabulary import Outcome
 from tests.fakes import MODEL_WITHOUT_WEIGHTS
@@ -254,3 +254,29 @@ def test_the_h200_grid_study_file_measures_its_whole_space() -> None:
     assert search_size(spec) == 8 and spec.budget.trials == 8
     grid = Grid(spec)
     assert spec.baseline_config().key() in {grid.config(p).key() for p in grid.combinations()}
+
+
+def test_the_stopping_rule_in_the_replay_spends_less_and_keeps_the_best(grid) -> None:
+    """(16, 1024) beats every other config by 11 % or more: the rule may skip configs, never it.
+    Seed 0 measures it first and then both values it lacked; the two configs left are predicted
+    well below it, so the replay stops three candidates in."""
+    table, _, _ = grid
+    for seed in range(10):
+        today = replay(table, "grid", seed, budget=5, within_pct=2.0)
+        stopped = replay(table, "grid", seed, budget=5, within_pct=2.0, economy=Economy(stop_below=0.05))
+        assert stopped.spent_s <= today.spent_s
+        assert stopped.proposed == today.proposed[:len(stopped.proposed)]
+        assert stopped.leader == today.leader == key(16, 1024)
+    first = replay(table, "grid", 0, budget=5, within_pct=2.0, economy=Economy(stop_below=0.05))
+    assert first.stopped_by_rule and len(first.proposed) == 3
+
+
+def test_racing_in_the_replay_charges_a_clearly_worse_candidate_its_boot_and_one_run(grid) -> None:
+    table, _, _ = grid
+    for seed in range(10):
+        today = replay(table, "grid", seed, budget=5, within_pct=2.0)
+        raced = replay(table, "grid", seed, budget=5, within_pct=2.0, economy=Economy(race=True))
+        assert raced.proposed == today.proposed and raced.leader == key(16, 1024)
+        # two replicates of RUN_S each: a raced candidate keeps its first
+        assert raced.spent_s == pytest.approx(today.spent_s - raced.raced * RUN_S)
+    assert replay(table, "grid", 0, budget=5, within_pct=2.0, economy=Economy(race=True)).raced == 3

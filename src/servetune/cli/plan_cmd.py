@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..engine.hardware import detect
 from ..errors import ServetuneError
+from ..search import stopping
 from ..study import StudySpec
 from ..study.loader import located_lines
 from ..study.representative import speculative_warnings
@@ -105,6 +106,7 @@ def _print(plan: StudyPlan, study_file: Path) -> None:
     console.print(f"ETA: {format_duration(plan.eta_s)} before anything is measured ({escape(plan.eta_basis)}"
                   f"{', ' + str(spec.parallel.slots) + ' slots at once' if spec.parallel.slots > 1 else ''})"
                   f"{budget}")
+    console.print(escape(stopping.assess(spec, []).line(spec.min_effect_pct)))
     for line in located_lines(load_yaml(study_file), plan.warnings):
         console.print(f"[bold red]warning[/]: {escape(line)}")
     for note in plan.slo_notes:

@@ -99,6 +99,7 @@ def status(out: Path = typer.Argument(..., help="study directory")) -> None:
     console.print(f"{line}; unfinished: {len(running)}; wall time so far {format_duration(store.elapsed_wall_s())}")
     if spec:
         console.print(escape(analysis.power_line(analysis.study_power(store, study))))
+        console.print(escape(search_stop_line(store, study)))
         if store.final_plan() is not None:
             from ..analysis import revalidation, verdict_rule
 
@@ -112,6 +113,17 @@ def status(out: Path = typer.Argument(..., help="study directory")) -> None:
     verdict = store.verdict()
     if verdict:
         console.print(f"verdict: {escape(verdict.reason)}")
+
+
+def search_stop_line(store: StudyStore, study: StudySpec) -> str:
+    """Where the study stands against its stopping rule, or why its search ended by it."""
+    from ..search import stopping
+    from ..analysis import analysis
+
+    recorded = store.search_stop()
+    if recorded is not None:
+        return f"search stopped by its rule after {recorded.after_trials} trials: {recorded.reason}"
+    return stopping.assess(study, analysis.history(store, study)).line(study.min_effect_pct)
 
 
 def register(app: typer.Typer) -> None:

@@ -52,6 +52,11 @@ _COMPILE_DIR = "torch_compile_cache"
 _ENTRY = re.compile(r"torch_compile_cache/(?:(torch_aot_compile)/)?([0-9a-f]{8,64})(?:/|$)")
 
 CacheState = Literal["cold", "warm", "stale", "unknown"]
+# What a boot log says it did with torch.compile, where no snapshot of the root before it exists
+# (stores older than the cache record): loaded compiled graphs from the cache, or compiled some.
+_LOADED = re.compile(r"Directly load (?:AOT compilation from path|the compiled graph\(s\))")
+_COMPILED = re.compile(r"Compiling a graph for |Compiling model again due to a load failure"
+                       r"|saved AOT compiled function to ")
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,15 @@ def compile_entries(facts: BootFacts, *, failed: bool = False) -> list[str]:
             if entry not in out:
                 out.append(entry)
     return out
+
+
+def compile_state_from_log(log_text: str) -> Literal["cold", "warm"] | None:
+    """`warm` when the log shows compiled graphs loaded from the cache and none compiled, `cold`
+    when it compiled any, None when it shows neither (no torch.compile: `enforce-eager`, a build
+    that does not compile, another engine). For boots recorded without a `CacheRecord`."""
+    if _COMPILED.search(log_text):
+        return "cold"
+    return "warm" if _LOADED.search(log_text) else None
 
 
 def cache_record(dirs: CacheDirs, before: CacheSnapshot, facts: BootFacts, *, wiped: bool = False,

@@ -311,7 +311,12 @@ def _winner_reason(analysis: StudyAnalysis, store: StudyStore) -> str:
     if reason and analysis.unfinished_trial_ids:
         reason = f"so far: {reason}"
     line = _revalidation_line(analysis, store)
-    return f"{reason}. {line[:1].upper()}{line[1:]}." if reason and line else reason or line
+    reason = f"{reason}. {line[:1].upper()}{line[1:]}." if reason and line else reason or line
+    stop = store.search_stop()
+    if stop is None:
+        return reason
+    ended = f"The search was ended by its stopping rule after {stop.after_trials} trials: {stop.reason}."
+    return f"{reason} {ended}" if reason else ended
 
 
 def _revalidation_line(analysis: StudyAnalysis, store: StudyStore) -> str:

@@ -1,5 +1,6 @@
 """Search strategies: one module per strategy behind the `Strategy` protocol (see base.py)."""
 
+from . import stopping
 from .base import Proposal, SearchBase, Strategy, TrialView, Tried
 from .baseline import BaselineOnly
 from .grid import Grid, gray_order
@@ -21,5 +22,6 @@ __all__ = [
     "gray_order",
     "make_strategy",
     "register_strategy",
+    "stopping",
     "strategy_names",
 ]

@@ -19,6 +19,7 @@ VERDICT = "verdict"        # {"winner": config key or null, "reason"}: the last 
 REVALIDATION = "revalidation"  # {"max_boots": N}: the re-validation cap, fixed when the study starts
 BANDWIDTH = "bandwidth"   # {"read_gbps", "device"} or {"unavailable": why}: measured at the start (tune/bandwidth.py)
 ENGINE_IMAGES = "engine_images"  # [ImageRef as JSON, ...] in the order first seen (tune/provenance.py)
+SEARCH_STOP = "search_stop"  # {"reason", "chance", "threshold", "after_trials"}: why its stopping rule ended the search
 
 
 class PlannedTrial(NamedTuple):
@@ -55,6 +56,29 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         return {"winner": self.winner, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class SearchStop:
+    """Why the search ended by its stopping rule (search/stopping.py), once the study's trials
+    numbered `after_trials`."""
+
+    reason: str
+    chance: float | None
+    threshold: float
+    after_trials: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason, "chance": self.chance, "threshold": self.threshold,
+                "after_trials": self.after_trials}
+
+
+def search_stop_from_json(raw: Any) -> SearchStop | None:
+    if not isinstance(raw, dict):
+        return None
+    chance = raw.get("chance")
+    return SearchStop(str(raw.get("reason", "")), None if chance is None else float(chance),
+                      float(raw.get("threshold", 0.0)), int(raw.get("after_trials", 0)))
 
 
 def final_plan_from_json(raw: Any) -> list[PlannedTrial] | None:

@@ -227,6 +227,13 @@ class StudyStore:
     def set_revalidation_cap(self, max_boots: int) -> None:
         self.set_meta_json(meta.REVALIDATION, {"max_boots": max_boots})
 
+    def search_stop(self) -> meta.SearchStop | None:
+        """Why the search ended by its stopping rule; None while it has not (or has no rule)."""
+        return meta.search_stop_from_json(self.get_meta_json(meta.SEARCH_STOP))
+
+    def set_search_stop(self, stop: meta.SearchStop) -> None:
+        self.set_meta_json(meta.SEARCH_STOP, stop.to_json())
+
     # --- trials -------------------------------------------------------------------------
 
     def begin_trial(self, role: TrialRole, config: Config, params: dict[str, Any], *,

@@ -256,6 +256,21 @@ class Budget(_Strict):
     wall_minutes: float | None = Field(default=None, gt=0)
 
 
+class Stopping(_Strict):
+    """A search that knows when to stop (search/stopping.py): it ends once no config it has not
+    booted has a `chance_below` chance of beating the leader by `min_effect_pct`, by a
+    main-effects posterior of the measured configs. Unset: the search runs until its strategy or
+    budget ends it."""
+
+    # At most 0.15: a value no trial has booted is given a chance of about 1 - Phi(1) = 0.16 of
+    # beating a leader that owes its lead to that value's parameter, so a higher threshold could
+    # end a search before it has booted a value that matters.
+    chance_below: float | None = Field(
+        default=None, gt=0, le=0.15, allow_inf_nan=False,
+        description="end the search once no unbooted config has this chance of beating the leader by "
+                    "min_effect_pct (e.g. 0.05; at most 0.15)")
+
+
 Metric = Annotated[str, BeforeValidator(lambda v: check_metric(v) if isinstance(v, str) else v)]
 
 
@@ -388,6 +403,8 @@ class StudySpec(_Strict):
     strategy: str = "ofat"  # a registered strategy (search/registry.py)
     replicates: Replicates = Field(default_factory=Replicates)
     budget: Budget = Field(default_factory=Budget)
+    stopping: Stopping = Field(default_factory=Stopping,
+                               description="end the search once no unbooted config is likely to beat the leader")
     parallel: Parallel = Field(default_factory=Parallel)
     finalists: int = Field(default=2, ge=0)
     revalidation: Revalidation = Field(

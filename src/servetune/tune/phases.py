@@ -26,8 +26,8 @@ from ..analysis import analysis, known, outliers, revalidation, verdict_rule
 from ..analysis import eta as eta_seed
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
-from ..search import Strategy, make_strategy
-from ..store import PlannedTrial, StudyStore, TrialRole
+from ..search import Strategy, TrialView, make_strategy, stopping
+from ..store import PlannedTrial, SearchStop, StudyStore, TrialRole
 from ..study.spec import StudySpec
 
 
@@ -110,11 +110,14 @@ class SearchPhase:
         if not self._time_left_for_another(slots.live):
             self._end("wall-clock budget reached")
             return None
+        history = analysis.history(store, spec)
+        if self._stopped(history):
+            return None
         # Asked before a re-measurement is due: a check is booted only before a candidate that
         # boots, so a search that has run dry boots none after its last candidate (a budget-limited
         # one has none either), and a candidate the store already decides goes first. Strategies
         # keep no state, so the answer is asked again after the check.
-        proposal = self.strategy.propose(analysis.history(store, spec))
+        proposal = self.strategy.propose(history)
         if proposal is None and not slots.running:
             self._end("search strategy finished: nothing left to try")
             return None
@@ -129,6 +132,24 @@ class SearchPhase:
     def _end(self, why: str) -> None:
         self.over = True
         self.study.note(why)
+
+    def _stopped(self, history: list[TrialView]) -> bool:
+        """The stopping rule ends the search (search/stopping.py): recorded once, with why; a
+        resumed study finds the record and boots no further candidate."""
+        store, spec = self.study.store, self.study.spec
+        if spec.stopping.chance_below is None:
+            return False
+        recorded = store.search_stop()
+        if recorded is not None:
+            self._end(escape(f"search stopped by its rule: {recorded.reason}"))
+            return True
+        state = stopping.assess(spec, history)
+        if not state.stops:
+            return False
+        reason = state.line(spec.min_effect_pct)
+        store.set_search_stop(SearchStop(reason, state.chance, spec.stopping.chance_below, len(store.trials())))
+        self._end(escape(f"search stopped by its rule: {reason}"))
+        return True
 
     def _would_boot(self, candidate: Config) -> bool:
         return known.before_boot(self.study.store, candidate, self.study.baseline, self.defaults) is None

@@ -43,9 +43,9 @@ import numpy as np
 
 from ..analysis import analysis, known
 from ..errors import ServetuneError
-from ..search import STRATEGIES, Grid, Strategy, TrialView
+from ..search import STRATEGIES, Grid, Strategy, TrialView, stopping
 from ..store import StudyStore, Trial
-from ..study.spec import StudySpec
+from ..study.spec import Stopping, StudySpec
 from ..vocabulary import Outcome
 
 
@@ -71,6 +71,7 @@ class Entry:
     feasible: bool
     booted: bool                 # False: the study decided it without a boot (duplicate, skipped)
     trial_s: float               # mean recorded time of one of its trials (0 when not booted)
+    measure_s: float = 0.0       # of which measuring: every run of the trial (the rest is its boot)
 
     @property
     def usable(self) -> bool:
@@ -184,6 +185,7 @@ def _entry(key: str, group: list[Trial], scored: dict[int, tuple[list[float], bo
         feasible=all(t.ok and scored.get(t.id, ([], False))[1] for t in group),
         booted=bool(booted),
         trial_s=fmean(trial_seconds(t) for t in booted) if booted else 0.0,
+        measure_s=fmean(sum(r.wall_s for r in t.runs) for t in booted) if booted else 0.0,
     )
 
 
@@ -198,6 +200,9 @@ class SeedResult:
     boots: int
     spent_s: float
     proposed: tuple[str, ...]    # labels of the configs it proposed, in order
+    leader: str | None = None    # key of the config with the best replayed mean when it ended
+    stopped_by_rule: bool = False  # the stopping rule ended it (not the strategy or the budget)
+    raced: int = 0               # candidates whose measuring racing cut short
 
 
 def make_replayed(table: GridTable, name: str, seed: int, order: Sequence[str] | None = None) -> Strategy:
@@ -229,19 +234,41 @@ def variants(table: GridTable, names: Sequence[str]) -> list[tuple[str, str, tup
 ORDER_DEPENDENT = frozenset({"ofat"})
 
 
+@dataclass(frozen=True)
+class Economy:
+    """What a replay may save beyond the strategy's own order (off by default: today's study).
+
+    `stop_below`: the search's stopping rule (search/stopping.py) with this threshold, asked before
+    every proposal. `race`: a candidate whose first replicate is clearly worse than the leader,
+    below the leader's mean by more than the minimum effect plus `race_sds` replicate standard
+    deviations (the pooled residuals'), is measured no further: it is charged its boot and that
+    one replicate, and the strategy sees that one sample."""
+
+    stop_below: float | None = None
+    race: bool = False
+    race_sds: float = 3.0
+
+
 def replay(table: GridTable, name: str, seed: int, *, budget: int, within_pct: float,
-           order: Sequence[str] | None = None) -> SeedResult:
+           order: Sequence[str] | None = None, economy: Economy | None = None) -> SeedResult:
     """Run strategy `name` against the table as the runner would (module docstring)."""
+    economy = economy or Economy()
     strategy = make_replayed(table, name, seed, order)
     world = table.world(seed)
     targets = table.targets(within_pct)
     base = table.entries[table.baseline_key]
+    rule_spec = table.spec.model_copy(update={"stopping": Stopping(chance_below=economy.stop_below)})
+    race_margin = table.spec.min_effect_pct / 100 + economy.race_sds * float(np.std(table.residuals))
     history = [TrialView(params={}, samples=world[base.key], feasible=base.feasible)]
     boots, spent = 1, base.trial_s
     reached = (boots, spent) if base.key in targets else None
-    candidates = since_baseline = 0
+    candidates = since_baseline = raced = 0
+    stopped = False
     proposed: list[str] = []
     while candidates < budget:
+        if economy.stop_below is not None and stopping.assess(rule_spec, history).stops:
+            stopped = True
+            break
         proposal = strategy.propose(history)
         if proposal is None:
             break
@@ -249,16 +276,34 @@ def replay(table: GridTable, name: str, seed: int, *, budget: int, within_pct: f
         if since_baseline >= table.spec.baseline_every and entry.booted:  # the runner re-measures here
             boots, spent, since_baseline = boots + 1, spent + base.trial_s, 0
         proposed.append(entry.label)
-        history.append(TrialView(params=proposal.params, outcome=entry.outcome,
-                                 samples=world[entry.key] if entry.outcome is Outcome.ok else (),
+        samples = world[entry.key] if entry.outcome is Outcome.ok else ()
+        cost = entry.trial_s
+        leader_mean = _leader(table, history)[1]
+        if (economy.race and len(samples) > 1 and leader_mean is not None
+                and samples[0] < leader_mean * (1 - race_margin)):
+            cost -= entry.measure_s * (1 - 1 / len(samples))
+            samples, raced = samples[:1], raced + 1
+        history.append(TrialView(params=proposal.params, outcome=entry.outcome, samples=samples,
                                  feasible=entry.feasible))
         if entry.booted:  # a trial decided without a boot is free and not counted, as in a study
-            boots, spent = boots + 1, spent + entry.trial_s
+            boots, spent = boots + 1, spent + cost
             candidates, since_baseline = candidates + 1, since_baseline + 1
         if reached is None and entry.key in targets:
             reached = (boots, spent)
     return SeedResult(seed, reached[0] if reached else None, reached[1] if reached else None, boots, spent,
-                      tuple(proposed))
+                      tuple(proposed), leader=_leader(table, history)[0], stopped_by_rule=stopped, raced=raced)
+
+
+def _leader(table: GridTable, history: Sequence[TrialView]) -> tuple[str | None, float | None]:
+    """The config key with the best mean over the history's usable samples, and that mean."""
+    pooled: dict[str, list[float]] = defaultdict(list)
+    for view in history:
+        if view.usable:
+            pooled[table.spec.config_for(dict(view.params)).key()] += view.samples
+    if not pooled:
+        return None, None
+    key = max(pooled, key=lambda k: fmean(pooled[k]))
+    return key, fmean(pooled[key])
 
 
 @dataclass(frozen=True)
@@ -302,7 +347,7 @@ def summarize(table: GridTable, name: str, results: Sequence[SeedResult]) -> Sum
 
 
 def benchmark(table: GridTable, strategies: Sequence[str], seeds: int, *, budget: int | None = None,
-              within_pct: float = 2.0) -> dict[str, tuple[Summary, list[SeedResult]]]:
+              within_pct: float = 2.0, economy: Economy | None = None) -> dict[str, tuple[Summary, list[SeedResult]]]:
     """Every strategy on seeds 0 .. seeds-1 (the same resampled worlds for each)."""
     if seeds < 1:
         raise ServetuneError(f"--seeds: {seeds}; at least 1")
@@ -311,11 +356,65 @@ def benchmark(table: GridTable, strategies: Sequence[str], seeds: int, *, budget
     limit = table.candidates() if budget is None else budget
     out = {}
     for row, name, order in variants(table, strategies):
-        results = [replay(table, name, seed, budget=limit, within_pct=within_pct, order=order)
+        results = [replay(table, name, seed, budget=limit, within_pct=within_pct, order=order, economy=economy)
                    for seed in range(seeds)]
         out[row] = (summarize(table, row, results), results)
     return out
 
 
-__all__ = ["Entry", "GridTable", "SeedResult", "ShuffledGrid", "Summary", "benchmark", "make_replayed",
-           "quantile", "replay", "summarize", "trial_seconds", "variants"]
+@dataclass(frozen=True)
+class Saving:
+    """One strategy with an `Economy` against the same strategy without one, seed by seed on the
+    same worlds: the device time each spent in all (to the search's end: the study's verdict
+    where, as on the replayed grid, no finalist is booted after it), and whether both named the
+    same leader."""
+
+    strategy: str
+    seeds: int
+    today_minutes_median: float
+    minutes_median: float
+    ratio: float                 # minutes_median / today_minutes_median
+    boots_median: float
+    same_leader_share: float     # the leader is the config the run without economy ended with
+    as_good_share: float         # its true objective within the minimum effect of that config's, or better
+    near_best_share: float       # the leader is within `within_pct` % of the grid's best
+    stopped_share: float         # the stopping rule ended it
+    raced_median: float
+
+
+def _as_good(table: GridTable, leader: str | None, today: str | None) -> bool:
+    """`leader`'s true objective is at least `today`'s less the study's minimum effect: a winner
+    the full study could not call worse than its own."""
+    if today is None:
+        return leader is None
+    if leader is None:
+        return False
+    floor = (table.entries[today].true_value or 0.0) * (1 - table.spec.min_effect_pct / 100)
+    return (table.entries[leader].true_value or 0.0) >= floor
+
+
+def savings(table: GridTable, strategies: Sequence[str], seeds: int, economy: Economy, *,
+            budget: int | None = None, within_pct: float = 2.0) -> list[Saving]:
+    """Every strategy with and without `economy` on seeds 0 .. seeds-1."""
+    today = benchmark(table, strategies, seeds, budget=budget, within_pct=within_pct)
+    cheaper = benchmark(table, strategies, seeds, budget=budget, within_pct=within_pct, economy=economy)
+    targets = table.targets(within_pct)
+    out = []
+    for row, (_, before) in today.items():
+        after = cheaper[row][1]
+        old = float(np.median([r.spent_s for r in before])) / 60
+        new = float(np.median([r.spent_s for r in after])) / 60
+        out.append(Saving(
+            strategy=row, seeds=seeds, today_minutes_median=old, minutes_median=new, ratio=new / old if old else 1.0,
+            boots_median=float(np.median([r.boots for r in after])),
+            same_leader_share=fmean(a.leader == b.leader for a, b in zip(after, before, strict=True)),
+            as_good_share=fmean(_as_good(table, a.leader, b.leader) for a, b in zip(after, before, strict=True)),
+            near_best_share=fmean(a.leader in targets for a in after),
+            stopped_share=fmean(a.stopped_by_rule for a in after),
+            raced_median=float(np.median([a.raced for a in after])),
+        ))
+    return out
+
+
+__all__ = ["Economy", "Entry", "GridTable", "Saving", "SeedResult", "ShuffledGrid", "Summary", "benchmark",
+           "make_replayed", "quantile", "replay", "savings", "summarize", "trial_seconds", "variants"]
