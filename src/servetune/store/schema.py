@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS trials (
     cache_json         TEXT,                   -- the boot's cache root, cold/warm, compile time (engine.cache)
     exclusion_json     TEXT,                   -- why this boot is kept out of the verdict (tune.outliers)
     machine_json       TEXT,                   -- the slot's GPUs / CPU before the boot (machine.MachineRecord)
+    stopped_early      TEXT,                   -- why it stopped measuring before its replicates were done (tune.racing)
     started_at         REAL NOT NULL,
     healthy_at         REAL,
     ended_at           REAL
@@ -90,6 +91,7 @@ ADDED_COLUMNS = (
     (5, "trials", "cache_json TEXT"),
     (5, "trials", "exclusion_json TEXT"),
     (5, "trials", "machine_json TEXT"),
+    (5, "trials", "stopped_early TEXT"),
     (5, "runs", "machine_samples_json TEXT"),
 )
 

@@ -266,6 +266,10 @@ class StudyStore:
         """Keep a boot out of the verdict from now on, with why (its runs stay stored)."""
         self._write("UPDATE trials SET exclusion_json = ? WHERE id = ?", (json.dumps(exclusion.to_json()), trial_id))
 
+    def stop_early(self, trial_id: int, why: str) -> None:
+        """The trial measures no more replicates (tune/racing.py); kept so a resumed study keeps the stop."""
+        self._write("UPDATE trials SET stopped_early = ? WHERE id = ?", (why, trial_id))
+
     def finish_trial(self, trial_id: int, outcome: Outcome, *, detail: str | None = None,
                      log_tail: str | None = None) -> None:
         detail, log_tail = (None if x is None else self.redact(x) for x in (detail, log_tail))
@@ -433,6 +437,7 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
         knobs=tuple(KnobEvidence.model_validate(k) for k in _loads(_optional(row, "knobs_json"), [])),
         cache=_cache(_optional(row, "cache_json")), exclusion=_exclusion(_optional(row, "exclusion_json")),
         machine=_machine(MachineRecord, _optional(row, "machine_json")),
+        stopped_early=_optional(row, "stopped_early"),
     )
 
 

@@ -47,7 +47,7 @@ from ..study.metrics import CAPACITY, GOODPUT, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
-from . import machine_check, pool_evidence, slo_proof
+from . import machine_check, pool_evidence, screening, slo_proof
 from .analysis_types import (
     ConfigResult,
     DriftPoint,
@@ -168,25 +168,37 @@ def _baseline_points(measured: list[_Measured], metric: str) -> list[DriftPoint]
 
 
 class SlotReferences:
-    """The baseline reference of each slot (see the module docstring), pooled where a slot has none."""
+    """The baseline reference of each slot (see the module docstring), pooled where a slot has none.
+    With short screening (tune/screening.py) each run length has its own: a search boot is divided
+    by the baseline's short runs, a finalist's by the baseline's full ones, so what a shorter run
+    reads differently cancels in every ratio."""
 
-    def __init__(self, by_slot: dict[int, Reference], pooled: Reference):
+    def __init__(self, by_slot: dict[tuple[int, bool], Reference], pooled: dict[bool, Reference],
+                 split_lengths: bool = False):
         self.by_slot = by_slot
         self.pooled = pooled
+        self.split_lengths = split_lengths
+
+    def _length(self, trial: Trial) -> bool:
+        return self.split_lengths and trial.role.is_validation
 
     def for_trial(self, trial: Trial) -> Reference:
-        return self.by_slot.get(trial.slot, self.pooled)
+        length = self._length(trial)
+        return self.by_slot.get((trial.slot, length)) or self.pooled.get(length) or Reference({}, 1.0)
 
 
 def _reference(measured: list[_Measured], spec: StudySpec) -> SlotReferences:
-    slot_of = {m.trial.id: m.trial.slot for m in measured}
-    pooled: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    by_slot: dict[int, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    split = screening.is_short(spec)
+    trial_of = {m.trial.id: m.trial for m in measured}
+    pooled: dict[bool, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    by_slot: dict[tuple[int, bool], dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for p in _baseline_points(measured, spec.objective.metric):
-        pooled[p.scenario].append((p.at, p.value))
-        by_slot[slot_of[p.trial_id]][p.scenario].append((p.at, p.value))
-    return SlotReferences({slot: Reference(points, spec.alpha) for slot, points in by_slot.items()},
-                          Reference(pooled, spec.alpha))
+        trial = trial_of[p.trial_id]
+        length = split and trial.role.is_validation
+        pooled[length][p.scenario].append((p.at, p.value))
+        by_slot[(trial.slot, length)][p.scenario].append((p.at, p.value))
+    return SlotReferences({key: Reference(points, spec.alpha) for key, points in by_slot.items()},
+                          {length: Reference(points, spec.alpha) for length, points in pooled.items()}, split)
 
 
 def objective_samples(m: _Measured, spec: StudySpec, references: SlotReferences) -> list[float]:
@@ -304,10 +316,11 @@ def enough_replicates(store: StudyStore, spec: StudySpec, trial: Trial, replicat
 
 
 def pick_finalists(store: StudyStore, spec: StudySpec, k: int) -> list[str]:
-    """The best few feasible candidates whose objective point estimate beats the baseline."""
+    """The best few feasible candidates whose objective point estimate beats the baseline; one that
+    racing stopped as clearly worse is never among them."""
     result = analyze(store, spec)
     ranked = [(c.key, c.objective.estimate) for c in result.configs
-              if not c.is_baseline and c.ok and c.feasible
+              if not c.is_baseline and c.ok and c.feasible and c.stopped_early is None
               and c.objective is not None and c.objective.estimate > 1.0]
     ranked.sort(key=lambda r: r[1], reverse=True)
     return [key for key, _ in ranked[:k]]
@@ -603,6 +616,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         feasible=ok and worst_state(c for s in scenarios.values() for c in s.slo_checks) is not SloState.violated,
         is_baseline=is_baseline,
         is_finalist=any(m.trial.role is TrialRole.finalist for m in group),
+        stopped_early=next((m.trial.stopped_early for m in group if m.trial.stopped_early), None),
     )
 
 
