@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 from rich.console import Console
 
 from servetune.engine.bootfacts import BootFacts
@@ -19,7 +20,7 @@ from servetune.load.records import RunResult, RunSummary
 from servetune.search.base import TrialView
 from servetune.search.optuna_tpe import OptunaTPE
 from servetune.store import StudyStore, TrialRole
-from servetune.study.spec import StudySpec
+from servetune.study.spec import SpecError, StudySpec
 from servetune.tune import analysis, known, screening
 from servetune.tune.display import StudyDisplay
 from servetune.tune.racing import STOPPED_CLEARLY_WORSE
@@ -150,3 +151,9 @@ def test_tpe_hears_a_stopped_trial_as_pruned(tmp_path: Path) -> None:
     frozen = OptunaTPE(spec)._frozen(TrialView(params={"max-num-seqs": 8}, samples=(0.5,), trial=store.trial(trial.id)))
     assert frozen is not None and frozen.state is optuna.trial.TrialState.PRUNED
     assert frozen.intermediate_values == {0: 0.5}
+
+
+def test_short_screening_under_maximize_capacity_is_the_study_files_error() -> None:
+    with pytest.raises(SpecError, match="screening.num_prompts_fraction: a capacity search sends"):
+        _spec(objective={"maximize": "capacity", "slo": {"p99_ttft_ms": 1000}},
+              screening={"num_prompts_fraction": 0.5})

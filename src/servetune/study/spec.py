@@ -503,6 +503,9 @@ class StudySpec(_Strict):
         if self.objective.maximize != CAPACITY:
             return []
         problems: list[tuple[Loc, str]] = []
+        if self.screening.num_prompts_fraction < 1.0:
+            problems.append((("screening", "num_prompts_fraction"),
+                             "a capacity search sends capacity.num_prompts at each level: screening is not shortened"))
         bad: set[str] = set()
         for i, scenario in enumerate(self.scenarios):
             limits = self.objective.slo_for(scenario.name)

@@ -169,36 +169,38 @@ def _baseline_points(measured: list[_Measured], metric: str) -> list[DriftPoint]
 
 class SlotReferences:
     """The baseline reference of each slot (see the module docstring), pooled where a slot has none.
-    With short screening (tune/screening.py) each run length has its own: a search boot is divided
-    by the baseline's short runs, a finalist's by the baseline's full ones, so what a shorter run
-    reads differently cancels in every ratio."""
+    With short screening (tune/screening.py) `full` holds the references of the full-length runs:
+    a search boot is divided by the baseline's short runs, a finalist's by the baseline's full
+    ones, so what a shorter run reads differently cancels in every ratio."""
 
-    def __init__(self, by_slot: dict[tuple[int, bool], Reference], pooled: dict[bool, Reference],
-                 split_lengths: bool = False):
+    def __init__(self, by_slot: dict[int, Reference], pooled: Reference, full: SlotReferences | None = None):
         self.by_slot = by_slot
         self.pooled = pooled
-        self.split_lengths = split_lengths
-
-    def _length(self, trial: Trial) -> bool:
-        return self.split_lengths and trial.role.is_validation
+        self.full = full
 
     def for_trial(self, trial: Trial) -> Reference:
-        length = self._length(trial)
-        return self.by_slot.get((trial.slot, length)) or self.pooled.get(length) or Reference({}, 1.0)
+        if self.full is not None and trial.role.is_validation:
+            return self.full.for_trial(trial)
+        return self.by_slot.get(trial.slot, self.pooled)
 
 
 def _reference(measured: list[_Measured], spec: StudySpec) -> SlotReferences:
-    split = screening.is_short(spec)
     trial_of = {m.trial.id: m.trial for m in measured}
-    pooled: dict[bool, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
-    by_slot: dict[tuple[int, bool], dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
-    for p in _baseline_points(measured, spec.objective.metric):
-        trial = trial_of[p.trial_id]
-        length = split and trial.role.is_validation
-        pooled[length][p.scenario].append((p.at, p.value))
-        by_slot[(trial.slot, length)][p.scenario].append((p.at, p.value))
-    return SlotReferences({key: Reference(points, spec.alpha) for key, points in by_slot.items()},
-                          {length: Reference(points, spec.alpha) for length, points in pooled.items()}, split)
+    points = _baseline_points(measured, spec.objective.metric)
+    if not screening.is_short(spec):
+        return _slot_references(points, trial_of, spec.alpha)
+    short = _slot_references([p for p in points if not trial_of[p.trial_id].role.is_validation], trial_of, spec.alpha)
+    full = _slot_references([p for p in points if trial_of[p.trial_id].role.is_validation], trial_of, spec.alpha)
+    return SlotReferences(short.by_slot, short.pooled, full=full)
+
+
+def _slot_references(points: list[DriftPoint], trial_of: dict[int, Trial], alpha: float) -> SlotReferences:
+    pooled: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    by_slot: dict[int, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for p in points:
+        pooled[p.scenario].append((p.at, p.value))
+        by_slot[trial_of[p.trial_id].slot][p.scenario].append((p.at, p.value))
+    return SlotReferences({slot: Reference(pts, alpha) for slot, pts in by_slot.items()}, Reference(pooled, alpha))
 
 
 def objective_samples(m: _Measured, spec: StudySpec, references: SlotReferences) -> list[float]:

@@ -7,7 +7,7 @@ own baseline reference (tune/analysis.py `SlotReferences`): every objective samp
 the baseline measured at the same length, and the bias cancels. A short run's noise is larger;
 benchmarks/verdict_calibration.py simulates the pipeline with noisier screening boots and shows
 the false-winner rate stays within alpha. A `maximize: capacity` study is not shortened (a level
-sends `capacity.num_prompts`), nor a trace replayed whole or a prefill sweep.
+sends `capacity.num_prompts`: the study file says so), nor a trace replayed whole or a prefill sweep.
 """
 
 from __future__ import annotations
