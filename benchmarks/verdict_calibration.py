@@ -17,7 +17,9 @@ a replicate once its interval at the racing confidence lies below the baseline b
 effect (1 %, over the boot sd of 6 %), and is no finalist; the search's boots run a fraction of the
 prompts, so their replicate sd is the full run's over sqrt(fraction). The rule's critical value is
 the one servetune uses (ratio 0, racing and fraction not in it); every such cell must meet the
-same bound.
+same bound. The simulated race knows the variances (a normal interval), so it stops more often
+than the study's t interval on a few boot-level df does; racing at 0.8 shows the rate does not
+hang on how eagerly candidates are stopped.
 
     python benchmarks/verdict_calibration.py [--studies 20000] [--jobs 8] [--out docs/results]
 """

@@ -17,6 +17,7 @@ from rich.console import Console
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.load.records import RunResult, RunSummary
+from servetune.report.context import build as build_report_data
 from servetune.search.base import TrialView
 from servetune.search.optuna_tpe import OptunaTPE
 from servetune.store import StudyStore, TrialRole
@@ -74,6 +75,8 @@ def test_a_clearly_worse_candidate_stops_after_one_replicate_and_a_resume_keeps_
         result = analysis.analyze(store, _spec())
         stopped = next(c for c in result.configs if worse.id in c.trial_ids)
         assert stopped.stopped_early == worse.stopped_early and len(stopped.objective_samples) == 1  # its run counts
+        assert "3 candidate config(s) tried, 0 failed to run, 1 stopped early: clearly worse" in \
+            build_report_data(result, store).headline
         store.close()
 
         # A kill after the stop was stored, before the trial ended: the resumed study ends it unbooted.
