@@ -75,7 +75,7 @@ def test_a_clearly_worse_candidate_stops_after_one_replicate_and_a_resume_keeps_
         result = analysis.analyze(store, _spec())
         stopped = next(c for c in result.configs if worse.id in c.trial_ids)
         assert stopped.stopped_early == worse.stopped_early and len(stopped.objective_samples) == 1  # its run counts
-        assert "3 candidate config(s) tried, 0 failed to run, 1 stopped early: clearly worse" in \
+        assert "3 candidate(s) screened, 0 promising, 1 stopped early: clearly worse" in \
             build_report_data(result, store).headline
         store.close()
 
@@ -97,8 +97,10 @@ def test_racing_off_measures_every_replicate(tmp_path: Path) -> None:
     assert worse.stopped_early is None and sorted(r.replicate for r in worse.ok_runs()) == [1, 2, 3]
 
 
-def _measure(store: StudyStore, role: TrialRole, seqs: int, value: float, reps: int = 3) -> None:
-    trial = store.begin_trial(role, Config.of({"max-num-seqs": seqs}), {"max-num-seqs": seqs})
+def _measure(store: StudyStore, role: TrialRole, seqs: int | None, value: float, reps: int = 3) -> None:
+    """A done trial of `role` whose runs read `value` (and 1-3 % more); `seqs` None: the baseline's config."""
+    params = {} if seqs is None else {"max-num-seqs": seqs}
+    trial = store.begin_trial(role, Config.of(params), params)
     for r in range(1, reps + 1):
         summary = RunSummary(output_throughput=value * (1 + 0.01 * r), completed=4)
         store.record_run(trial.id, r, _result(summary), started_at=0.0, ended_at=1.0)
@@ -112,7 +114,7 @@ def _result(summary: RunSummary) -> RunResult:
 def test_a_stopped_candidate_is_never_a_finalist(tmp_path: Path) -> None:
     spec = _spec(finalists=2)
     store = StudyStore.in_dir(tmp_path)
-    _measure(store, TrialRole.baseline, 0, 100.0)
+    _measure(store, TrialRole.baseline, None, 100.0)
     _measure(store, TrialRole.candidate, 8, 130.0)
     _measure(store, TrialRole.candidate, 32, 120.0)
     assert set(analysis.pick_finalists(store, spec, 2)) == {c.key() for c in (
@@ -120,6 +122,8 @@ def test_a_stopped_candidate_is_never_a_finalist(tmp_path: Path) -> None:
     best = next(t for t in store.trials() if t.config.flags.get("max-num-seqs") == 8)
     store.stop_early(best.id, STOPPED_CLEARLY_WORSE)
     assert analysis.pick_finalists(store, spec, 2) == [Config.of({"max-num-seqs": 32}).key()]
+    headline = build_report_data(analysis.analyze(store, spec), store).headline
+    assert "2 candidate config(s) tried, 0 failed to run, 1 stopped early: clearly worse" in headline, headline
 
 
 def test_screening_runs_a_share_of_the_prompts_and_finalists_run_them_all() -> None:
@@ -136,9 +140,9 @@ def test_each_run_length_is_divided_by_the_baseline_measured_at_that_length(tmp_
     cancels it, so a finalist's short screening boot and full boots agree."""
     spec = _spec(screening={"num_prompts_fraction": 0.5}, finalists=1)
     store = StudyStore.in_dir(tmp_path)
-    _measure(store, TrialRole.baseline, 0, 80.0)      # short
+    _measure(store, TrialRole.baseline, None, 80.0)      # short
     _measure(store, TrialRole.candidate, 8, 88.0)     # short: +10 %
-    _measure(store, TrialRole.baseline_final, 0, 100.0)
+    _measure(store, TrialRole.baseline_final, None, 100.0)
     _measure(store, TrialRole.finalist, 8, 110.0)     # full: +10 %
     config = next(c for c in analysis.analyze(store, spec).configs if c.key == Config.of({"max-num-seqs": 8}).key())
     means = [sum(b) / len(b) for b in config.objective_boots]

@@ -727,8 +727,10 @@ def _winner(configs: list[ConfigResult], spec: StudySpec,
     if spec.finalists == 0:
         labels = [c.objective_effect.verdict for c in configs if not c.is_baseline and c.objective_effect is not None]
         screened, promising = labels, [v for v in labels if v == "promising"]
+        raced = sum(1 for c in configs if c.stopped_early)
+        raced_text = f", {raced} stopped early: clearly worse" if raced else ""
         return None, (f"finalists: 0 screens only, so no winner is named: {len(screened)} candidate(s) screened, "
-                      f"{len(promising)} promising; a promising one needs re-validation on fresh boots "
+                      f"{len(promising)} promising{raced_text}; a promising one needs re-validation on fresh boots "
                       "(finalists >= 1) to be proven better")
     finalists = [c for c in configs if c.is_finalist]
     if not finalists:
