@@ -164,3 +164,15 @@ def test_short_screening_under_maximize_capacity_is_the_study_files_error() -> N
     with pytest.raises(SpecError, match="screening.num_prompts_fraction: a capacity search sends"):
         _spec(objective={"maximize": "capacity", "slo": {"p99_ttft_ms": 1000}},
               screening={"num_prompts_fraction": 0.5})
+
+
+def test_a_version_5_store_written_before_the_column_gets_it_on_open(tmp_path: Path) -> None:
+    store = StudyStore.in_dir(tmp_path)
+    _measure(store, TrialRole.candidate, 8, 50.0, reps=1)
+    store._conn.execute("ALTER TABLE trials DROP COLUMN stopped_early")   # as a v5 store from before racing
+    store.close()
+    store = StudyStore.in_dir(tmp_path)
+    trial = store.trials()[0]
+    assert trial.stopped_early is None
+    store.stop_early(trial.id, STOPPED_CLEARLY_WORSE)
+    assert store.trial(trial.id).stopped_early == STOPPED_CLEARLY_WORSE

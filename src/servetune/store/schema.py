@@ -96,7 +96,9 @@ ADDED_COLUMNS = (
 )
 
 
-def migration_sql(from_version: int) -> list[str]:
-    """ALTER TABLE statements that bring a store of `from_version` to SCHEMA_VERSION."""
-    return [f"ALTER TABLE {table} ADD COLUMN {column}"
-            for version, table, column in ADDED_COLUMNS if version > from_version]
+def missing_columns_sql(present: dict[str, set[str]]) -> list[str]:
+    """ALTER TABLE statements for every added column a store's tables lack (`present`: table ->
+    its columns): a store of an older version, or one of this version written before a column of
+    this version was added."""
+    return [f"ALTER TABLE {table} ADD COLUMN {column}" for _, table, column in ADDED_COLUMNS
+            if column.split()[0] not in present.get(table, set())]

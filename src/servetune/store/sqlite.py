@@ -35,7 +35,7 @@ from ..machine import MachineRecord, RunMachine
 from ..vocabulary import Outcome
 from . import meta
 from .model import Exclusion, Run, Trial, TrialRole, TrialState
-from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
+from .schema import SCHEMA, SCHEMA_VERSION, missing_columns_sql
 
 _M = TypeVar("_M", MachineRecord, RunMachine)
 
@@ -84,8 +84,9 @@ class StudyStore:
             self.set_meta("schema_version", str(SCHEMA_VERSION))
         else:
             self._check_version(version)
-            if int(version) < SCHEMA_VERSION:
-                self._migrate(int(version))
+            missing = missing_columns_sql(self._columns())
+            if int(version) < SCHEMA_VERSION or missing:
+                self._migrate(missing)
 
     def _check_version(self, version: str | None) -> None:
         """Older versions are read as they are (read-only) or migrated; newer ones are refused."""
@@ -94,11 +95,15 @@ class StudyStore:
         if int(version) > SCHEMA_VERSION:
             raise ServetuneError(f"{self.path}: store schema version {version}, this servetune reads {SCHEMA_VERSION}")
 
-    def _migrate(self, from_version: int) -> None:
+    def _columns(self) -> dict[str, set[str]]:
+        return {table: {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}
+                for table in ("trials", "runs", "sessions")}
+
+    def _migrate(self, statements: list[str]) -> None:
         """Bring an older store up to date in one transaction (a kill leaves it old, never half-new)."""
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
-            for statement in migration_sql(from_version):
+            for statement in statements:
                 self._conn.execute(statement)
             self._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
