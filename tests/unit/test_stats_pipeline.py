@@ -12,7 +12,7 @@ from scipy import stats as sps
 
 from servetune import stats
 from servetune.stats import pipeline
-from servetune.stats.pipeline import Design, calibrated_p, critical_level, critical_t, simulate
+from servetune.stats.pipeline import Design, Race, calibrated_p, critical_level, critical_t, simulate
 
 
 def test_the_simulated_t_is_the_one_compare_boots_computes() -> None:
@@ -76,3 +76,22 @@ def test_what_the_next_boot_pair_buys_grows_with_the_boots() -> None:
     at_cap = pipeline.detection_power(math.log(1.2), 0.06, (2, 3), (5, 6), 3, level)
     assert now < next_pair < at_cap
     assert math.isnan(pipeline.detection_power(math.log(1.2), 0.0, (2, 3), (3, 4), 3, level))
+
+
+def test_racing_in_the_simulation_stops_clearly_worse_candidates_and_leaves_equal_ones() -> None:
+    race = Race(z=2.576, margin=0.167)   # 99 %, a 1 % minimum effect over a 6 % boot sd
+    _, stopped, lost = race.screen(np.random.default_rng(1), np.full(5, -8.5), np.zeros(2000), 1, 1.0, 3, 2000)
+    assert stopped.mean() > 0.99 and abs(lost.mean() - 2 * 5 * stopped.mean()) < 0.2   # after their first replicate
+    _, stopped, _ = race.screen(np.random.default_rng(2), np.zeros(5), np.zeros(2000), 1, 1.0, 3, 2000)
+    assert stopped.mean() < 0.01
+
+
+def test_racing_and_short_screening_leave_the_plain_simulation_as_it_was() -> None:
+    plain = simulate(np.random.default_rng(3), m=5, k=2, b0=1, fresh=1, extra=0, reps=3, sd_ratio=1.0,
+                     effects=np.zeros(5), n=500)
+    same = simulate(np.random.default_rng(3), m=5, k=2, b0=1, fresh=1, extra=0, reps=3, sd_ratio=1.0,
+                    effects=np.zeros(5), n=500, screen_ratio=1.0)
+    assert np.array_equal(plain.min_p, same.min_p)
+    raced = simulate(np.random.default_rng(3), m=5, k=2, b0=1, fresh=1, extra=0, reps=3, sd_ratio=1.0,
+                     effects=np.full(5, -8.5), n=500, race=Race(z=2.576, margin=0.167))
+    assert (raced.who == -1).mean() > 0.99   # every candidate stopped: no finalist, no winner

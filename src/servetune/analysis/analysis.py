@@ -49,7 +49,7 @@ from ..study.metrics import CAPACITY, GOODPUT, higher_is_better
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
-from . import class_proof, machine_check, pool_evidence, slo_proof
+from . import class_proof, machine_check, pool_evidence, screening, slo_proof
 from .capacity_runs import censored_value, censoring, is_level_run
 from .eta import for_study, next_trial_s, stored_seed
 from .known import DEFAULTS_META
@@ -171,25 +171,39 @@ def _baseline_points(measured: list[_Measured], metric: str) -> list[DriftPoint]
 
 
 class SlotReferences:
-    """The baseline reference of each slot (see the module docstring), pooled where a slot has none."""
+    """The baseline reference of each slot (see the module docstring), pooled where a slot has none.
+    With short screening (tune/screening.py) `full` holds the references of the full-length runs:
+    a search boot is divided by the baseline's short runs, a finalist's by the baseline's full
+    ones, so what a shorter run reads differently cancels in every ratio."""
 
-    def __init__(self, by_slot: dict[int, Reference], pooled: Reference):
+    def __init__(self, by_slot: dict[int, Reference], pooled: Reference, full: SlotReferences | None = None):
         self.by_slot = by_slot
         self.pooled = pooled
+        self.full = full
 
     def for_trial(self, trial: Trial) -> Reference:
+        if self.full is not None and trial.role.is_validation:
+            return self.full.for_trial(trial)
         return self.by_slot.get(trial.slot, self.pooled)
 
 
 def _reference(measured: list[_Measured], spec: StudySpec) -> SlotReferences:
-    slot_of = {m.trial.id: m.trial.slot for m in measured}
+    trial_of = {m.trial.id: m.trial for m in measured}
+    points = _baseline_points(measured, spec.objective.metric)
+    if not screening.is_short(spec):
+        return _slot_references(points, trial_of, spec.alpha)
+    short = _slot_references([p for p in points if not trial_of[p.trial_id].role.is_validation], trial_of, spec.alpha)
+    full = _slot_references([p for p in points if trial_of[p.trial_id].role.is_validation], trial_of, spec.alpha)
+    return SlotReferences(short.by_slot, short.pooled, full=full)
+
+
+def _slot_references(points: list[DriftPoint], trial_of: dict[int, Trial], alpha: float) -> SlotReferences:
     pooled: dict[str, list[tuple[float, float]]] = defaultdict(list)
     by_slot: dict[int, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
-    for p in _baseline_points(measured, spec.objective.metric):
+    for p in points:
         pooled[p.scenario].append((p.at, p.value))
-        by_slot[slot_of[p.trial_id]][p.scenario].append((p.at, p.value))
-    return SlotReferences({slot: Reference(points, spec.alpha) for slot, points in by_slot.items()},
-                          Reference(pooled, spec.alpha))
+        by_slot[trial_of[p.trial_id].slot][p.scenario].append((p.at, p.value))
+    return SlotReferences({slot: Reference(pts, alpha) for slot, pts in by_slot.items()}, Reference(pooled, alpha))
 
 
 def objective_samples(m: _Measured, spec: StudySpec, references: SlotReferences) -> list[float]:
@@ -307,10 +321,11 @@ def enough_replicates(store: StudyStore, spec: StudySpec, trial: Trial, replicat
 
 
 def pick_finalists(store: StudyStore, spec: StudySpec, k: int) -> list[str]:
-    """The best few feasible candidates whose objective point estimate beats the baseline."""
+    """The best few feasible candidates whose objective point estimate beats the baseline; one that
+    racing stopped as clearly worse is never among them."""
     result = analyze(store, spec)
     ranked = [(c.key, c.objective.estimate) for c in result.configs
-              if not c.is_baseline and c.ok and c.feasible
+              if not c.is_baseline and c.ok and c.feasible and c.stopped_early is None
               and c.objective is not None and c.objective.estimate > 1.0]
     ranked.sort(key=lambda r: r[1], reverse=True)
     return [key for key, _ in ranked[:k]]
@@ -627,6 +642,7 @@ def _config_result(key: str, group: list[_Measured], spec: StudySpec, reference:
         feasible=ok and worst_state(c for s in scenarios.values() for c in s.slo_checks) is not SloState.violated,
         is_baseline=is_baseline,
         is_finalist=any(m.trial.role is TrialRole.finalist for m in group),
+        stopped_early=next((m.trial.stopped_early for m in group if m.trial.stopped_early), None),
     )
 
 
@@ -735,8 +751,10 @@ def _winner(configs: list[ConfigResult], spec: StudySpec,
     if spec.finalists == 0:
         labels = [c.objective_effect.verdict for c in configs if not c.is_baseline and c.objective_effect is not None]
         screened, promising = labels, [v for v in labels if v == "promising"]
+        raced = sum(1 for c in configs if c.stopped_early)
+        raced_text = f", {raced} stopped early: clearly worse" if raced else ""
         return None, (f"finalists: 0 screens only, so no winner is named: {len(screened)} candidate(s) screened, "
-                      f"{len(promising)} promising; a promising one needs re-validation on fresh boots "
+                      f"{len(promising)} promising{raced_text}; a promising one needs re-validation on fresh boots "
                       "(finalists >= 1) to be proven better")
     finalists = [c for c in configs if c.is_finalist]
     if not finalists:

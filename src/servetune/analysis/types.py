@@ -172,6 +172,7 @@ class ConfigResult:
     feasible: bool = True        # ran, and no SLO is violated (the search's constraint; a winner needs slo_state met)
     is_baseline: bool = False
     is_finalist: bool = False
+    stopped_early: str | None = None   # racing stopped its screening boot (tune/racing.py): never a finalist
     unfinished_trial_ids: list[int] = field(default_factory=list)   # stopped mid-trial: resumed by `servetune tune`
     # Trial id -> how its machine differs from its baseline's (analysis/machine_check.py): left out of every estimate.
     unlike_machine: dict[int, list[str]] = field(default_factory=dict)

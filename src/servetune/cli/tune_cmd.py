@@ -117,8 +117,8 @@ def status(out: Path = typer.Argument(..., help="study directory")) -> None:
 
 def search_stop_line(store: StudyStore, study: StudySpec) -> str:
     """Where the study stands against its stopping rule, or why its search ended by it."""
-    from ..search import stopping
     from ..analysis import analysis
+    from ..search import stopping
 
     recorded = store.search_stop()
     if recorded is not None:

@@ -294,6 +294,8 @@ def _headline(analysis: StudyAnalysis) -> str:
                     f"({interval}, selection-calibrated p = {p:.3g}) over the baseline.{so_far}")
         return f"Winner: {label}.{so_far}"
     known = f", {len(not_run)} not booted (already known)" if not_run else ""
+    raced = [c for c in tried if c.stopped_early]
+    known += f", {len(raced)} stopped early: clearly worse" if raced else ""
     tally = (f"{len(tried) - len(not_run)} candidate config(s) tried, {len(failed)} failed to run{known}")
     if analysis.winner_reason.startswith("finalists: 0"):
         return f"No winner named: {analysis.winner_reason}."

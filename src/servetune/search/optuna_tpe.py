@@ -16,6 +16,9 @@ the same history always gives the same proposal, so a resumed study continues ex
   `constant_liar=True`: it treats them as (pessimistic) results, so free slots are handed
   different regions of the space, not the same promising point (Optuna's answer to parallel
   ask/tell); a sample that repeats a running config is dropped like a tried one.
+- A candidate that racing stopped as clearly worse (tune/racing.py) is told as PRUNED, with its
+  running mean after each replicate as the intermediate values, as a trial an Optuna pruner
+  stopped: TPE ranks pruned trials below every complete one, by their last intermediate value.
 - After `max_asks` samples without an untried allowed config: the first untried allowed
   one-parameter neighbour of the best trial (or the baseline), then the first untried allowed
   config in grid order; None when there is none (the space is exhausted).
@@ -108,6 +111,10 @@ class OptunaTPE(SearchBase):
             violation, value = _FAILED, 0.0
         else:
             violation, value = (0.0 if trial.feasible else _SLO_BREACH), sum(trial.samples) / len(trial.samples)
+        if trial.trial is not None and trial.trial.stopped_early is not None and trial.samples:
+            steps = {i: sum(trial.samples[:i + 1]) / (i + 1) for i in range(len(trial.samples))}
+            return create_trial(state=TrialState.PRUNED, params=params, distributions=self.distributions,
+                                intermediate_values=steps, constraints={_CONSTRAINT: violation})
         return create_trial(
             value=value,
             params=params,

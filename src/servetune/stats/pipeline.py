@@ -116,7 +116,8 @@ class Simulated:
 
 def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, extra: int, reps: int,
              sd_ratio: float, effects: NDArray[np.float64], n: int,
-             critical: float | None = None, futility_power: float = 0.10) -> Simulated:
+             critical: float | None = None, futility_power: float = 0.10,
+             screen_ratio: float | None = None, race: Race | None = None) -> Simulated:
     """Run ``n`` studies of the pipeline with the candidates' true log effects ``effects`` (boot sd 1).
 
     Looks: after the fixed re-validation, the finalist with the largest T and the baseline get one
@@ -124,16 +125,32 @@ def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, e
     nominal level) a study stops as the runner does (analysis/revalidation.py): once decided, or when
     even at its leader's measured effect the boots up to the cap would decide it with less than
     ``futility_power`` chance. Without it every study runs every look (the null's calibration:
-    stopping early can only lower the false-winner rate)."""
+    stopping early can only lower the false-winner rate).
+
+    Short screening (tune/screening.py): the search's boots, the baseline's among them, have
+    ``screen_ratio`` (replicate sd / boot sd of a shorter run) instead of ``sd_ratio``. Racing
+    (tune/racing.py, ``race``): after each replicate but the last a screening candidate whose
+    interval lies below the baseline's by the margin stops, keeps its mean so far, and is no
+    finalist."""
     boot_sd = math.sqrt(1.0 + sd_ratio**2 / reps)         # sd of a boot's mean of replicates
+    screen_ratio = sd_ratio if screen_ratio is None else screen_ratio
+    screen_sd = math.sqrt(1.0 + screen_ratio**2 / reps)
     rows = np.arange(n)
-    screen = effects[None, :] + boot_sd * rng.standard_normal((n, m))
-    first = boot_sd * rng.standard_normal((b0, n))
+    stopped = np.zeros((n, m), dtype=bool)
+    reps_lost = np.zeros(n)
+    if race is None:
+        screen = effects[None, :] + screen_sd * rng.standard_normal((n, m))
+        first = screen_sd * rng.standard_normal((b0, n))
+    else:
+        first = screen_sd * rng.standard_normal((b0, n))
+        screen, stopped, reps_lost = race.screen(rng, effects, first.mean(axis=0), b0, screen_ratio, reps, n)
     # The baseline's boots as running sums (sum, sum of squares, count): each look is O(n k).
     base = _Sums(first.sum(axis=0), (first**2).sum(axis=0), np.full(n, float(b0)))
-    order = np.argsort(-screen, axis=1)[:, :k]             # the best k by the screening estimate ...
+    ranked = np.where(stopped, -np.inf, screen)            # a stopped candidate is no finalist
+    order = np.argsort(-ranked, axis=1)[:, :k]             # the best k by the screening estimate ...
     fin_screen = np.take_along_axis(screen, order, axis=1)
     chosen = fin_screen > (base.s1 / base.count)[:, None]   # ... that beat the baseline's
+    chosen &= ~np.take_along_axis(stopped, order, axis=1)
     n_fin = chosen.sum(axis=1)
     kk = order.shape[1]
     fin_effect = effects[order]
@@ -147,8 +164,15 @@ def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, e
         for j in range(kk):        # a baseline boot paired with each finalist's fresh boot
             base.add(boot_sd * rng.standard_normal(n), chosen[:, j])
     # Replicate noise: its pooled sum of squares over every boot, grown with each look's two boots.
-    rep_df = (m + b0 + fresh * n_fin) * (reps - 1)
-    rep_ss = sd_ratio**2 * rng.chisquare(np.maximum(rep_df, 1)) if reps > 1 else np.zeros(n)
+    rep_df = (m + b0 + fresh * n_fin) * (reps - 1) - reps_lost
+    if screen_ratio == sd_ratio and race is None:
+        rep_ss = sd_ratio**2 * rng.chisquare(np.maximum(rep_df, 1)) if reps > 1 else np.zeros(n)
+    elif reps > 1:   # screening boots' within-boot noise and the full boots', pooled as the analysis pools them
+        screen_df = (m + b0) * (reps - 1) - reps_lost
+        rep_ss = (screen_ratio**2 * rng.chisquare(np.maximum(screen_df, 1))
+                  + sd_ratio**2 * rng.chisquare(np.maximum(fresh * n_fin * (reps - 1), 1)))
+    else:
+        rep_ss = np.zeros(n)
     best, who = np.ones(n), np.full(n, -1)
     active = n_fin > 0
     t = np.full((n, kk), -np.inf)
@@ -181,6 +205,37 @@ def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, e
                 power_cap = ndtr(value * se[rows, top] / se_cap - stdtrit(df + 2 * more, 1.0 - critical))
             active &= (best > critical) & (power_cap >= futility_power)
     return Simulated(best, who)
+
+
+@dataclass(frozen=True)
+class Race:
+    """Racing as tune/racing.py runs it, in boot-sd units: stop once the candidate's mean so far plus
+    ``z`` standard errors (its boot and its replicates so far, the baseline's screening boots) lies
+    ``margin`` below the baseline's mean."""
+
+    z: float          # the two-sided interval's normal quantile
+    margin: float     # the minimum effect, log scale over the boot sd
+
+    def screen(self, rng: np.random.Generator, effects: NDArray[np.float64], base_mean: NDArray[np.float64],
+               b0: int, ratio: float, reps: int, n: int,
+               ) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.float64]]:
+        """Each candidate's screening value, whether racing stopped it, and per study the replicate
+        df the stopped candidates did not measure."""
+        m = effects.size
+        boot = effects[None, :] + rng.standard_normal((n, m))
+        sums = np.cumsum(ratio * rng.standard_normal((n, m, reps)), axis=2)
+        value = boot + sums[..., -1] / reps
+        used = np.full((n, m), reps)
+        stopped = np.zeros((n, m), dtype=bool)
+        base_var = (1.0 + ratio**2 / reps) / b0
+        for j in range(1, reps):
+            partial = boot + sums[..., j - 1] / j
+            se = math.sqrt(1.0 + ratio**2 / j + base_var)
+            stop = ~stopped & (partial - base_mean[:, None] + self.z * se < -self.margin)
+            value = np.where(stop, partial, value)
+            used = np.where(stop, j, used)
+            stopped |= stop
+        return value, stopped, (reps - used).sum(axis=1).astype(float)
 
 
 @dataclass

@@ -131,6 +131,7 @@ class Trial:
     knobs: tuple[KnobEvidence, ...] = ()  # each env knob of the boot (a store from before: none checked)
     cache: CacheRecord | None = None  # its cache root and state (None: a store from before caches were kept)
     exclusion: Exclusion | None = None  # set when the boot is kept out of the verdict
+    stopped_early: str | None = None    # why it stopped measuring early (tune/racing.py); never a finalist
 
     @property
     def replaces(self) -> int | None:

@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS trials (
     cache_json         TEXT,                   -- the boot's cache root, cold/warm, compile time (engine.cache)
     exclusion_json     TEXT,                   -- why this boot is kept out of the verdict (analysis.outliers)
     machine_json       TEXT,                   -- the slot's GPUs / CPU before the boot (machine.MachineRecord)
+    stopped_early      TEXT,                   -- why it stopped measuring before its replicates were done (tune.racing)
     started_at         REAL NOT NULL,
     healthy_at         REAL,
     ended_at           REAL
@@ -90,11 +91,14 @@ ADDED_COLUMNS = (
     (5, "trials", "cache_json TEXT"),
     (5, "trials", "exclusion_json TEXT"),
     (5, "trials", "machine_json TEXT"),
+    (5, "trials", "stopped_early TEXT"),
     (5, "runs", "machine_samples_json TEXT"),
 )
 
 
-def migration_sql(from_version: int) -> list[str]:
-    """ALTER TABLE statements that bring a store of `from_version` to SCHEMA_VERSION."""
-    return [f"ALTER TABLE {table} ADD COLUMN {column}"
-            for version, table, column in ADDED_COLUMNS if version > from_version]
+def missing_columns_sql(present: dict[str, set[str]]) -> list[str]:
+    """ALTER TABLE statements for every added column a store's tables lack (`present`: table ->
+    its columns): a store of an older version, or one of this version written before a column of
+    this version was added."""
+    return [f"ALTER TABLE {table} ADD COLUMN {column}" for _, table, column in ADDED_COLUMNS
+            if column.split()[0] not in present.get(table, set())]

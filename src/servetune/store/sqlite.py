@@ -36,7 +36,7 @@ from ..machine import MachineRecord, RunMachine
 from ..vocabulary import Outcome
 from . import meta
 from .model import Exclusion, Run, Trial, TrialRole, TrialState
-from .schema import SCHEMA, SCHEMA_VERSION, migration_sql
+from .schema import SCHEMA, SCHEMA_VERSION, missing_columns_sql
 
 _M = TypeVar("_M", MachineRecord, RunMachine)
 
@@ -85,8 +85,9 @@ class StudyStore:
             self.set_meta("schema_version", str(SCHEMA_VERSION))
         else:
             self._check_version(version)
-            if int(version) < SCHEMA_VERSION:
-                self._migrate(int(version))
+            missing = missing_columns_sql(self._columns())
+            if int(version) < SCHEMA_VERSION or missing:
+                self._migrate(missing)
 
     def _check_version(self, version: str | None) -> None:
         """Older versions are read as they are (read-only) or migrated; newer ones are refused."""
@@ -95,11 +96,15 @@ class StudyStore:
         if int(version) > SCHEMA_VERSION:
             raise ServetuneError(f"{self.path}: store schema version {version}, this servetune reads {SCHEMA_VERSION}")
 
-    def _migrate(self, from_version: int) -> None:
+    def _columns(self) -> dict[str, set[str]]:
+        return {table: {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}
+                for table in ("trials", "runs", "sessions")}
+
+    def _migrate(self, statements: list[str]) -> None:
         """Bring an older store up to date in one transaction (a kill leaves it old, never half-new)."""
         with self._conn:
             self._conn.execute("BEGIN IMMEDIATE")
-            for statement in migration_sql(from_version):
+            for statement in statements:
                 self._conn.execute(statement)
             self._conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
@@ -283,6 +288,10 @@ class StudyStore:
         """Keep a boot out of the verdict from now on, with why (its runs stay stored)."""
         self._write("UPDATE trials SET exclusion_json = ? WHERE id = ?", (json.dumps(exclusion.to_json()), trial_id))
 
+    def stop_early(self, trial_id: int, why: str) -> None:
+        """The trial measures no more replicates (tune/racing.py); kept so a resumed study keeps the stop."""
+        self._write("UPDATE trials SET stopped_early = ? WHERE id = ?", (why, trial_id))
+
     def finish_trial(self, trial_id: int, outcome: Outcome, *, detail: str | None = None,
                      log_tail: str | None = None) -> None:
         detail, log_tail = (None if x is None else self.redact(x) for x in (detail, log_tail))
@@ -450,6 +459,7 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
         knobs=tuple(KnobEvidence.model_validate(k) for k in _loads(_optional(row, "knobs_json"), [])),
         cache=_cache(_optional(row, "cache_json")), exclusion=_exclusion(_optional(row, "exclusion_json")),
         machine=_machine(MachineRecord, _optional(row, "machine_json")),
+        stopped_early=_optional(row, "stopped_early"),
     )
 
 

@@ -393,6 +393,28 @@ class Revalidation(_Strict):
                            description="most boots the leading finalist gets (screening boot included)")
 
 
+class Racing(_Strict):
+    """Racing inside a trial: after each replicate a screening candidate whose objective interval
+    lies wholly below the baseline's by more than `min_effect_pct` stops measuring ("stopped
+    early: clearly worse"; tune/racing.py). It is never a finalist; its runs stay in the report.
+    The interval is the study's screening interval at `confidence`, boot-to-boot variance
+    included, so it waits until some config has been booted twice."""
+
+    enabled: bool = Field(default=True, description="stop a clearly worse candidate after any replicate")
+    confidence: float = Field(default=0.99, gt=0.5, lt=1, allow_inf_nan=False,
+                              description="two-sided level of the interval that must lie below the baseline")
+
+
+class Screening(_Strict):
+    """Cheap screening, full finalists: the search's boots (candidates and the baseline's) run
+    each scenario with `num_prompts_fraction` of its prompts (and of its duration_s); finalists
+    and their baselines run them in full. Each length has its own baseline reference, so a
+    shorter run's bias cancels in every ratio."""
+
+    num_prompts_fraction: float = Field(default=1.0, gt=0, le=1, allow_inf_nan=False,
+                                        description="share of each scenario's prompts a screening run sends")
+
+
 class StudySpec(_Strict):
     name: str = Field(min_length=1, pattern=r"^[\w.\-]+$")
     engine: EngineSpec
@@ -410,6 +432,10 @@ class StudySpec(_Strict):
     revalidation: Revalidation = Field(
         default_factory=Revalidation,
         description="re-validation until decided: the leading finalist and the baseline booted again while undecided")
+    racing: Racing = Field(default_factory=Racing,
+                           description="racing inside a trial: a clearly worse candidate stops measuring")
+    screening: Screening = Field(default_factory=Screening,
+                                 description="cheap screening: search boots run a share of each scenario's prompts")
     baseline_every: int = Field(default=3, ge=1, description="re-measure the baseline every N candidate trials")
     alpha: float = Field(default=0.05, gt=0, lt=1)
     min_effect_pct: float = Field(default=1.0, ge=0, allow_inf_nan=False,
@@ -541,6 +567,9 @@ class StudySpec(_Strict):
         if self.objective.maximize != CAPACITY:
             return []
         problems: list[tuple[Loc, str]] = []
+        if self.screening.num_prompts_fraction < 1.0:
+            problems.append((("screening", "num_prompts_fraction"),
+                             "a capacity search sends capacity.num_prompts at each level: screening is not shortened"))
         bad: set[str] = set()
         for i, scenario in enumerate(self.scenarios):
             limits = self.objective.slo_for(scenario.name)

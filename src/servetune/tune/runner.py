@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from ..analysis import analysis, known, verdict_rule
+from ..analysis import analysis, known, screening, verdict_rule
 from ..analysis import eta as eta_seed
 from ..analysis.types import StudyAnalysis
 from ..engine import Engine, engine_for
@@ -32,7 +32,7 @@ from ..store import EtaEntry, StudyStore, Trial, TrialRole, Verdict
 from ..study.objective import Objective
 from ..study.spec import StudySpec
 from ..vocabulary import Outcome
-from . import bandwidth, capacity_trial, phases, plan, provenance
+from . import bandwidth, capacity_trial, phases, plan, provenance, racing
 from .display import StudyDisplay
 from .identity import check_same_study, store_spec
 from .recovery import Leftovers
@@ -242,6 +242,9 @@ class StudyRunner:
         defaults = self.defaults or EngineDefaults()
         decided = (known.before_boot(self.store, trial.config, self.baseline_config, defaults, excluding=trial.id)
                    if is_candidate else None)
+        if decided is None and trial.stopped_early is not None:
+            # Stopped by racing before a kill: its runs stand, nothing more is booted.
+            decided = Outcome.ok, trial.stopped_early
         if decided is not None:
             outcome, detail = decided
             self.store.finish_trial(trial.id, outcome, detail=detail)
@@ -250,7 +253,8 @@ class StudyRunner:
             return
         eta_now = time.time() + analysis.remaining_s(self.store, self.spec)
         self._log_eta(trial, eta_now)
-        plan = TrialPlan(scenarios=list(self.spec.scenarios), min_replicates=self.spec.replicates.min,
+        plan = TrialPlan(scenarios=screening.scenarios_for(self.spec, trial.role),
+                         min_replicates=self.spec.replicates.min,
                          max_replicates=self.spec.replicates.max, capacity=capacity_trial.plan_for(self.spec),
                          goodput_slo=Objective(self.spec).goodput_limits())
         # Run by the driver (this thread) when the trial's slot asks: what needs the store.
@@ -260,6 +264,7 @@ class StudyRunner:
             duplicate_of=(lambda t, facts: known.after_boot(self.store, t, facts, self.baseline_config, defaults))
             if is_candidate else None,
             fits_of=lambda t, estimate: known.context_fit(self.store, t, estimate, self.baseline_config),
+            race=lambda t, reps: racing.race(self.store, self.spec, t),
         )
         assert self._slots is not None
         self._busy[slot] = trial.id
@@ -283,8 +288,9 @@ class StudyRunner:
         else:
             boot = f"boot {done.boot_s:.0f} s, " if done.boot_s else ""
             took = f", {done.ended_at - done.started_at:.0f} s" if done.ended_at is not None else ""
+            stopped = f"; {escape(done.stopped_early)}" if done.stopped_early else ""
             self.display.note(f"#{done.seq} {done.role} {label}: ok ({boot}"
-                              f"{len(self.store.runs(done.id))} runs{took}){where}")
+                              f"{len(self.store.runs(done.id))} runs{took}){where}{stopped}")
         self._update_overview()
 
     def _slot_lost(self, finished: Finished) -> None:

@@ -61,6 +61,7 @@ class SlotCalls:
     progress: Callable[..., Any]
     fits_of: Callable[..., Any]
     duplicate_of: Callable[..., Any] | None = None
+    race: Callable[..., Any] = lambda _trial, _replicates: None   # tune/racing.py: why to stop now, or None
 
 
 def resolve_call(calls: SlotCalls, store: StudyStore, name: str) -> Callable[..., Any]:

@@ -43,6 +43,9 @@ ENDS_TRIAL = frozenset({Outcome.crashed, Outcome.stalled, Outcome.run_timeout, O
 ProgressFn = Callable[[Trial, str | None, int, int, int], None]
 # Decides after each full replicate whether more are needed: (trial, replicates done) -> stop?
 EnoughFn = Callable[[Trial, int], bool]
+# After every full replicate, whatever min_replicates says: why the trial stops measuring now
+# (racing: clearly worse than the baseline, tune/racing.py), or None to go on.
+RaceFn = Callable[[Trial, int], str | None]
 # After a healthy boot: why this server runs as a config already measured (then it is not
 # measured), or None.
 DuplicateFn = Callable[[Trial, BootFacts], str | None]
@@ -121,10 +124,12 @@ class TrialExecutor:
             progress=lambda t, s, r, d, n: post("progress", t, s, r, d, n),
             duplicate_of=(lambda t, facts: call("duplicate_of", t, facts)) if duplicates else None,
             fits_of=lambda t, estimate: call("fits_of", t, estimate),
+            race=lambda t, reps: call("race", t, reps),
         )
 
     def run(self, trial: Trial, plan: TrialPlan, *, enough: EnoughFn, progress: ProgressFn,
-            duplicate_of: DuplicateFn | None = None, fits_of: FitsFn | None = None) -> Outcome:
+            duplicate_of: DuplicateFn | None = None, fits_of: FitsFn | None = None,
+            race: RaceFn | None = None) -> Outcome:
         """Run the trial to its end and return its outcome. Failures are outcomes, never raised."""
         log_path = self._log_path(trial)
         stored_log = str(log_path.relative_to(self.out_dir))  # relative: the study dir can move
@@ -177,7 +182,7 @@ class TrialExecutor:
             else:
                 api_key = self.engine.client_api_key(config)  # from the server's environment, never stored
                 outcome, detail = self._measure(trial, plan, server, api_key, enough, progress,
-                                                started.boot_facts.kv_cache_tokens)
+                                                started.boot_facts.kv_cache_tokens, race)
                 if outcome is Outcome.crashed:
                     detail = f"{detail}: {self.engine.diagnose(server).detail}"
                 detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
@@ -193,7 +198,8 @@ class TrialExecutor:
         return outcome
 
     def _measure(self, trial: Trial, plan: TrialPlan, server: Server, api_key: str | None, enough: EnoughFn,
-                 progress: ProgressFn, kv_cache_tokens: int | None) -> tuple[Outcome, str | None]:
+                 progress: ProgressFn, kv_cache_tokens: int | None,
+                 race: RaceFn | None = None) -> tuple[Outcome, str | None]:
         """`kv_cache_tokens`: the KV pool of this boot (its log), for a trace Run's pool hit rate."""
         try:
             model = served_model_name(server.url, api_key)
@@ -224,6 +230,8 @@ class TrialExecutor:
                         return result.outcome, f"{scenario.name} replicate {replicate}: {result.error}"
                     if result.outcome != Outcome.client_bound:
                         break  # a client-bound run is kept as evidence but measured again
+            if replicate < plan.max_replicates and race is not None and (why := race(trial, replicate)) is not None:
+                return Outcome.ok, why
             if replicate >= plan.min_replicates and enough(trial, replicate):
                 break
         return Outcome.ok, None
