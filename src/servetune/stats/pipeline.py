@@ -127,7 +127,7 @@ def simulate(rng: np.random.Generator, *, m: int, k: int, b0: int, fresh: int, e
     ``futility_power`` chance. Without it every study runs every look (the null's calibration:
     stopping early can only lower the false-winner rate).
 
-    Short screening (tune/screening.py): the search's boots, the baseline's among them, have
+    Short screening (analysis/screening.py): the search's boots, the baseline's among them, have
     ``screen_ratio`` (replicate sd / boot sd of a shorter run) instead of ``sd_ratio``. Racing
     (tune/racing.py, ``race``): after each replicate but the last a screening candidate whose
     interval lies below the baseline's by the margin stops, keeps its mean so far, and is no
