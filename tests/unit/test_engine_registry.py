@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,8 @@ def engines(monkeypatch: pytest.MonkeyPatch) -> dict:
     """The registry as it is, restored after the test (a toy kind must not leak into others)."""
     table = dict(registry.ENGINES)
     monkeypatch.setattr(registry, "ENGINES", table)
+    monkeypatch.setattr(registry, "PROFILES", dict(registry.PROFILES))
+    monkeypatch.setattr(registry, "BUILDERS", dict(registry.BUILDERS))
     return table
 
 
@@ -51,8 +54,8 @@ def test_vllm_is_the_default_kind_and_builds_the_vllm_engine(tmp_path: Path) -> 
 
 
 def test_an_unknown_kind_is_refused_when_the_study_is_read(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="unknown engine kind 'sglang'; known: vllm"):
-        StudySpec.model_validate(_study(tmp_path, "sglang"))
+    with pytest.raises(ValidationError, match="unknown engine kind 'tgi'; known: sglang, vllm"):
+        StudySpec.model_validate(_study(tmp_path, "tgi"))
 
 
 def test_a_registered_toy_engine_runs_a_whole_study(tmp_path: Path, engines: dict) -> None:
@@ -63,6 +66,7 @@ def test_a_registered_toy_engine_runs_a_whole_study(tmp_path: Path, engines: dic
         class ToyEngine(CountingEngine):
             name = "toy"
             metric_names = TOY_METRICS
+            profile = replace(registry.profile_for("vllm"), kind="toy", label="Toy", capabilities=frozenset())
 
             @classmethod
             def from_spec(cls, spec: EngineSpec) -> ToyEngine:
