@@ -358,11 +358,11 @@ def served(model_dir: Path, serve_args: list[str], log_dir: Path, run_id: str,
     the boot (`allow_busy`: --allow-busy-gpu)."""
     from ..engine.base import Engine
     from ..engine.config import Config
-    from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
+    from ..engine.registry import build_engine
     if not model_dir.is_dir():
         raise ServetuneError(f"--serve {model_dir}: not a directory")
     flags = serve_flags(serve_args)
-    engine: Engine = VllmEngine(DEFAULT_COMMAND, model=str(model_dir), startup_timeout_s=900, log_dir=log_dir)
+    engine: Engine = build_engine("vllm", None, str(model_dir), startup_timeout_s=900, log_dir=log_dir)
     config = Config.of(flags)
     api_key = api_key or engine.client_api_key(config)
     checked_record(None, allow_busy=allow_busy, where="--serve")

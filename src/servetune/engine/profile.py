@@ -21,6 +21,7 @@ class Capability(StrEnum):
 
     context_probe = "context probe"  # `probe context`: vLLM's automatic max-model-len and estimates
     utilization_probe = "utilization probe"  # `probe utilization`: vLLM's free-memory check
+    memory_probe = "memory probe"  # `probe memory`: the answer is a --kv-cache-memory-bytes
     speculative_sweep = "speculative sweep"  # a space over `speculative-config` (engine/speculative.py)
     block_pool_replay = "block-pool replay"  # a trace's prefix hits replayed on the boot's KV block pool
     init_from_serve_line = "init from a serve line"  # `init --from-serve 'vllm serve ...'`
@@ -56,6 +57,9 @@ class EngineProfile:
     secret_flags: Mapping[str, str] = field(default_factory=dict)
     argv_secret_flags: frozenset[str] = frozenset()
     render: Callable[[dict[str, FlagValue]], list[str]] = render_flags  # a Config's flags as argv
+    # `init`'s space for this engine, (flag, values, why); empty: study/draft.py's own (vLLM's,
+    # which reads the model and the hardware)
+    init_space: tuple[tuple[str, tuple[FlagValue, ...], str], ...] = ()
 
     def supports(self, capability: Capability) -> bool:
         return capability in self.capabilities

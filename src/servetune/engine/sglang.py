@@ -64,18 +64,18 @@ def _release_tag(release: str) -> str:
 
 
 # The flags that matter for SGLang's throughput and latency, for `init`'s space: (flag, values, why).
-INIT_SPACE: list[tuple[str, list[object], str]] = [
-    ("chunked-prefill-size", [2048, 16384], "the prefill chunk (default 8192 on large GPUs): smaller keeps "
+INIT_SPACE: tuple[tuple[str, tuple[FlagValue, ...], str], ...] = (
+    ("chunked-prefill-size", (2048, 16384), "the prefill chunk (default 8192 on large GPUs): smaller keeps "
      "decode streams smooth, larger finishes prompts sooner"),
-    ("max-running-requests", [128, 512], "requests the scheduler runs at once (default: what the KV pool holds)"),
-    ("mem-fraction-static", [0.85, 0.92], "the share of GPU memory for weights and the KV pool (default by GPU "
+    ("max-running-requests", (128, 512), "requests the scheduler runs at once (default: what the KV pool holds)"),
+    ("mem-fraction-static", (0.85, 0.92), "the share of GPU memory for weights and the KV pool (default by GPU "
      "size): more holds more requests, less leaves room for activations and CUDA graphs"),
-    ("schedule-policy", ["lpm", "fcfs"], "which waiting request runs next: longest prefix match reuses the "
+    ("schedule-policy", ("lpm", "fcfs"), "which waiting request runs next: longest prefix match reuses the "
      "radix cache, first come first served is fair"),
-    ("cuda-graph-max-bs", [64, 256], "the largest batch decoded as a CUDA graph: larger graphs cost memory"),
-    ("attention-backend", ["flashinfer", "fa3"], "the attention kernels (default by GPU and model)"),
-    ("disable-radix-cache", [True], "no prefix cache: saves its bookkeeping when prompts share nothing"),
-]
+    ("cuda-graph-max-bs", (64, 256), "the largest batch decoded as a CUDA graph: larger graphs cost memory"),
+    ("attention-backend", ("flashinfer", "fa3"), "the attention kernels (default by GPU and model)"),
+    ("disable-radix-cache", (True,), "no prefix cache: saves its bookkeeping when prompts share nothing"),
+)
 
 PROFILE = EngineProfile(
     kind="sglang", label="SGLang",
@@ -88,6 +88,7 @@ PROFILE = EngineProfile(
                    "served-model-name": "engine.served_model_name"},
     argv_secret_flags=frozenset({"api-key"}),  # SGLang reads its key from argv only
     render=render_sglang_flags,
+    init_space=INIT_SPACE,
 )
 
 
