@@ -13,6 +13,7 @@ from servetune.engine import SglangEngine, build_engine, profile_for
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.engine.profile import Capability
+from servetune.engine.registry import block_pool_tokens
 from servetune.engine.sglang import render_sglang_flags
 from servetune.engine.sglang_log import check_sglang_applied, classify_sglang_failure, parse_sglang_boot
 from servetune.errors import ServetuneError
@@ -148,3 +149,25 @@ def test_vllm_only_features_are_refused_in_one_line_for_sglang(tmp_path: Path) -
         build_engine("sglang", None, "m", startup_timeout_s=1, log_dir=tmp_path, needs=Capability.context_probe,
                      where="probe context")
     assert profile_for("vllm").supports(Capability.context_probe)
+
+
+def test_a_trace_s_block_pool_replay_is_vllm_s_alone() -> None:
+    assert block_pool_tokens(BootFacts(engine="vllm", kv_cache_tokens=4096)) == 4096
+    assert block_pool_tokens(parse_sglang_boot(_log("sglang-pr13075-pp2-ready.log"))) is None  # a radix cache
+
+
+def test_an_engine_comparison_names_every_section_in_its_space() -> None:
+    two = {"engines": {"sglang": {"args": {"chunked-prefill-size": 4096}}}}
+    spec = StudySpec.model_validate({**_study({"kind": "vllm"}, {"engine.kind": ["vllm", "sglang"]}), **two})
+    assert spec.engines["sglang"].model == "m" and spec.engine_kinds == ["vllm", "sglang"]
+    sglang = spec.config_for({"engine.kind": "sglang"})
+    assert sglang.engine == "sglang" and sglang.flags == {"chunked-prefill-size": 4096}
+    assert spec.config_for({"engine.kind": "vllm"}) == spec.baseline_config()
+    assert sglang.key() != spec.baseline_config().key() and "engine" not in spec.baseline_config().model_dump()
+    with pytest.raises(SpecError, match="no space key 'engine.kind' chooses among the engines"):
+        StudySpec.model_validate({**_study({"kind": "vllm"}), **two})
+    with pytest.raises(SpecError, match="each engine's flags go in its own section's args"):
+        StudySpec.model_validate({**_study({"kind": "vllm"}, {"engine.kind": ["vllm", "sglang"],
+                                                              "max-num-seqs": [4]}), **two})
+    with pytest.raises(SpecError, match="'tgi' has no engine section"):
+        StudySpec.model_validate({**_study({"kind": "vllm"}, {"engine.kind": ["vllm", "sglang", "tgi"]}), **two})

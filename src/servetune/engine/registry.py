@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..errors import ServetuneError
 from .base import Engine
+from .bootfacts import BootFacts
 from .profile import Capability, EngineProfile
 
 if TYPE_CHECKING:
@@ -80,6 +81,13 @@ def profile_for(kind: str) -> EngineProfile:
 
 def profiles() -> list[EngineProfile]:
     return [PROFILES[k] for k in engine_kinds()]
+
+
+def block_pool_tokens(facts: BootFacts) -> int | None:
+    """A boot's KV pool in tokens, for a trace's prefix hits replayed on it, where the engine that
+    wrote the boot's log replays as vLLM's block pool does (None elsewhere: no replayed rate)."""
+    profile = PROFILES.get(facts.engine)
+    return facts.kv_cache_tokens if profile is not None and profile.supports(Capability.block_pool_replay) else None
 
 
 def build_engine(kind: str, command: list[str] | None, model: str, *, startup_timeout_s: float, log_dir: Path,
