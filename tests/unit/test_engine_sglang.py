@@ -12,6 +12,8 @@ from pydantic import ValidationError
 from servetune.engine import SglangEngine, build_engine, profile_for
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
+from servetune.engine.defaults import EngineDefaults
+from servetune.engine.equivalence import Booted, same_server
 from servetune.engine.profile import Capability
 from servetune.engine.registry import block_pool_tokens
 from servetune.engine.sglang import render_sglang_flags
@@ -171,3 +173,10 @@ def test_an_engine_comparison_names_every_section_in_its_space() -> None:
                                                               "max-num-seqs": [4]}), **two})
     with pytest.raises(SpecError, match="'tgi' has no engine section"):
         StudySpec.model_validate({**_study({"kind": "vllm"}, {"engine.kind": ["vllm", "sglang", "tgi"]}), **two})
+
+
+def test_equal_flags_on_two_engines_are_never_the_same_server() -> None:
+    vllm = Booted("the baseline (#1)", Config.of({}), BootFacts())
+    assert same_server(Config.of({}), BootFacts(), vllm, EngineDefaults()) == []  # the same engine: a duplicate
+    sglang = Config(flags={}, env={}, engine="sglang")
+    assert same_server(sglang, BootFacts(engine="sglang"), vllm, EngineDefaults()) is None
