@@ -28,7 +28,7 @@ class Capability(StrEnum):
 
 
 @dataclass(frozen=True)
-class Deployment:
+class DeploymentStyle:
     """How a measured config of this engine is deployed."""
 
     launch: tuple[str, ...]  # the launch line's words before the model (`vllm serve`)
@@ -47,7 +47,7 @@ class EngineProfile:
     kind: str  # the study's `engine.kind`
     label: str  # how messages and reports name it ("vLLM")
     capabilities: frozenset[Capability]
-    deployment: Deployment
+    deployment: DeploymentStyle
     default_command: tuple[str, ...]  # the base command a study or command gets when it names none
     # Args a study must not set, as they come from dedicated fields: normalized flag -> the field.
     reserved_args: Mapping[str, str] = field(default_factory=dict)

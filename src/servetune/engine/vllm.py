@@ -18,7 +18,7 @@ from .defaults import EngineDefaults, read_engine_defaults
 from .knobs import ENV_KNOB, KnobEvidence, check_knobs, metric_families, report_variables
 from .launch import Server
 from .placement import Placement
-from .profile import Capability, Deployment, EngineProfile
+from .profile import Capability, DeploymentStyle, EngineProfile
 from .registry import register_engine
 from .server_engine import ServerEngine
 
@@ -48,8 +48,8 @@ PROFILE = EngineProfile(
     kind="vllm", label="vLLM",
     default_command=tuple(DEFAULT_COMMAND),
     capabilities=frozenset(Capability),  # every engine-specific feature was built on vLLM
-    deployment=Deployment(launch=("vllm", "serve"), model_flag=None, image="vllm/vllm-openai",
-                          image_tag=lambda release: f"v{release}", entrypoint_takes_args=True, service="vllm",
+    deployment=DeploymentStyle(launch=("vllm", "serve"), model_flag=None, image="vllm/vllm-openai",
+                               image_tag=lambda release: f"v{release}", entrypoint_takes_args=True, service="vllm",
                           container_port=8000),
     reserved_args={"model": "engine.model", "port": "engine.port", "served-model-name": "engine.served_model_name"},
     secret_flags=SECRET_FLAGS,
