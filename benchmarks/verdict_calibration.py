@@ -12,7 +12,7 @@ False winners: every candidate as good as the baseline (or worse), any winner is
 Clopper-Pearson 95 % upper bound must stay <= 5.5 % in every cell. Power: boot sd 6 %, one
 candidate truly better, how often it is named winner.
 
-Racing and short screening (tune/racing.py, tune/screening.py): a screening candidate stops after
+Racing and short screening (tune/racing.py, analysis/screening.py): a screening candidate stops after
 a replicate once its interval at the racing confidence lies below the baseline by the minimum
 effect (1 %, over the boot sd of 6 %), and is no finalist; the search's boots run a fraction of the
 prompts, so their replicate sd is the full run's over sqrt(fraction). The rule's critical value is

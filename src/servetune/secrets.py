@@ -20,10 +20,8 @@ _ANYWHERE = re.compile(r"(?:^|_)(?:SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:_|$)",
 # ... and words that do so only as its last word: vLLM's own knobs use TOKEN and KEY inside names
 # (VLLM_MULTI_STREAM_GEMM_TOKEN_THRESHOLD, S3_ACCESS_KEY_ID), and those must stay tunable.
 _AT_END = re.compile(r"(?:^|_)(?:TOKEN|KEY|APIKEY|AUTH)$", re.IGNORECASE)
-# vLLM flags whose value is a secret, and the variable vLLM reads instead of the flag
-# (`args.api_key or envs.VLLM_API_KEY`; huggingface_hub reads HF_TOKEN): the value moves to the
-# server's environment, so it never appears in argv, where `ps` and the launch line show it.
-SECRET_FLAGS = {"api-key": "VLLM_API_KEY", "hf-token": "HF_TOKEN"}
+# An engine's flags whose value is a secret are its own (`EngineProfile.secret_flags`: vLLM's
+# `api-key` -> VLLM_API_KEY); this module knows secrets by variable name only.
 # Shorter values are not credentials, and masking them would garble every number of a log.
 MIN_MASKED_LENGTH = 4
 

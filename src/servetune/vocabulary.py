@@ -64,6 +64,13 @@ class MetricNames:
     # key_sum, key_count (deltas), from which the run's server-side mean follows.
     histograms: Mapping[str, str] = field(default_factory=dict)
 
+    def merged(self, other: MetricNames) -> MetricNames:
+        """Both engines' families: one scrape reads whichever server answers (their names differ
+        by prefix, `vllm:` or `sglang:`)."""
+        return MetricNames(counters={**self.counters, **other.counters}, gauges={**self.gauges, **other.gauges},
+                           per_label={**self.per_label, **other.per_label},
+                           histograms={**self.histograms, **other.histograms})
+
 
 VLLM_METRIC_NAMES = MetricNames(
     counters={
@@ -93,3 +100,19 @@ VLLM_METRIC_NAMES = MetricNames(
         "vllm:request_queue_time_seconds": "server_queue",
     },
 )
+
+# SGLang's families (served with --enable-metrics), as its /metrics shows them
+# (tests/fixtures/metrics/sglang-*.txt): the same neutral keys as vLLM's where they mean the same.
+SGLANG_METRIC_NAMES = MetricNames(
+    counters={
+        "sglang:prompt_tokens": "prompt_tokens",
+        "sglang:generation_tokens": "generation_tokens",
+    },
+    gauges={
+        "sglang:token_usage": "kv_cache_usage",  # the KV pool's used share, 0..1
+        "sglang:num_running_reqs": "running",
+        "sglang:num_queue_reqs": "waiting",
+    },
+)
+# A server known by its URL alone: whichever engine it runs, its families are among these.
+ANY_ENGINE_METRIC_NAMES = VLLM_METRIC_NAMES.merged(SGLANG_METRIC_NAMES)

@@ -60,7 +60,7 @@ def test_launch_facts_completion_overrides_and_teardown(tmp_path: Path) -> None:
     assert server is not None
     try:
         facts = result.boot_facts
-        assert facts.vllm_version and facts.vllm_version.startswith("0.")
+        assert facts.engine_version and facts.engine_version.startswith("0.")
         assert facts.kv_cache_device == "CPU" and facts.kv_cache_tokens and facts.kv_cache_tokens > 0
         assert facts.max_concurrency_tokens == 2048 and facts.max_concurrency and facts.max_concurrency > 0
         assert facts.max_num_batched_tokens == 1024 and facts.max_model_len == 2048

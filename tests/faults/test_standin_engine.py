@@ -26,7 +26,7 @@ def test_standin_boot_log_parses_and_every_flag_is_applied(tmp_path: Path) -> No
     assert started.ok and started.server is not None, started.log_tail
     try:
         facts = started.boot_facts
-        assert facts.vllm_version == "0.32.0" and facts.kv_cache_device == "CPU"
+        assert facts.engine_version == "0.32.0" and facts.kv_cache_device == "CPU"
         assert facts.kv_cache_tokens == 2**30 // 1024 and facts.max_concurrency == facts.kv_cache_tokens / 1024
         assert facts.max_model_len == 1024 and facts.max_num_batched_tokens == 512
         assert facts.non_default_args["max_num_seqs"] == 4 and facts.non_default_args["enable_prefix_caching"] is False

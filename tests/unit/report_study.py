@@ -72,7 +72,7 @@ def _trial(store: StudyStore, root: Path, role: str, config: Config, speed: floa
            t0: float) -> int:
     trial = store.begin_trial(TrialRole(role), config, {"max-num-seqs": config.flags.get("max-num-seqs")})
     store.record_boot(trial.id, healthy_at=trial.started_at + 80.0,
-                      boot_facts=BootFacts(vllm_version="0.32.0", kv_cache_tokens=58240, max_concurrency=28.44,
+                      boot_facts=BootFacts(engine_version="0.32.0", kv_cache_tokens=58240, max_concurrency=28.44,
                                           startup_seconds=80.0),
                       mismatches=[AppliedMismatch(flag="max-num-seqs", requested=32, applied=16, evidence_line=None,
                                                   reason="capped by the platform")]

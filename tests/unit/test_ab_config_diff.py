@@ -101,7 +101,7 @@ def test_warnings_differ_only_in_what_changes_between_boots() -> None:
 
 def test_a_warning_on_one_boot_of_a_side_is_neither_sides() -> None:
     def boot(*warnings: str) -> BootFacts:
-        return BootFacts(warnings=list(warnings), vllm_version="0.32.0")
+        return BootFacts(warnings=list(warnings), engine_version="0.32.0")
 
     sides = {"A": SideConfig([boot("always A", "sometimes"), boot("always A")], None, Config()),
              "B": SideConfig([boot("always B"), boot("always B", "chance")], None, Config())}
@@ -148,9 +148,9 @@ def test_explain_of_an_upgrade_b_toggles_its_new_defaults_off_first(tmp_path: Pa
     """The field report's upgrade: the new version turned async scheduling on and halved the
     budget; the study sets both back to the old version's values, in the report's order."""
     spec = load_ab([_ab_file(tmp_path)])
-    old = BootFacts(vllm_version="0.19.0", async_scheduling=False, max_num_batched_tokens=16384,
+    old = BootFacts(engine_version="0.19.0", async_scheduling=False, max_num_batched_tokens=16384,
                     kv_cache_device="GPU")
-    new = BootFacts(vllm_version="0.19.1rc1.dev231+g9dd5ee011", async_scheduling=True,
+    new = BootFacts(engine_version="0.19.1rc1.dev231+g9dd5ee011", async_scheduling=True,
                     max_num_batched_tokens=8192, kv_cache_device="GPU")
     flags = ["async-scheduling", "no-async-scheduling", "max-num-batched-tokens", "model"]
     defaults = EngineDefaults(known=True, flags=flags)

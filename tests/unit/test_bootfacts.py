@@ -17,7 +17,7 @@ def facts(name: str):
 
 def test_vllm026_gpu_default_two_line_kv_form() -> None:
     f = facts("vllm026-gpu-q8b-default-boot.txt")
-    assert f.vllm_version == "0.26.0"
+    assert f.engine_version == "0.26.0"
     assert f.non_default_args == {
         "host": "127.0.0.1", "model": "/tmp/gpukit/models/qwen3-8b",
         "served_model_name": ["qwen3-8b"], "load_format": "dummy",
@@ -57,7 +57,7 @@ def test_vllm026_gpu_moe_no_async_full_server_log() -> None:
 
 def test_vllm032_cpu_one_line_kv_form() -> None:
     f = facts("vllm032-cpu-async-mbt1024.log")
-    assert f.vllm_version == "0.32.0"
+    assert f.engine_version == "0.32.0"
     assert f.non_default_args["kv_cache_memory_bytes"] == 1 << 30
     assert f.non_default_args["async_scheduling"] is True
     assert (f.kv_cache_device, f.kv_cache_tokens) == ("CPU", 1_048_576)
@@ -77,7 +77,7 @@ def test_vllm032_cpu_one_line_kv_form() -> None:
 
 def test_failed_start_gives_empty_facts_not_an_error() -> None:
     f = facts("vllm032-cpu-invalid-value.log")
-    assert f.kv_cache_tokens is None and f.vllm_version is None and f.non_default_args == {}
+    assert f.kv_cache_tokens is None and f.engine_version is None and f.non_default_args == {}
 
 
 def test_notable_lines_default_moe_and_mamba_mode() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,8 @@ def engines(monkeypatch: pytest.MonkeyPatch) -> dict:
     """The registry as it is, restored after the test (a toy kind must not leak into others)."""
     table = dict(registry.ENGINES)
     monkeypatch.setattr(registry, "ENGINES", table)
+    monkeypatch.setattr(registry, "PROFILES", dict(registry.PROFILES))
+    monkeypatch.setattr(registry, "BUILDERS", dict(registry.BUILDERS))
     return table
 
 
@@ -53,13 +56,13 @@ def test_vllm_is_the_default_kind_and_builds_the_vllm_engine(tmp_path: Path) -> 
 
 
 def test_an_unknown_kind_is_refused_when_the_study_is_read(tmp_path: Path) -> None:
-    with pytest.raises(ServetuneError, match=r"toy\.yaml:\d+: engine\.kind: unknown engine kind 'sglang'; known: vllm"):
-        parse_study(yaml.safe_dump(_study(tmp_path, "sglang")), "toy.yaml")
+    with pytest.raises(ServetuneError, match=r"toy\.yaml:\d+: engine\.kind: unknown engine kind 'tgi'; known: sglang, vllm"):
+        parse_study(yaml.safe_dump(_study(tmp_path, "tgi")), "toy.yaml")
 
 
 def test_an_unknown_kind_built_in_code_is_refused_where_its_engine_is_built(tmp_path: Path) -> None:
-    spec = StudySpec.model_validate(_study(tmp_path, "sglang"))   # no registry names given: not checked here
-    with pytest.raises(ServetuneError, match="engine.kind: unknown engine 'sglang'; known: vllm"):
+    spec = StudySpec.model_validate(_study(tmp_path, "tgi"))   # no registry names given: not checked here
+    with pytest.raises(ServetuneError, match="engine.kind: unknown engine 'tgi'; known: sglang, vllm"):
         engine_for(spec.engine)
 
 
@@ -71,6 +74,7 @@ def test_a_registered_toy_engine_runs_a_whole_study(tmp_path: Path, engines: dic
         class ToyEngine(CountingEngine):
             name = "toy"
             metric_names = TOY_METRICS
+            profile = replace(registry.profile_for("vllm"), kind="toy", label="Toy", capabilities=frozenset())
 
             @classmethod
             def from_spec(cls, spec: EngineSpec) -> ToyEngine:

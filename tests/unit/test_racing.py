@@ -1,4 +1,4 @@
-"""Racing inside a trial (tune/racing.py) and cheap screening (tune/screening.py), on the counting
+"""Racing inside a trial (tune/racing.py) and cheap screening (analysis/screening.py), on the counting
 engine's fake servers: a clearly worse candidate stops after its first replicate and is never a
 finalist, a resumed study keeps the stop, a candidate as fast as the baseline is not stopped, and
 screening boots run a share of the prompts while finalists run them all."""

@@ -94,7 +94,7 @@ def test_a_study_measures_at_its_start_and_a_resumed_one_does_not(tmp_path: Path
         "strategy": "grid", "replicates": 1, "finalists": 0})
     with fake_server(ttft_ms=1, itl_ms=1) as url:
         engine = CountingEngine(url, facts_for=lambda config: BootFacts())
-        monkeypatch.setattr("servetune.tune.runner.engine_for", lambda _spec: engine)
+        monkeypatch.setattr("servetune.tune.runner.engine_for_study", lambda _spec: engine)
         for _ in range(2):
             runner = StudyRunner(spec, tmp_path / "study", display=StudyDisplay(Console(file=io.StringIO()),
                                                                                  enabled=False))

@@ -116,7 +116,7 @@ def analyze(store: StudyStore, spec: AbSpec, metrics: Sequence[str] = DEFAULT_ME
                                  spec.workload.replicates.max))
     rows = _holm(rows, spec.workload.alpha, spec.workload.min_effect_pct)
     boots = [BootSummary(t.seq, side_of[t.role], t.outcome or "running",
-                         t.boot_facts.vllm_version if t.boot_facts else None,
+                         t.boot_facts.engine_version if t.boot_facts else None,
                          t.boot_s, len([r for r in ok_runs if r.trial_id == t.id])) for t in trials]
     reuse = [_reuse(s, by_side[s], ok_runs, 1 - spec.workload.alpha) for s in SIDES]
     return AbAnalysis(

@@ -106,7 +106,7 @@ class AbRunner:
         if outcome != Outcome.ok:
             self.display.note(f"[yellow]#{trial.seq} {side}: {outcome}[/] {escape((done.detail or '')[:300])}")
         else:
-            version = (done.boot_facts.vllm_version if done.boot_facts else None) or "version ?"
+            version = (done.boot_facts.engine_version if done.boot_facts else None) or "version ?"
             self.display.note(f"#{trial.seq} {side} ({escape(version)}): ok (boot {done.boot_s or 0:.0f} s, "
                               f"{len(self.store.runs(trial.id))} runs)")
         self.display.trials(len([t for t in self.store.trials() if t.done]), total, None)

@@ -172,7 +172,7 @@ def _baseline_points(measured: list[_Measured], metric: str) -> list[DriftPoint]
 
 class SlotReferences:
     """The baseline reference of each slot (see the module docstring), pooled where a slot has none.
-    With short screening (tune/screening.py) `full` holds the references of the full-length runs:
+    With short screening (analysis/screening.py) `full` holds the references of the full-length runs:
     a search boot is divided by the baseline's short runs, a finalist's by the baseline's full
     ones, so what a shorter run reads differently cancels in every ratio."""
 

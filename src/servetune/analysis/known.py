@@ -72,7 +72,8 @@ def before_boot(store: StudyStore, config: Config, baseline: Config, defaults: E
     gone = did_not_apply(store, config, baseline, excluding=excluding)
     if gone:
         # The knob would not apply again: the config runs as it does without it.
-        without = Config(flags=config.flags, env={k: v for k, v in config.env.items() if k not in gone})
+        without = Config(flags=config.flags, env={k: v for k, v in config.env.items() if k not in gone},
+                         engine=config.engine)
         twin = duplicate_detail(without, None, measured(store, baseline, excluding=excluding), defaults)
         why = "; ".join(gone.values())
         if twin is not None:
@@ -111,7 +112,8 @@ def after_boot(store: StudyStore, trial: Trial, facts: BootFacts, baseline: Conf
     detail = duplicate_detail(trial.config, facts, others, defaults)
     gone = {k.knob.removeprefix(ENV_KNOB): k for k in unapplied(list(store.trial(trial.id).knobs))}
     if detail is None and gone:
-        without = Config(flags=trial.config.flags, env={k: v for k, v in trial.config.env.items() if k not in gone})
+        without = Config(flags=trial.config.flags, env={k: v for k, v in trial.config.env.items() if k not in gone},
+                         engine=trial.config.engine)
         twin = duplicate_detail(without, facts, others, defaults)
         if twin is not None:
             why = "; ".join(f"{k.knob}={k.requested} did not apply ({k.reason})" for k in gone.values())

@@ -13,6 +13,8 @@ from rich.markup import escape
 from ..capacity.slo import parse_slo
 from ..engine.defaults import EngineDefaults
 from ..engine.hardware import Gpu, Hardware, detect
+from ..engine.profile import Capability
+from ..engine.registry import profile_for
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
 from ..models.source import ModelSource, locate
@@ -52,11 +54,14 @@ def init(
                                                   help="with --gpus: the GPUs' compute capability (e.g. 9.0)"),
     offline: bool = typer.Option(False, "--offline", help="do not ask the Hugging Face Hub about a model id"),
     force: bool = typer.Option(False, "--force", help="overwrite STUDY_FILE if it exists"),
+    engine: str = typer.Option("vllm", "--engine", help="the engine to tune: vllm or sglang"),
 ) -> None:
     """Write a commented study file for your model, serve line, workload, SLOs and hardware."""
     output_file(study_file, "STUDY_FILE", force, "YAML", [Path(w) for w in workload])
     if goal not in ("throughput", "capacity"):
         raise ServetuneError(f"--goal {goal!r}: expected throughput or capacity")
+    if serve_cmd:
+        profile_for(engine).require(Capability.init_from_serve_line, "init --serve-cmd")
     serve = parse_serve_line(serve_cmd) if serve_cmd else None
     model_name = _model_name(model, serve)
     source = locate(model_name, ask_hub=not offline)
@@ -67,7 +72,7 @@ def init(
     presets, workload_file, summary = _workload(workload, source)
     inp = DraftInput(name=name or _default_name(model_name), model=source, hardware=hardware, serve=serve,
                      presets=presets, workload=summary, workload_path=workload_file,
-                     slos=[parse_slo(s) for s in slo], goal=_goal(goal))
+                     slos=[parse_slo(s) for s in slo], goal=_goal(goal), engine=engine)
     body, _facts = draft(inp)
     spec = parse_study(body, str(study_file))  # what is written loads: checked before writing
     plan = assemble(spec, EngineDefaults(), source, hardware=hardware)
@@ -136,7 +141,7 @@ def _workload(items: list[str], source: ModelSource) -> tuple[list[str], Path | 
 
 
 def _header(inp: DraftInput, plan: StudyPlan, study_file: Path, serve: ServeLine | None) -> str:
-    baseline = "your current serve line" if serve else "vLLM's defaults"
+    baseline = "your current serve line" if serve else f"{profile_for(inp.engine).label}'s defaults"
     metric = "capacity within the SLOs" if inp.goal == "capacity" else "output tokens/s"
     lines = [
         f"Written by `servetune init` for {inp.model.name} on {inp.hardware.describe()}.",

@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..engine import Engine, engine_for
+from ..engine import Engine, build_engine, engine_for
 from ..engine.applied import as_number
 from ..engine.config import Config
-from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
+from ..engine.profile import Capability
 from ..errors import NoResult, ServetuneError
 from ..load.scenario import PRESETS, Scenario
 from ..machine import checked_record
@@ -44,7 +44,7 @@ _EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
 ProbeModel = Annotated[str, typer.Option("--model", help="model directory or name")]
 MaxBoots = Annotated[int, typer.Option("--max-boots", min=1, help="boots at most")]
 BaseCommand = Annotated[str | None, typer.Option("--command",
-                                                 help=f"base command (default: {' '.join(DEFAULT_COMMAND)})")]
+                                                 help="base command (default: the engine's launcher module)")]
 StartupTimeout = Annotated[float, typer.Option("--startup-timeout", help="seconds until /health must be 200")]
 LogDir = Annotated[Path, typer.Option("--log-dir", help="where the server logs go")]
 OutJson = Annotated[Path | None, typer.Option("--out", help="write the answer and every boot as JSON here")]
@@ -116,6 +116,7 @@ def context(
     out: OutJson = None,
     force: opt.Force = False,
     allow_busy: opt.AllowBusy = False,
+    engine_kind: opt.EngineKind = "vllm",
 ) -> None:
     """The largest --max-model-len that fits the memory flags after `--`: vLLM's own answers first
     (automatic length, its estimate, the max-concurrency line), confirmed by a boot at the answer."""
@@ -123,7 +124,7 @@ def context(
     validate.tokens(start, "--start")
     validate.tokens(tolerance, "--tolerance")
     validate.count(max_boots, "--max-boots", high=1000)
-    base = validate.command(command) or DEFAULT_COMMAND
+    base = validate.command(command)
     validate.seconds(startup_timeout, "--startup-timeout")
     config = _engine_flags(ctx)
     if "max-model-len" in config.flags:
@@ -132,7 +133,8 @@ def context(
         output_file(out, "--out", force, "JSON")  # now, not after minutes of boots
     writable_dir(log_dir, "--log-dir")
     on_interrupt(f"nothing written{f' to {out}' if out else ''}; the server logs are under {log_dir}")
-    engine = VllmEngine(base, model=model, startup_timeout_s=startup_timeout, log_dir=log_dir)
+    engine = build_engine(engine_kind, base, model, startup_timeout_s=startup_timeout, log_dir=log_dir,
+                          needs=Capability.context_probe, where="probe context")
     checked_record(None, allow_busy=allow_busy, where="probe context")
     console.print(f"probing the context of {model} (server logs in {log_dir}) ...")
     answer = find_max_model_len(engine_boot(engine, config, log_dir), model_max=model_max_len(model), start=start,
@@ -181,12 +183,13 @@ def utilization(
     out: OutJson = None,
     force: opt.Force = False,
     allow_busy: opt.AllowBusy = False,
+    engine_kind: opt.EngineKind = "vllm",
 ) -> None:
     """The highest --gpu-memory-utilization that boots with the flags after `--`, on this device as it
     is now: vLLM's free-memory numbers first, bisection where a boot fails without them."""
     check_range(start, low, step)
     validate.count(max_boots, "--max-boots", high=1000)
-    base = validate.command(command) or DEFAULT_COMMAND
+    base = validate.command(command)
     validate.seconds(startup_timeout, "--startup-timeout")
     config = _engine_flags(ctx)
     if FLAG in config.flags:
@@ -197,7 +200,8 @@ def utilization(
     # Another tenant is what makes this answer differ from the GPU's size: the user says it is meant.
     checked_record(None, allow_busy=allow_busy, where="probe utilization")
     on_interrupt(f"nothing written{f' to {out}' if out else ''}; the server logs are under {log_dir}")
-    engine = VllmEngine(base, model=model, startup_timeout_s=startup_timeout, log_dir=log_dir)
+    engine = build_engine(engine_kind, base, model, startup_timeout_s=startup_timeout, log_dir=log_dir,
+                          needs=Capability.utilization_probe, where="probe utilization")
     console.print(f"probing the highest --{FLAG} for {model} (server logs in {log_dir}) ...")
     answer = find_max_utilization(engine_utilization_boot(engine, config, log_dir), start=start, low=low, step=step,
                                   max_boots=max_boots, on_boot=lambda b: console.print(
@@ -220,10 +224,11 @@ def memory(
                                                         "--gpu-memory-utilization"),
     out: Path = typer.Option(Path("runs/probe-memory"), "--out", help="directory for logs, runs and memory.json"),
     command: str | None = typer.Option(None, "--command", help="base command without a study file (default: "
-                                       f"{' '.join(DEFAULT_COMMAND)})"),
+                                       "the engine's launcher module)"),
     startup_timeout: float = typer.Option(900.0, "--startup-timeout", help="seconds until /health must be 200"),
     force: bool = typer.Option(False, "--force", help="overwrite an earlier memory.json in --out"),
     allow_busy: opt.AllowBusy = False,
+    engine_kind: opt.EngineKind = "vllm",
 ) -> None:
     """Run the scenarios once on one server and say whether the KV cache memory should go up, down or
     stay, with the smallest --kv-cache-memory-bytes that keeps preemptions at zero at that load."""
@@ -233,6 +238,7 @@ def memory(
     extra = _engine_flags(ctx)
     if study is not None:
         spec = load_study(study)
+        spec.engine.profile.require(Capability.memory_probe, "probe memory")
         engine: Engine = engine_for(spec.engine)  # the study's engine, as `tune` builds it
         engine.check_secrets()
         config, model_dir = spec.baseline_config().merged(extra), str(spec.engine.model)
@@ -240,8 +246,8 @@ def memory(
     else:
         if model is None or not scenario:
             raise ServetuneError("give a study file, or --model DIR and at least one --scenario")
-        engine = VllmEngine(base or DEFAULT_COMMAND, model=model,
-                            startup_timeout_s=startup_timeout, log_dir=out / "logs", dev_mode=True)
+        engine = build_engine(engine_kind, base, model, startup_timeout_s=startup_timeout, log_dir=out / "logs",
+                              dev_mode=True, needs=Capability.memory_probe, where="probe memory")
         config, model_dir, scenarios = extra, model, _scenarios(scenario)
     if out.exists() and not out.is_dir():
         raise ServetuneError(f"--out {out}: exists and is not a directory")

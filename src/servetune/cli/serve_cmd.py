@@ -17,7 +17,7 @@ from rich.table import Table
 from ..engine.base import Engine, StartResult
 from ..engine.bootfacts import log_message
 from ..engine.config import Config, FlagValue, is_env_name, normalize_flag_name
-from ..engine.vllm import DEFAULT_COMMAND, VllmEngine
+from ..engine.registry import build_engine
 from ..errors import ServetuneError
 from ..machine import checked_record
 from . import server_options as opt
@@ -138,7 +138,7 @@ def serve(
     command: str | None = typer.Option(
         None, "--command",
         help="base command, split like a shell would but run without one "
-             f"(default: {' '.join(DEFAULT_COMMAND)}; a bare python means this interpreter)"),
+             "(default: the engine's launcher module; a bare python means this interpreter)"),
     log_dir: Path = typer.Option(Path("runs/serve"), "--log-dir", help="where the server log goes"),
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE for the server's environment (repeatable)"),
     pin_engine_core: bool = typer.Option(
@@ -146,22 +146,21 @@ def serve(
         help="CPU build on few cores: pin vLLM's busy-waiting EngineCore to the workers' cores and the "
              "API server to the others (smooth streaming, repeatable runs)"),
     allow_busy: opt.AllowBusy = False,
+    engine_kind: opt.EngineKind = "vllm",
 ) -> None:
     """Start one server with the engine flags after `--`, print what took effect, stay up until
     Ctrl-C or SIGTERM (then tear it down cleanly)."""
     validate.count(port, "--port", high=65535)
     validate.seconds(startup_timeout, "--startup-timeout")
-    base = validate.command(command) or DEFAULT_COMMAND
+    base = validate.command(command)
     config = Config.of(flags_from_argv(list(ctx.args)), env=_env_vars(env))
     writable_dir(log_dir, "--log-dir")  # before the boot, not when the log is first written
-    # `serve` starts vLLM from its own options; past the served name, everything uses the Engine protocol.
-    vllm = VllmEngine(base, model=model,
-                      startup_timeout_s=startup_timeout, log_dir=log_dir, pin_engine_core=pin_engine_core)
-    served_name = vllm.served_model_name(config)
-    engine: Engine = vllm
+    engine: Engine = build_engine(engine_kind, base, model, startup_timeout_s=startup_timeout, log_dir=log_dir,
+                                  pin_engine_core=pin_engine_core)
+    served_name = engine.served_model_name(config)
     log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
     checked_record(None, allow_busy=allow_busy, where="serve")
-    console.print(f"starting vLLM (log: {log_path}) ...")
+    console.print(f"starting {engine.profile.label} (log: {log_path}) ...")
 
     sigterm = _Sigterm()
     previous = signal.signal(signal.SIGTERM, sigterm)

@@ -30,3 +30,6 @@ ApiKeyEnv = Annotated[str | None, typer.Option("--api-key-env", help=API_KEY_ENV
 Force = Annotated[bool, typer.Option("--force", help=FORCE_HELP)]
 AllowBusy = Annotated[bool, typer.Option("--allow-busy-gpu", help=ALLOW_BUSY_HELP, envvar=ALLOW_BUSY_ENV,
                                           show_envvar=False)]
+# The engine a command boots (a registered kind: engine/registry.py), for commands without a study file.
+EngineKind = Annotated[str, typer.Option("--engine", help="the engine to boot: vllm or sglang (its own launcher "
+                                         "module is the default --command)")]

@@ -20,7 +20,7 @@ from ..engine.classify import Failure
 from ..engine.config import Config
 from ..errors import NoResult, ServetuneError
 from ..load.scenario import PRESETS
-from ..secrets import MASK, SECRET_FLAGS
+from ..secrets import MASK
 from ..soak.document import soak_document
 from ..soak.duration import format_duration, parse_duration
 from ..soak.plot import soak_plot
@@ -31,7 +31,7 @@ from ..soak.watch import ServerWatch, listening_pid
 from ..soak.window import Window
 from ..study.loader import load_study
 from ..tune.session import sigterm_as_interrupt
-from ..vocabulary import VLLM_METRIC_NAMES
+from ..vocabulary import ANY_ENGINE_METRIC_NAMES
 from . import server_options as opt
 from . import validate
 from .bench_cmd import api_key_from_env, build_scenario, serve_flags
@@ -128,7 +128,8 @@ def soak(
                 engine.check_secrets()
                 config = spec.baseline_config().merged(extra)
                 with _booted(engine, config, runs_dir) as (watch, log_path):
-                    target["config"] = {k: MASK if k in SECRET_FLAGS else v for k, v in config.flags.items()}
+                    secret = engine.profile.is_secret_flag
+                    target["config"] = {k: MASK if secret(k) else v for k, v in config.flags.items()}
                     run_soak(watch, plan, runs_dir, model=model, tokenizer_dir=tokenizer or _model_tokenizer(spec),
                              metric_names=engine.metric_names, log_path=log_path,
                              diagnose=_diagnoser(engine, watch), redact=engine.redact, on_window=_print_window,
@@ -142,8 +143,9 @@ def soak(
                 if watch.pid is None:
                     console.print("[yellow]the server's process is not visible here: its memory is not watched "
                                   "(name it with --pid)[/]")
-                run_soak(watch, plan, runs_dir, model=model, tokenizer_dir=tokenizer, metric_names=VLLM_METRIC_NAMES,
-                         log_path=server_log, on_window=_print_window, result=result)
+                run_soak(watch, plan, runs_dir, model=model, tokenizer_dir=tokenizer,
+                         metric_names=ANY_ENGINE_METRIC_NAMES, log_path=server_log, on_window=_print_window,
+                         result=result)
     except KeyboardInterrupt:
         result.interrupted = True
     _conclude(plan, result, out, report_path, plot_path, runs_dir, target, alpha, thresholds)

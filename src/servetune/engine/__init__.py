@@ -2,8 +2,9 @@
 
 from .base import Engine, StartResult
 from .launch import Server, stop_if_ours
-from .registry import engine_for, engine_kinds, register_engine
+from .registry import build_engine, engine_for, engine_for_study, engine_kinds, profile_for, register_engine
+from .sglang import SglangEngine
 from .vllm import VllmEngine
 
-__all__ = ["Engine", "Server", "StartResult", "VllmEngine", "engine_for", "engine_kinds", "register_engine",
-           "stop_if_ours"]
+__all__ = ["Engine", "Server", "SglangEngine", "StartResult", "VllmEngine", "build_engine", "engine_for",
+           "engine_for_study", "engine_kinds", "profile_for", "register_engine", "stop_if_ours"]

@@ -20,7 +20,7 @@ from .bootfacts import BootFacts, split_engine_config, split_repr_dict
 from .config import Config, FlagValue, normalize_flag_name, render_value
 
 # Flags the launcher sets itself, that only name things, or secrets (passed as variables, see
-# secrets.SECRET_FLAGS); they say nothing about tuning.
+# the engine profile's secret_flags); they say nothing about tuning.
 _NOT_CHECKED = {"host", "port", "model", "served-model-name", "api-key", "hf-token", "uvicorn-log-level"}
 
 # flag name -> BootFacts field that reports the value the engine resolved

@@ -1,9 +1,11 @@
-"""What every engine (vLLM now, SGLang later) offers the runner and the CLI.
+"""What every engine (vLLM, SGLang) offers the runner and the CLI.
 
 A new engine is one module with a class that satisfies `Engine` and one registration
 (`@register_engine("kind")` from engine/registry.py); a study selects it with `engine: {kind: ...}`.
-Everything that differs between engines (command line, environment, boot log, /metrics names,
-what to do between runs) lives behind this protocol."""
+Everything that differs between engines (command line, environment, boot log, failure classes,
+the applied check, /metrics names, what to do between runs, its `EngineProfile`: features,
+reserved and secret flags, deployment) lives behind this protocol; `server_engine.py` holds what
+engines that run as a server process share."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from .defaults import EngineDefaults
 from .knobs import KnobEvidence
 from .launch import Server, StopReport
 from .placement import Placement
+from .profile import EngineProfile
 
 
 class StartResult(BaseModel):
@@ -50,8 +53,14 @@ class StartResult(BaseModel):
 
 
 class Engine(Protocol):
-    name: str
-    metric_names: MetricNames  # its /metrics families -> servetune's neutral keys
+    @property
+    def name(self) -> str: ...  # its kind
+
+    @property
+    def profile(self) -> EngineProfile: ...  # what the kind is: features, reserved and secret flags, deployment
+
+    @property
+    def metric_names(self) -> MetricNames: ...  # its /metrics families -> servetune's neutral keys
 
     def build_command(self, config: Config, port: int) -> list[str]: ...
 
@@ -64,6 +73,8 @@ class Engine(Protocol):
     def diagnose(self, server: Server) -> Failure: ...  # why a server that was healthy died
 
     def client_api_key(self, config: Config) -> str | None: ...  # what clients of its server send
+
+    def served_model_name(self, config: Config) -> str: ...  # the model name its clients ask for
 
     def check_secrets(self) -> None: ...  # ServetuneError before any boot when a secret is not set
 

@@ -1,4 +1,7 @@
-"""BootFacts: what a vLLM server's start-up log says about the configuration that took effect.
+"""BootFacts: what a server's start-up log says about the configuration that took effect.
+
+The record is shared by every engine (`engine` names which one wrote it, `engine_version` its
+version); this module parses vLLM's log, `engine/sglang_log.py` SGLang's.
 
 Known log dialects (excerpts kept under tests/fixtures/logs/):
 - 0.26 (GPU): "GPU KV cache size: 814,368 tokens" and, on the next line,
@@ -15,7 +18,7 @@ import json
 import re
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 # "(EngineCore pid=123) INFO 11-30 07:29:17 [file.py:42] message" -> level, message.
 _LINE = re.compile(
@@ -77,7 +80,11 @@ _COMPILE_LOAD_FAILED = re.compile(r"Compiling model again due to a load failure 
 class BootFacts(BaseModel):
     """Facts from one server start. Sizes in GiB, durations in seconds, None = not in the log."""
 
-    vllm_version: str | None = None
+    # Stores written before the record was shared hold `vllm_version`: read as the engine's version.
+    model_config = ConfigDict(populate_by_name=True)
+
+    engine: str = "vllm"  # the engine kind whose log this is (engine/registry.py)
+    engine_version: str | None = Field(default=None, validation_alias=AliasChoices("engine_version", "vllm_version"))
     non_default_args: dict[str, Any] = Field(default_factory=dict)
     engine_config: dict[str, str] = Field(default_factory=dict)  # "with config: k=v, ..." as text
     compilation_config: dict[str, str] = Field(default_factory=dict)  # engine_config's compilation_config
@@ -116,6 +123,13 @@ class BootFacts(BaseModel):
     warnings: list[str] = Field(default_factory=list)  # every distinct WARNING message
     evidence: dict[str, str] = Field(default_factory=dict)  # fact name -> the log line it came from
     startup_seconds: float | None = None  # measured by the launcher: launch -> /health 200
+    # SGLang's (engine/sglang_log.py): the scheduler's cap on running requests, the batch sizes
+    # CUDA graphs were captured for, the device memory left when the KV pool was allocated, and
+    # every resolved argument of its `server_args=ServerArgs(...)` line (what the applied check reads)
+    max_running_requests: int | None = None
+    cuda_graph_batch_sizes: list[int] = Field(default_factory=list)
+    memory_pool_free_gib: float | None = None
+    resolved_args: dict[str, Any] = Field(default_factory=dict)
     compile_cache_paths: list[str] = Field(default_factory=list)  # compile-cache directories the log names
     compile_cache_load_failed: list[str] = Field(default_factory=list)  # of those, the ones it could not load
 
@@ -150,9 +164,9 @@ def _scan(f: BootFacts, msg: str, line: str) -> None:  # noqa: C901 - one flat l
     def found(name: str) -> None:
         f.evidence[name] = line
 
-    if (m := _VERSION_ENGINE.search(msg)) or (f.vllm_version is None and (m := _VERSION_BANNER.search(msg))):
-        f.vllm_version = m["v"]
-        found("vllm_version")
+    if (m := _VERSION_ENGINE.search(msg)) or (f.engine_version is None and (m := _VERSION_BANNER.search(msg))):
+        f.engine_version = m["v"]
+        found("engine_version")
     if m := _NON_DEFAULT.search(msg):
         f.non_default_args = _literal_dict(m["d"])
         found("non_default_args")

@@ -1,7 +1,9 @@
 """Why a server did not come up (or went down): an Outcome from the log tail and the exit code.
 
-Patterns are taken from real vLLM failures (tests/fixtures/logs/). The first matching rule wins,
-so the more specific ones (context_too_long quotes KV cache memory too) come first.
+`rule` and `failure_from_rules` are what every engine's failure classes are made of
+(engine/sglang_log.py has SGLang's). vLLM's patterns are taken from real vLLM failures
+(tests/fixtures/logs/). The first matching rule wins, so the more specific ones (context_too_long
+quotes KV cache memory too) come first.
 """
 
 from __future__ import annotations
@@ -52,33 +54,61 @@ _RULES = [
 ]
 
 
-def classify_failure(log_tail: str, exit_code: int | None) -> Failure:
-    """Classify a server that exited before it became healthy (or died later)."""
-    lines = log_tail.splitlines()
-    for rule in _RULES:
-        hits = [ln for ln in lines if rule.pattern.search(ln)]
-        if not hits:
-            continue
-        evidence = _dedupe(hits)[-5:]
-        detail = f"{rule.detail}: {_trim(evidence[-1])}"
-        n = None
-        if rule.outcome is Outcome.context_too_long:
-            m = next((m for ln in reversed(hits) if (m := _CONTEXT.search(ln))), None)
-            if m:
-                n = int(m["n"])
-                detail = f"{rule.detail}; vLLM estimates the maximum model length that fits is {n}"
-        if rule.outcome is Outcome.invalid_arg:
-            evidence = _with_following(lines, evidence)
-        share = None
-        if rule.outcome is Outcome.oom:
-            free = next((m for ln in reversed(hits) if (m := _FREE_SHARE.search(ln))), None)
-            if free is not None and float(free["total"]) > 0:
-                share = float(free["free"]) / float(free["total"])
-        return Failure(outcome=rule.outcome, detail=detail, evidence=evidence, estimated_max_model_len=n,
-                       free_memory_share=share)
+def rule(outcome: Outcome, pattern: str, detail: str, flags: int = 0) -> _Rule:
+    """A failure class: log lines matching `pattern` mean `outcome` (an engine's own words)."""
+    return _Rule(outcome, re.compile(pattern, flags), detail)
+
+
+def first_match(rules: list[_Rule], lines: list[str]) -> tuple[_Rule, list[str]] | None:
+    """The first rule any line matches, with its lines (deduplicated, the last five)."""
+    for r in rules:
+        hits = [ln for ln in lines if r.pattern.search(ln)]
+        if hits:
+            return r, _dedupe(hits)[-5:]
+    return None
+
+
+def crash(lines: list[str], exit_code: int | None) -> Failure:
+    """No rule matched: a crash, its error lines as evidence."""
     errors = [ln for ln in lines if re.search(r"(?:Error|Exception)\b", ln)]
     detail = f"server exited with code {exit_code}" if exit_code is not None else "server died"
     return Failure(outcome=Outcome.crashed, detail=detail, evidence=_dedupe(errors)[-5:])
+
+
+def failure_from_rules(rules: list[_Rule], log_tail: str, exit_code: int | None) -> Failure:
+    """An engine's failure classes applied to a log tail: the first matching rule, else a crash."""
+    lines = log_tail.splitlines()
+    found = first_match(rules, lines)
+    if found is None:
+        return crash(lines, exit_code)
+    r, evidence = found
+    return Failure(outcome=r.outcome, detail=f"{r.detail}: {_trim(evidence[-1])}", evidence=evidence)
+
+
+def classify_failure(log_tail: str, exit_code: int | None) -> Failure:
+    """Classify a vLLM server that exited before it became healthy (or died later)."""
+    lines = log_tail.splitlines()
+    found = first_match(_RULES, lines)
+    if found is None:
+        return crash(lines, exit_code)
+    r, evidence = found
+    hits = [ln for ln in lines if r.pattern.search(ln)]
+    detail = f"{r.detail}: {_trim(evidence[-1])}"
+    n = None
+    if r.outcome is Outcome.context_too_long:
+        m = next((m for ln in reversed(hits) if (m := _CONTEXT.search(ln))), None)
+        if m:
+            n = int(m["n"])
+            detail = f"{r.detail}; vLLM estimates the maximum model length that fits is {n}"
+    if r.outcome is Outcome.invalid_arg:
+        evidence = _with_following(lines, evidence)
+    share = None
+    if r.outcome is Outcome.oom:
+        free = next((m for ln in reversed(hits) if (m := _FREE_SHARE.search(ln))), None)
+        if free is not None and float(free["total"]) > 0:
+            share = float(free["free"]) / float(free["total"])
+    return Failure(outcome=r.outcome, detail=detail, evidence=evidence, estimated_max_model_len=n,
+                   free_memory_share=share)
 
 
 def _with_following(lines: list[str], evidence: list[str]) -> list[str]:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 FlagValue = bool | int | float | str | list[Any] | dict[str, Any] | None
 # A POSIX shell variable name: anything else cannot be exported, and written into an emitted
@@ -46,6 +46,17 @@ class Config(BaseModel):
 
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     env: dict[EnvName, str] = Field(default_factory=dict)
+    # In a study that compares engines (`engine.kind` in its space): the kind of a config that runs
+    # on another engine section than the study's `engine`; None: the study's engine.
+    engine: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """No `engine` key for the study's own engine: a stored config reads as it always did."""
+        out: dict[str, Any] = handler(self)
+        if self.engine is None:
+            out.pop("engine", None)
+        return out
 
     @classmethod
     def of(cls, flags: Mapping[str, FlagValue] | None = None, env: Mapping[str, str] | None = None) -> Config:
@@ -56,10 +67,13 @@ class Config(BaseModel):
 
     def merged(self, other: Config) -> Config:
         """This config with `other`'s flags and env laid over it."""
-        return Config(flags={**self.flags, **other.flags}, env={**self.env, **other.env})
+        return Config(flags={**self.flags, **other.flags}, env={**self.env, **other.env},
+                      engine=other.engine or self.engine)
 
     def canonical_json(self) -> str:
-        return json.dumps({"flags": self.flags, "env": self.env}, sort_keys=True, separators=(",", ":"))
+        # The engine only where it is another's: the keys of every stored config stay what they were.
+        engine = {"engine": self.engine} if self.engine is not None else {}
+        return json.dumps({"flags": self.flags, "env": self.env, **engine}, sort_keys=True, separators=(",", ":"))
 
     def key(self) -> str:
         """Stable identity of a config: equal flags and env give the same key."""
@@ -68,6 +82,8 @@ class Config(BaseModel):
     def diff(self, base: Config) -> dict[str, tuple[Any, Any]]:
         """{name: (base value, this value)} for every flag (`--name`) or env (`env.NAME`) that differs."""
         out: dict[str, tuple[Any, Any]] = {}
+        if self.engine != base.engine:
+            out["engine.kind"] = (base.engine, self.engine)
         for name in sorted(set(self.flags) | set(base.flags)):
             if self.flags.get(name) != base.flags.get(name):
                 out[name] = (base.flags.get(name), self.flags.get(name))

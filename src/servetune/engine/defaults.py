@@ -74,6 +74,7 @@ class EngineDefaults(BaseModel):
     # Which of the kernel packages some option values need (engine/gates.py) the engine's
     # interpreter has; None when not asked.
     modules: list[str] | None = None
+    version: str | None = None  # the engine's version, as its package says
 
     def default(self, flag: str) -> Any | None:
         """The engine's default for `flag`, None when it is not known before a boot."""
@@ -112,30 +113,37 @@ def engine_interpreter(command: list[str]) -> str | None:
     return words[0] if words and Path(words[0]).name.startswith("python") else None
 
 
-def runs_vllm(command: list[str]) -> bool:
-    """`vllm serve ...` or `python -m vllm.…`: only then are vLLM's parser defaults this engine's."""
-    if command and Path(command[0]).name == "vllm":
+def runs_package(command: list[str], package: str) -> bool:
+    """`vllm serve ...` or `python -m vllm.…` (`package` vllm): only then are that package's
+    parser defaults this engine's."""
+    if command and Path(command[0]).name == package:
         return True
-    return any(word == "-m" and nxt.split(".")[0] == "vllm" for word, nxt in zip(command, command[1:]))
+    return any(word == "-m" and nxt.split(".")[0] == package for word, nxt in zip(command, command[1:]))
 
 
-def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_S) -> EngineDefaults:
-    """Ask the engine command's interpreter for vLLM's argument defaults (one subprocess, ~10 s)."""
+def runs_vllm(command: list[str]) -> bool:
+    return runs_package(command, "vllm")
+
+
+def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_S, probe: str = _PROBE,
+                         package: str = "vllm", label: str = "vLLM") -> EngineDefaults:
+    """Ask the engine command's interpreter for the engine's argument defaults (one subprocess,
+    ~10 s): `probe` prints them as JSON (vLLM's by default; an engine module gives its own)."""
     if in_container(command):
         return EngineDefaults(source="unknown: the engine runs in a container, its defaults are not read")
-    if not runs_vllm(command):
-        return EngineDefaults(source="unknown: the engine command does not run vLLM's own entry point")
+    if not runs_package(command, package):
+        return EngineDefaults(source=f"unknown: the engine command does not run {label}'s own entry point")
     python = engine_interpreter(command)
     if python is None:
         return EngineDefaults(source=f"unknown: no Python interpreter found for {command[0] if command else '?'!r}")
     try:
-        done = run_helper(python, ["-c", _PROBE, *KERNEL_MODULES], timeout_s=timeout_s)
+        done = run_helper(python, ["-c", probe, *KERNEL_MODULES], timeout_s=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return EngineDefaults(source=f"unknown: reading vLLM's defaults with {python} failed ({exc})")
+        return EngineDefaults(source=f"unknown: reading {label}'s defaults with {python} failed ({exc})")
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return EngineDefaults(source=f"unknown: {python} could not read vLLM's defaults ({last[:200]})")
+        return EngineDefaults(source=f"unknown: {python} could not read {label}'s defaults ({last[:200]})")
     try:
         answer = json.loads(lines[-1])
     except ValueError:
@@ -143,5 +151,7 @@ def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_
     values = {dest.replace("_", "-"): v for dest, v in answer.get("defaults", {}).items() if v is not None}
     flags = [f for f in answer.get("flags", []) if isinstance(f, str)]
     modules = [m for m in answer.get("modules", []) if isinstance(m, str)]
-    return EngineDefaults(known=True, source=f"vLLM {answer.get('version')} argument defaults ({python})",
-                          values=values, flags=flags, modules=modules)
+    version = answer.get("version")
+    return EngineDefaults(known=True, source=f"{label} {version} argument defaults ({python})",
+                          values=values, flags=flags, modules=modules,
+                          version=str(version) if version is not None else None)

@@ -64,6 +64,8 @@ def _show(value: Any) -> str:
 def same_server(new: Config, new_facts: BootFacts | None, old: Booted, defaults: EngineDefaults,
                 new_name: str = "this config") -> list[str] | None:
     """Why `new` runs as `old` does, one reason per flag they differ in; None when it may not."""
+    if new.engine != old.config.engine:
+        return None  # another engine section (a study comparing engines): never the same server
     # A variable the engine does not know (its boot log says so) runs as unset; of the rest, only
     # equal ones are the same: their values are in no log.
     new_unknown, old_unknown = unknown_variables(new, new_facts), unknown_variables(old.config, old.facts)

@@ -141,7 +141,7 @@ def _check(var: str, requested: str, messages: list[tuple[str, str]], facts: Boo
         return KnobEvidence(knob=f"{ENV_KNOB}{var}", requested=requested, status=status, evidence_line=line,
                             reason=reason)
 
-    version = f"vLLM {facts.vllm_version}" if facts.vllm_version else "this vLLM"
+    version = f"vLLM {facts.engine_version}" if facts.engine_version else "this vLLM"
     if var in facts.unknown_env:
         return verdict(KnobStatus.not_applied, f"{version} does not know the variable: it warns "
                        "'Unknown vLLM environment variable detected'", facts.evidence.get(f"env.{var}"))

@@ -13,7 +13,7 @@ from ..errors import NoResult, ServetuneError
 from ..machine import checked_record
 from .base import Engine
 from .config import Config
-from .vllm import DEFAULT_COMMAND, VllmEngine
+from .registry import build_engine
 
 
 @contextmanager
@@ -25,7 +25,7 @@ def served(model_dir: Path, flags: dict[str, Any], log_dir: Path, run_id: str, a
     the boot (`allow_busy`: --allow-busy-gpu). `note` hears when it starts and when it is up."""
     if not model_dir.is_dir():
         raise ServetuneError(f"--serve {model_dir}: not a directory")
-    engine: Engine = VllmEngine(DEFAULT_COMMAND, model=str(model_dir), startup_timeout_s=900, log_dir=log_dir)
+    engine: Engine = build_engine("vllm", None, str(model_dir), startup_timeout_s=900, log_dir=log_dir)
     config = Config.of(flags)
     api_key = api_key or engine.client_api_key(config)
     checked_record(None, allow_busy=allow_busy, where="--serve")

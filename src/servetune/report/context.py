@@ -412,7 +412,7 @@ def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> 
         outcome=t.outcome or t.status, detail=redact(t.detail) if t.detail else t.detail,
         log_lines=explaining_lines(redact(t.log_tail or "")) if t.outcome not in (None, Outcome.ok) else [],
         kv_cache_tokens=facts.kv_cache_tokens, max_concurrency=facts.max_concurrency,
-        startup_s=startup, vllm_version=facts.vllm_version, mismatches=mism,
+        startup_s=startup, vllm_version=facts.engine_version, mismatches=mism,
         knobs=[f"{k.knob}={k.requested} {k.status.value}" for k in t.knobs], knob_notes=knob_notes,
         runs_ok=len(t.ok_runs()), runs_total=len(t.runs), slot=_slot_label(t), cache=cache_label(t.cache),
         excluded=t.exclusion.why if t.exclusion is not None else "")
@@ -446,8 +446,8 @@ def _exclusions(trials: list[Trial], base: Config | None) -> list[ExclusionView]
 
 def _provenance(trials: list[Trial], store: StudyStore, engine_kind: str) -> ProvenanceView:
     name = {"vllm": "vLLM"}.get(engine_kind, engine_kind)
-    versions = dict.fromkeys(t.boot_facts.vllm_version for t in trials
-                             if t.boot_facts is not None and t.boot_facts.vllm_version)
+    versions = dict.fromkeys(t.boot_facts.engine_version for t in trials
+                             if t.boot_facts is not None and t.boot_facts.engine_version)
     roots = dict.fromkeys(t.cache.root for t in trials if t.cache is not None and t.cache.root)
     return ProvenanceView(engines=[f"{name} {parse_build(v).describe()}" for v in versions if v],
                           images=store.engine_images(),
@@ -648,7 +648,8 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         facts = next((trial_by_id[t].boot_facts for t in reversed(subject.trial_ids)
                       if t in trial_by_id and trial_by_id[t].boot_facts), None) or BootFacts()
         images = store.engine_images()
-        dep = Deployment.of(subject.config, spec.get("engine"), facts.vllm_version, images[-1] if images else None)
+        section = (spec.get("engines") or {}).get(subject.config.engine) or spec.get("engine")  # the one it ran on
+        dep = Deployment.of(subject.config, section, facts.engine_version, images[-1] if images else None)
 
     evidence: list[EvidenceRow] = []
     advice: list[Advice] = []

@@ -1,16 +1,19 @@
-"""The winning config, ready to paste: a `vllm serve` command line, a docker compose service and
-Kubernetes container args/env.
+"""The winning config, ready to paste: the engine's launch line (`vllm serve`, SGLang's `python3 -m
+sglang.launch_server`), a docker compose service and a Kubernetes container.
 
-All three carry exactly the flags servetune launched (through `render_flags`), minus what only
-made sense for a local trial server (host, port, the model given as a flag). Secrets are passed
-by name only: `serve.sh` requires them from the caller's environment, compose lists the bare name
-(taken from the shell), Kubernetes reads a Secret. Everything written as shell is shlex-quoted,
-and variable names are checked, since a name is written unquoted (`export NAME=...`).
+The engine's face comes from its profile (engine/profile.py: launch words, model flag, image,
+entrypoint, port). All three carry exactly the flags servetune launched (through the engine's
+rendering), minus what only made sense for a local trial server (host, port, the model given as a
+flag). Secrets are passed by name only: `serve.sh` requires them from the caller's environment,
+compose lists the bare name (taken from the shell), Kubernetes reads a Secret. Everything written as
+shell is shlex-quoted, and variable names are checked, since a name is written unquoted (`export
+NAME=...`).
 
-The image is the one measured: a docker-run study's image, pinned by its registry digest when
-docker knows one; else a release's published image (`vllm/vllm-openai:vX.Y.Z`). A development
-build (`0.19.1rc1.dev231+g9dd5ee011`) has no published tag, so none is derived from its version:
-the image is a placeholder docker and Kubernetes refuse, and a comment says what to put there.
+The image is the one measured: a docker-run study's image, pinned by its registry digest when docker
+knows one; else a release's published image (`vllm/vllm-openai:vX.Y.Z`, `lmsysorg/sglang:vX.Y.Z`). A
+development build (`0.19.1rc1.dev231+g9dd5ee011`) has no published tag, so none is derived from its
+version: the image is a placeholder docker and Kubernetes refuse, and a comment says what to put
+there.
 """
 
 from __future__ import annotations
@@ -23,15 +26,15 @@ from typing import Any
 
 import yaml
 
-from ..engine.config import Config, is_env_name, normalize_flag_name, render_flags
+from ..engine.config import Config, is_env_name, normalize_flag_name
+from ..engine.profile import EngineProfile
 from ..engine.provenance import ImageRef, parse_build
+from ..engine.registry import profile_for
 from ..errors import ServetuneError
-from ..secrets import SECRET_FLAGS, flag_value_secret
+from ..secrets import flag_value_secret
 
 # Flags servetune sets per trial server (the launcher's host/port; the model goes positional).
 _LOCAL_ONLY_FLAGS = frozenset({"host", "port", "model"})
-CONTAINER_PORT = 8000
-DEFAULT_IMAGE = "vllm/vllm-openai"
 # Not a valid image reference (upper case): nothing is pulled in place of the image measured.
 IMAGE_PLACEHOLDER = "REPLACE-WITH-THE-MEASURED-IMAGE"
 K8S_SECRET = "servetune-secrets"  # the Kubernetes Secret the container's secret variables come from
@@ -44,9 +47,10 @@ class Deployment:
     model: str
     flags: dict[str, Any]
     env: dict[str, str]
-    vllm_version: str | None = None
+    engine_version: str | None = None
     secret_env: tuple[str, ...] = field(default=())  # names only: values never reach an emitted file
     measured_image: ImageRef | None = None  # the docker image the study ran (tune/provenance.py)
+    kind: str = "vllm"  # the engine measured (engine/registry.py)
 
     def __post_init__(self) -> None:
         bad = [n for n in [*self.env, *self.secret_env] if not is_env_name(n)]
@@ -54,42 +58,62 @@ class Deployment:
             raise ServetuneError(f"cannot emit the config: {bad[0]!r} is not an environment variable name")
 
     @classmethod
-    def of(cls, config: Config, engine: dict[str, Any] | None = None, vllm_version: str | None = None,
+    def of(cls, config: Config, engine: dict[str, Any] | None = None, engine_version: str | None = None,
            measured_image: ImageRef | None = None) -> Deployment:
         """`config` as a trial launched it (study args with the parameters laid over), `engine` the
-        study spec's engine section (for the model and the secrets' names). A secret flag
-        (`api-key`) becomes its variable's name (VLLM_API_KEY), its value is dropped."""
+        study spec's engine section it ran on (for the kind, the model and the secrets' names). A
+        secret flag (vLLM's `api-key`) becomes its variable's name (VLLM_API_KEY), its value is dropped."""
         engine = engine or {}
+        kind = str(engine.get("kind") or "vllm")
+        profile = profile_for(kind)
+        local = {*_LOCAL_ONLY_FLAGS, *(f.lstrip("-") for f in [profile.deployment.model_flag] if f)}
         flags: dict[str, Any] = {}
         secrets = [str(n) for n in engine.get("secret_env") or []]
         for name, value in config.flags.items():
             norm = normalize_flag_name(name)
-            if norm in SECRET_FLAGS and flag_value_secret(value) is not None:
-                secrets.append(SECRET_FLAGS[norm])
-            elif norm not in _LOCAL_ONLY_FLAGS:
+            if norm in profile.secret_flags and flag_value_secret(value) is not None:
+                secrets.append(profile.secret_flags[norm])
+            elif norm not in local:
                 flags[name] = value
         model = str(engine.get("model") or config.flags.get("model") or "MODEL")
         env = {k: v for k, v in config.env.items() if k not in secrets}
-        return cls(model=model, flags=flags, env=env, vllm_version=vllm_version,
-                   secret_env=tuple(dict.fromkeys(secrets)), measured_image=measured_image)
+        return cls(model=model, flags=flags, env=env, engine_version=engine_version,
+                   secret_env=tuple(dict.fromkeys(secrets)), measured_image=measured_image, kind=kind)
+
+    @property
+    def profile(self) -> EngineProfile:
+        return profile_for(self.kind)
 
     @property
     def args(self) -> list[str]:
-        """`vllm serve` arguments: the model, then the flags."""
-        return [self.model, *render_flags(self.flags)]
+        """The launch line's arguments: the model (positional or by its flag), then the flags."""
+        return self.container_args(self.model)
+
+    def container_args(self, model: str) -> list[str]:
+        return [*self.profile.model_args(model), *self.profile.render(self.flags)]
+
+    def container_command(self, model: str) -> list[str]:
+        """What the container runs after its image's entrypoint: the arguments alone where the
+        entrypoint is the engine's launcher (vLLM's image), else the whole launch line, listening
+        on every interface at the container's port."""
+        dep = self.profile.deployment
+        if dep.entrypoint_takes_args:
+            return self.container_args(model)
+        return [*dep.launch, *self.container_args(model), "--host", "0.0.0.0", "--port", str(dep.container_port)]
 
     @property
     def image(self) -> str:
         """The image measured (pinned when docker knows its digest), a release's, or the placeholder."""
         if self.measured_image is not None:
             return self.measured_image.pinned or self.measured_image.reference
-        if not self.vllm_version:
+        if not self.engine_version:
             return IMAGE_PLACEHOLDER
-        build = parse_build(self.vllm_version)
+        build = parse_build(self.engine_version)
         if build.is_dev or not build.release:
             return IMAGE_PLACEHOLDER
         # A release's local label (+cpu) names no tag of its own: the release's image is the nearest.
-        return f"{DEFAULT_IMAGE}:v{build.release}"
+        dep = self.profile.deployment
+        return f"{dep.image}:{dep.image_tag(build.release)}"
 
     def image_note(self) -> str:
         """Comment lines (`# ...`) that say where the image comes from."""
@@ -99,20 +123,21 @@ class Deployment:
                 return f"# The image measured: {image.reference} ({image.id}), pinned by its registry digest.\n"
             return (f"# The image measured: {image.reference} ({image.id or 'id unknown'}); docker knows no "
                     "registry digest of it here: push it and pin it by digest (image: NAME@sha256:...).\n")
-        if not self.vllm_version:
+        if not self.engine_version:
             return (f"# The engine's version is unknown: replace {IMAGE_PLACEHOLDER} with the image that was "
                     "measured, pinned by digest.\n")
-        build = parse_build(self.vllm_version)
+        build = parse_build(self.engine_version)
+        label = self.profile.label
         if self.image == IMAGE_PLACEHOLDER:
-            return (f"# Measured: vLLM {build.describe()}. No published image tag names this build, "
+            return (f"# Measured: {label} {build.describe()}. No published image tag names this build, "
                     f"so none is derived from its version: replace {IMAGE_PLACEHOLDER} with the image that was "
                     "measured, pinned by digest (image: NAME@sha256:...).\n")
-        return (f"# Measured: vLLM {build.describe()} outside docker; {self.image} is that release's published "
+        return (f"# Measured: {label} {build.describe()} outside docker; {self.image} is that release's published "
                 "image (pin it by digest for a deployment that cannot move).\n")
 
 
 def serve_argv(dep: Deployment) -> list[str]:
-    return ["vllm", "serve", *dep.args]
+    return [*dep.profile.deployment.launch, *dep.args]
 
 
 def require_secrets(dep: Deployment) -> str:
@@ -123,7 +148,8 @@ def require_secrets(dep: Deployment) -> str:
 
 
 def serve_command(dep: Deployment) -> str:
-    """`KEY=value ... vllm serve MODEL --flag value ...`, quoted by shlex; preceded by the checks
+    """`KEY=value ... vllm serve MODEL --flag value ...` (the engine's launch line), quoted by
+    shlex; preceded by the checks
     for the secrets the server needs from the environment, if any."""
     env = [f"{k}={shlex.quote(v)}" for k, v in sorted(dep.env.items())]
     return require_secrets(dep) + " ".join([*env, shlex.join(serve_argv(dep))])
@@ -138,14 +164,14 @@ def _container_model(model: str) -> tuple[str, list[str]]:
     return model, []
 
 
-def compose_service(dep: Deployment, service: str = "vllm") -> dict[str, Any]:
+def compose_service(dep: Deployment, service: str | None = None) -> dict[str, Any]:
     model, volumes = _container_model(dep.model)
+    port = dep.profile.deployment.container_port
     spec: dict[str, Any] = {
         "image": dep.image,
         "ipc": "host",
-        "ports": [f"{CONTAINER_PORT}:{CONTAINER_PORT}"],
-        # The image's entrypoint is `vllm serve`: command holds the model and flags.
-        "command": [model, *render_flags(dep.flags)],
+        "ports": [f"{port}:{port}"],
+        "command": dep.container_command(model),
         "deploy": {"resources": {"reservations": {"devices": [
             {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}},
         "volumes": ["~/.cache/huggingface:/root/.cache/huggingface", *volumes],
@@ -155,22 +181,25 @@ def compose_service(dep: Deployment, service: str = "vllm") -> dict[str, Any]:
         spec["environment"] = [*(f"{k}={v}" for k, v in sorted(dep.env.items())), *dep.secret_env]
     elif dep.env:
         spec["environment"] = dict(sorted(dep.env.items()))
-    return {"services": {service: spec}}
+    return {"services": {service or dep.profile.deployment.service: spec}}
 
 
-def compose_yaml(dep: Deployment, service: str = "vllm") -> str:
+def compose_yaml(dep: Deployment, service: str | None = None) -> str:
     return dep.image_note() + yaml.safe_dump(compose_service(dep, service), sort_keys=False,
                                              default_flow_style=False, width=1000)
 
 
-def k8s_container(dep: Deployment, name: str = "vllm") -> dict[str, Any]:
+def k8s_container(dep: Deployment, name: str | None = None) -> dict[str, Any]:
     model, _ = _container_model(dep.model)
-    container: dict[str, Any] = {
-        "name": name,
-        "image": dep.image,
-        "args": [model, *render_flags(dep.flags)],
-        "ports": [{"containerPort": CONTAINER_PORT, "name": "http"}],
-        "readinessProbe": {"httpGet": {"path": "/health", "port": CONTAINER_PORT}},
+    port = dep.profile.deployment.container_port
+    container: dict[str, Any] = {"name": name or dep.profile.deployment.service, "image": dep.image}
+    if dep.profile.deployment.entrypoint_takes_args:
+        container["args"] = dep.container_command(model)
+    else:
+        container["command"] = dep.container_command(model)
+    container |= {
+        "ports": [{"containerPort": port, "name": "http"}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": port}},
     }
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(dep.env.items())]
     env += [{"name": n, "valueFrom": {"secretKeyRef": {"name": K8S_SECRET, "key": k8s_secret_key(n)}}}
@@ -185,7 +214,7 @@ def k8s_secret_key(name: str) -> str:
     return name.lower().replace("_", "-")
 
 
-def k8s_yaml(dep: Deployment, name: str = "vllm") -> str:
+def k8s_yaml(dep: Deployment, name: str | None = None) -> str:
     """A `containers:` entry to paste into a Deployment's pod template (after a comment saying
     which Secret to create, when the container needs one)."""
     text = dep.image_note() + yaml.safe_dump({"containers": [k8s_container(dep, name)]}, sort_keys=False,
@@ -220,8 +249,8 @@ def write_snippets(dep: Deployment, out_dir: Path) -> dict[str, Path]:
     }
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(dep.env.items()))
     # One comment line: the version comes from a log line, but a line break in it must not end the comment.
-    measured = (f"# Measured with vLLM {' '.join(parse_build(dep.vllm_version).describe().split())}\n"
-                if dep.vllm_version else "")
+    measured = (f"# Measured with {dep.profile.label} {' '.join(parse_build(dep.engine_version).describe().split())}\n"
+                if dep.engine_version else "")
     script = "#!/bin/sh\n" + measured + require_secrets(dep) + exports + "exec " + shlex.join(serve_argv(dep)) + "\n"
     paths["command"].write_text(script)
     paths["compose"].write_text(s.compose)

@@ -444,7 +444,8 @@ def _trial(row: sqlite3.Row, runs: tuple[Run, ...]) -> Trial:
     facts = _loads(row["boot_facts_json"])
     return Trial(
         id=row["id"], seq=row["seq"], role=TrialRole(row["role"]),
-        config=Config(flags=_dict(config_data["flags"]), env=_dict(config_data["env"])),
+        config=Config(flags=_dict(config_data["flags"]), env=_dict(config_data["env"]),
+                      engine=config_data.get("engine")),  # another engine section's, in an engine comparison
         params=_object(row["params_json"]), state=TrialState(row["status"]),
         outcome=None if row["outcome"] is None else Outcome(row["outcome"]),
         detail=row["detail"], log_path=row["log_path"], log_tail=row["log_tail"],

@@ -24,6 +24,7 @@ from ..capacity.slo import Slo, requests_to_meet
 from ..engine import speculative
 from ..engine.gates import why_not_here
 from ..engine.hardware import Hardware
+from ..engine.registry import profile_for
 from ..errors import ServetuneError
 from ..load.scenario import PRESETS
 from ..models.architecture import describe_layers
@@ -51,6 +52,7 @@ class DraftInput:
     slos: list[Slo] = field(default_factory=list)
     goal: Goal = "throughput"
     alpha: float = 0.05
+    engine: str = "vllm"  # the engine kind the study tunes (engine/registry.py)
 
 
 @dataclass
@@ -88,29 +90,32 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
     """The study file's text (header left to the caller) and the facts the header tells."""
     hw, model = inp.hardware, inp.model
     serve = inp.serve
+    profile = profile_for(inp.engine)
     out = _Lines()
     baseline = dict(serve.args) if serve else {}
     why_base = ("your current `vllm serve` flags: the baseline every candidate is judged against" if serve
-                else "vLLM's defaults are the baseline: does any flag beat them on this workload?")
+                else f"{profile.label}'s defaults are the baseline: does any flag beat them on this workload?")
     if not model.has_weights:
         baseline.setdefault("load-format", "dummy")
     tp_values, gpus_per_trial, slots = _parallel(inp, baseline)
-    if not hw.is_gpu:
+    if profile.init_space:
+        tp_values = []  # the engine's own space: its tensor-parallel flag is its own
+    if not hw.is_gpu and not profile.init_space:
         baseline.setdefault("kv-cache-memory-bytes", "2GiB")
         baseline.setdefault("max-model-len", _context_needed(inp))
 
     out.add(f"name: {flow(inp.name)}")
     out.add("engine:")
-    out.add("  kind: vllm")
-    command = serve.command if serve else ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    out.add(f"  kind: {profile.kind}")
+    command = serve.command if serve else list(profile.default_command)
     out.add(f"  command: {flow(command)}", "from your serve line" if serve else
-            "`python`: the interpreter servetune runs in, with vLLM installed beside it")
+            f"`python`: the interpreter servetune runs in, with {profile.label} installed beside it")
     if serve and serve.dropped:
         out.comment(f"left out of your line: {', '.join(serve.dropped)}", "  ")
     out.add(f"  model: {flow(model.name)}", model.where)
     out.add(f"  args: {flow(baseline)}", why_base)
     if not model.has_weights:
-        out.comment("load-format dummy: the directory has no weight files, so vLLM runs random weights "
+        out.comment(f"load-format dummy: the directory has no weight files, so {profile.label} runs random weights "
                     "(speed is the real model's, answers are not)", "  ")
     if not hw.is_gpu:
         out.comment("kv-cache-memory-bytes and max-model-len: the CPU build sizes its KV cache from these, "
@@ -130,7 +135,9 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
     out.add("  startup_stall_s: 600", "a boot whose log stays silent this long has failed (its phase is named)")
 
     out.add("space:", "one value at a time from the baseline (ofat); the order is the search's order")
-    space, left_out = runnable(_space(inp, baseline, tp_values), hw)
+    wanted = ([(k, list(v), why) for k, v, why in profile.init_space] if profile.init_space
+              else _space(inp, baseline, tp_values))
+    space, left_out = runnable(wanted, hw)
     for key, values, why in space:
         out.add(f"  {key}: {flow(values)}", why)
     for line in left_out:

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.config import normalize_flag_name
+from ..engine.vllm import SECRET_FLAGS  # a `vllm serve` line: vLLM's secret flags
 from ..errors import ServetuneError
-from ..secrets import SECRET_FLAGS, is_secret_name
+from ..secrets import is_secret_name
 
 _ENV_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 # vLLM's short spellings.

@@ -42,8 +42,14 @@ def normalize_param_name(name: str) -> str:
     return normalize_flag_name(flag) + sep + field
 
 
+# The space key that makes the engine a dimension (study/spec.py): no flag, no JSON field.
+ENGINE_KIND_PARAM = "engine.kind"
+
+
 def json_field(name: str) -> tuple[str, str] | None:
     """(FLAG, field) for a JSON flag's field `FLAG.field`, else None (a plain flag or `env.NAME`)."""
+    if name == ENGINE_KIND_PARAM:
+        return None
     if name.startswith(ENV_PREFIX) or FIELD_SEP not in name:
         return None
     flag, _, field = name.partition(FIELD_SEP)

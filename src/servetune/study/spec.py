@@ -27,19 +27,21 @@ from ..capacity.sequential import LOOKS_PER_RUN, Looks
 from ..capacity.slo import class_slo, per_request_limits, requests_to_meet, slo_from_key, slos_from_limits
 from ..engine.config import Config, EnvName, FlagValue, check_env_name, is_env_name, normalize_flag_name
 from ..engine.knobs import DeclaredEvidence
+from ..engine.profile import Capability, EngineProfile
 from ..errors import ServetuneError
 from ..load.classes import class_names
 from ..load.scenario import PRESETS, Scenario
 from ..load.trace.window import load_replay
-from ..secrets import SECRET_FLAGS, Secrets, flag_value_secret, is_secret_name
+from ..secrets import Secrets, flag_value_secret, is_secret_name
 from ._hints import did_you_mean
 from .constraints import ORDER_OPS, Constraint, config_value, violations
 from .metrics import CAPACITY, GOODPUT, check_metric, higher_is_better, metric_problem
-from .space import ENV_PREFIX, Parameter, env_var, is_number, json_field, normalize_param_name
+from .space import ENGINE_KIND_PARAM, ENV_PREFIX, Parameter, env_var, is_number, json_field, normalize_param_name
 
 # Validation context keys: the spec is read back from a store (StudySpec.from_store); the engine
 # kinds and strategy names registered, which the loader (study/loader.py) hands in so that this
-# module imports neither registry (both registries import this module's types).
+# module checks names without importing either registry (both import this module's types); an
+# engine's profile (reserved args, secret flags, default command: data) is looked up lazily.
 STORED = "stored"
 ENGINE_KINDS = "engine_kinds"
 STRATEGY_NAMES = "strategy_names"
@@ -55,10 +57,20 @@ def registered(name: str, info: ValidationInfo, key: str, what: str) -> str:
     if known is not None and name not in known:
         raise ValueError(f"unknown {what} {name!r}; known: {', '.join(known)}")
     return name
-DEFAULT_COMMAND = ["python", "-m", "vllm.entrypoints.openai.api_server"]
+
+
 MAX_REPLICATES = 1000  # more runs on one boot is a typo, not a plan
-# Flags the engine layer sets itself from dedicated fields.
-_RESERVED_ARGS = {"model": "engine.model", "port": "engine.port", "served-model-name": "engine.served_model_name"}
+
+
+def _profile(kind: object) -> EngineProfile:
+    """A kind's profile (vLLM's for a kind the `kind` field reports as unknown)."""
+    from ..engine.registry import PROFILES  # the registry imports this module's types
+    return PROFILES.get(str(kind)) or PROFILES["vllm"]
+
+
+def _any_secret_flag(name: str) -> bool:
+    from ..engine.registry import profiles
+    return any(p.is_secret_flag(name) for p in profiles())
 
 
 class SpecError(ServetuneError):
@@ -107,7 +119,7 @@ class _Strict(BaseModel):
 
 class EngineSpec(_Strict):
     kind: str = "vllm"  # a registered engine (engine/registry.py)
-    command: list[str] = Field(default_factory=lambda: list(DEFAULT_COMMAND), min_length=1)
+    command: list[str] = Field(min_length=1)  # default: the kind's (`_take_out_secrets` fills it in)
     model: str
     args: dict[str, FlagValue] = Field(default_factory=dict)
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
@@ -143,6 +155,8 @@ class EngineSpec(_Strict):
         """Secret entries of `env` and secret flags of `args` (`api-key` -> VLLM_API_KEY) leave the
         spec before validation: what remains (and every Config built from it) holds no secret value."""
         data, values = _split_secrets(data)
+        if isinstance(data, dict) and "command" not in data:
+            data = {**data, "command": list(_profile(data.get("kind", "vllm")).default_command)}
         spec = cast(EngineSpec, handler(data))  # the handler validates into this class
         if values:
             spec._secret_values = values
@@ -163,14 +177,19 @@ class EngineSpec(_Strict):
     def secrets(self) -> Secrets:
         return Secrets(names=tuple(dict.fromkeys(self.secret_env)), literal=dict(self._secret_values))
 
+    @property
+    def profile(self) -> EngineProfile:
+        return _profile(self.kind)
+
     @field_validator("args")
     @classmethod
-    def _normalize_args(cls, args: dict[str, FlagValue]) -> dict[str, FlagValue]:
+    def _normalize_args(cls, args: dict[str, FlagValue], info: ValidationInfo) -> dict[str, FlagValue]:
         out: dict[str, FlagValue] = {}
+        reserved = _profile(info.data.get("kind", "vllm")).reserved_args
         for raw, value in args.items():
             name = normalize_flag_name(raw)
-            if name in _RESERVED_ARGS:
-                raise ValueError(f"set {_RESERVED_ARGS[name]} instead of args.{raw}")
+            if name in reserved:
+                raise ValueError(f"set {reserved[name]} instead of args.{raw}")
             if name in out:
                 raise ValueError(f"flag {name!r} is given twice (as {raw!r} and another spelling)")
             out[name] = value
@@ -196,16 +215,21 @@ def _split_secrets(data: Any) -> tuple[Any, dict[str, str]]:
                 values[name] = env_text(value)
         env = {k: v for k, v in env.items() if k not in values}
     args = data.get("args")
+    profile = _profile(data.get("kind", "vllm"))
     if isinstance(args, dict):
         kept = {}
         for raw, value in args.items():
-            var = SECRET_FLAGS.get(normalize_flag_name(str(raw)))
+            flag = normalize_flag_name(str(raw))
+            if flag in profile.argv_secret_flags and flag_value_secret(value) is not None:
+                raise ValueError(f"args.{raw}: {profile.label} reads this secret from its command line only, where "
+                                 f"every process sees it; a secret flag is not supported for {profile.kind}")
+            var = profile.secret_flags.get(flag)
             secret = flag_value_secret(value) if var is not None else None
             if var is None or secret is None:
                 kept[raw] = value
             elif values.get(var, secret) != secret:
-                raise ValueError(f"args.{raw} and env.{var} give two different secrets; vLLM reads the flag as "
-                                 f"{var}, so give it once")
+                raise ValueError(f"args.{raw} and env.{var} give two different secrets; {profile.label} reads the "
+                                 f"flag as {var}, so give it once")
             else:
                 values[var] = secret
         args = kept
@@ -374,7 +398,7 @@ def _check_param_name(raw: str) -> str:
     var = env_var(name)
     if var:
         check_env_name(var)
-    if name in SECRET_FLAGS or (var and is_secret_name(var)):
+    if _any_secret_flag(name) or (var and is_secret_name(var)):
         raise ValueError(f"{raw!r} is a secret and cannot be tuned")
     return raw
 
@@ -418,6 +442,10 @@ class Screening(_Strict):
 class StudySpec(_Strict):
     name: str = Field(min_length=1, pattern=r"^[\w.\-]+$")
     engine: EngineSpec
+    # Further engine sections, by kind, for a study that compares engines (`engine.kind: [vllm,
+    # sglang]` in its space): each config runs on its kind's section, measured on the same
+    # scenarios and judged by the same statistics as any other. `model` defaults to `engine.model`.
+    engines: dict[str, EngineSpec] = Field(default_factory=dict)
     space: dict[ParamName, Parameter] = Field(default_factory=dict)
     constraints: list[Constraint] = Field(default_factory=list)
     scenarios: list[ScenarioEntry] = Field(min_length=1)
@@ -452,6 +480,22 @@ class StudySpec(_Strict):
                     "tell apart, the one that reserves the least memory (--gpu-memory-utilization, then "
                     "--kv-cache-memory-bytes) wins")
 
+    @field_validator("engines", mode="before")
+    @classmethod
+    def _kind_from_key(cls, engines: Any, info: ValidationInfo) -> Any:
+        """An `engines` section's kind is its key, its model the study's unless it names one."""
+        if not isinstance(engines, dict):
+            return engines
+        engine = info.data.get("engine")
+        out = {}
+        for key, section in engines.items():
+            if isinstance(section, dict):
+                section = {"kind": key, **section}
+                if engine is not None and "model" not in section:
+                    section["model"] = engine.model
+            out[key] = section
+        return out
+
     @field_validator("constraints")
     @classmethod
     def _quote_string_values(cls, constraints: list[Constraint], info: ValidationInfo) -> list[Constraint]:
@@ -468,14 +512,16 @@ class StudySpec(_Strict):
 
     @field_validator("space")
     @classmethod
-    def _normalize_space(cls, space: dict[str, Parameter]) -> dict[str, Parameter]:
+    def _normalize_space(cls, space: dict[str, Parameter], info: ValidationInfo) -> dict[str, Parameter]:
         out: dict[str, Parameter] = {}
+        engine = info.data.get("engine")
+        reserved = (engine.profile if engine else _profile("vllm")).reserved_args
         for raw, param in space.items():
             name = normalize_param_name(raw)
             if name == ENV_PREFIX:
                 raise ValueError("'env.' needs a variable name after it")
-            if name in _RESERVED_ARGS:
-                raise ValueError(f"{raw!r} cannot be tuned here (it is {_RESERVED_ARGS[name]})")
+            if name in reserved:
+                raise ValueError(f"{raw!r} cannot be tuned here (it is {reserved[name]})")
             if name in out:
                 raise ValueError(f"parameter {name!r} is given twice (as {raw!r} and another spelling)")
             out[name] = param
@@ -491,7 +537,8 @@ class StudySpec(_Strict):
     @model_validator(mode="after")
     def _cross_check(self, info: ValidationInfo) -> StudySpec:
         problems = (self._scenario_problems() + self._objective_problems() + self._constraint_problems()
-                    + self._secret_problems() + self._json_field_problems() + self._evidence_problems())
+                    + self._secret_problems() + self._json_field_problems() + self._evidence_problems()
+                    + self._engine_problems())
         if not (info.context or {}).get(STORED):
             problems += self._trace_problems() or self._capacity_sample_problems()
         if problems:
@@ -699,7 +746,56 @@ class StudySpec(_Strict):
             values += list(param.values)
         return values
 
+    def _engine_problems(self) -> list[tuple[Loc, str]]:
+        """Features the study's engine lacks, and an engine comparison that cannot run as meant."""
+        problems: list[tuple[Loc, str]] = []
+        profile = self.engine.profile
+        for key in self.space:
+            if key.split(".")[0] == "speculative-config" and not profile.supports(Capability.speculative_sweep):
+                problems.append((("space", key), f"{Capability.speculative_sweep.value} is not supported for "
+                                                 f"{profile.kind}"))
+        for key, section in self.engines.items():
+            if section.kind != key:
+                problems.append((("engines", key, "kind"), f"the section of kind {key!r} says kind "
+                                                           f"{section.kind!r}; give one kind"))
+        kinds = self.engine_kinds
+        param = self.space.get(ENGINE_KIND_PARAM)
+        if param is None:
+            if self.engines:
+                problems.append((("engines",), f"no space key {ENGINE_KIND_PARAM!r} chooses among the engines; "
+                                               f"add `{ENGINE_KIND_PARAM}: [{', '.join(kinds)}]` to the space"))
+            return problems
+        values = list(param.values or [])
+        for value in values:
+            if value not in kinds:
+                problems.append((("space", ENGINE_KIND_PARAM), f"{value!r} has no engine section; the study's "
+                                                               f"engines: {', '.join(kinds)}"))
+        missing = [k for k in self.engines if k not in values]
+        if missing:
+            problems.append((("space", ENGINE_KIND_PARAM), f"the engine section(s) {', '.join(missing)} are "
+                                                           "never booted; list them among the values"))
+        others = [k for k in self.space if k != ENGINE_KIND_PARAM]
+        if others:
+            problems.append((("space", others[0]), f"with {ENGINE_KIND_PARAM} in the space, each engine's flags go "
+                                                   "in its own section's args: a space key would reach both "
+                                                   "engines, whose flags differ"))
+        return problems
+
     # --- what the runner and the strategies call -------------------------------------------
+
+    @property
+    def engine_kinds(self) -> list[str]:
+        """The study's engine first, then its further sections'."""
+        return list(dict.fromkeys([self.engine.kind, *self.engines]))
+
+    def engine_section(self, kind: str | None) -> EngineSpec:
+        """The engine section a config of `kind` runs on (None: the study's engine)."""
+        if kind is None or kind == self.engine.kind:
+            return self.engine
+        section = self.engines.get(kind)
+        if section is None:
+            raise ServetuneError(f"{ENGINE_KIND_PARAM} {kind!r}: study {self.name!r} has no such engine section")
+        return section
 
     @property
     def scenario_names(self) -> list[str]:
@@ -711,10 +807,14 @@ class StudySpec(_Strict):
 
     def config_for(self, params: dict[str, Any]) -> Config:
         """The baseline with parameter values laid over; `env.X` sets env X; None drops a flag or variable."""
-        base = self.baseline_config()
+        kind = params.get(ENGINE_KIND_PARAM)
+        section = self.engine_section(str(kind) if kind is not None else None)
+        base = Config.of(flags=section.args, env=section.env)
         flags, env = dict(base.flags), dict(base.env)
         for raw, value in params.items():
             name = normalize_param_name(raw)
+            if name == ENGINE_KIND_PARAM:
+                continue
             if name not in self.space:
                 raise ServetuneError(f"{name!r} is not a parameter of study {self.name!r}"
                                      f"{did_you_mean(name, self.space)}")
@@ -729,7 +829,7 @@ class StudySpec(_Strict):
                 target.pop(key, None)
             else:
                 target[key] = env_text(value) if var is not None else value
-        return Config(flags=flags, env=env)
+        return Config(flags=flags, env=env, engine=section.kind if section is not self.engine else None)
 
     def constraint_violations(self, config: Config) -> list[str]:
         return violations(self.constraints, config)

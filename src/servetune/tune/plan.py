@@ -39,7 +39,7 @@ from ..search import make_strategy
 from ..search.base import TrialView
 from ..study._hints import did_you_mean
 from ..study.representative import speculative_warnings
-from ..study.space import env_var, json_field
+from ..study.space import ENGINE_KIND_PARAM, env_var, json_field
 from ..study.spec import Loc, SpecError, StudySpec
 from ..vocabulary import Outcome
 
@@ -167,7 +167,7 @@ def flag_problems(spec: StudySpec, defaults: EngineDefaults) -> list[tuple[Loc, 
         return []
     named: list[tuple[Loc, str]] = [(("engine", "args", name), name) for name in spec.engine.args]
     for name in spec.space:
-        if env_var(name) is None:
+        if env_var(name) is None and name != ENGINE_KIND_PARAM:
             field = json_field(name)
             named.append((("space", name), field[0] if field else name))
     return [(loc, f"the installed engine has no flag --{flag}{did_you_mean(flag, sorted(known))} "

@@ -21,7 +21,7 @@ from rich.markup import escape
 from ..analysis import analysis, known, screening, verdict_rule
 from ..analysis import eta as eta_seed
 from ..analysis.types import StudyAnalysis
-from ..engine import Engine, engine_for
+from ..engine import Engine, engine_for_study
 from ..engine.cache import CacheRecord
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
@@ -59,7 +59,7 @@ class StudyRunner:
         # The lock before anything is read or written; a directory holding another study stops here.
         self.session = TunerSession.open(self.out_dir, lambda store: self._check_start(store))
         self.store = self.session.store
-        self.engine: Engine = engine_for(spec.engine)  # the registered class of `engine.kind`
+        self.engine: Engine = engine_for_study(spec)  # the registered class of `engine.kind` (or each section's)
         self.engine.check_secrets()  # a missing secret stops the study here, before any boot
         self.store.redact = self.engine.redact
         # The template every slot's executor is made from when the study starts (see _start_slots).

@@ -20,6 +20,7 @@ from ..engine.classify import tail
 from ..engine.config import Config
 from ..engine.launch import new_launch_token
 from ..engine.placement import Placement
+from ..engine.registry import block_pool_tokens
 from ..load.bench import run_scenario
 from ..load.options import RunOptions
 from ..load.records import RunResult
@@ -182,7 +183,7 @@ class TrialExecutor:
             else:
                 api_key = self.engine.client_api_key(config)  # from the server's environment, never stored
                 outcome, detail = self._measure(trial, plan, server, api_key, enough, progress,
-                                                started.boot_facts.kv_cache_tokens, race)
+                                                block_pool_tokens(started.boot_facts), race)
                 if outcome is Outcome.crashed:
                     detail = f"{detail}: {self.engine.diagnose(server).detail}"
                 detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
