@@ -1,14 +1,21 @@
 """`servetune capacity` over HTTP against the FAKE server with a known capacity (`--slots`): the
-queue model's long simulation gives the truth; plus the command's one-line errors."""
+queue model's long simulation gives the truth; plus the command's one-line errors. Then
+`servetune size --check` on the capacity measured here, against the same server: sized for three
+times that capacity and checked with a third of the load on the one server; an undersized check
+fails. Both are in this file so that they share the one capacity search (the suite hands out whole
+files, `--dist loadfile`; the search is most of their cost)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,15 +45,29 @@ RUN = 200   # requests a run; a p90 is decided on that many
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_capacity_of_the_fake_server_is_found_over_http(tmp_path: Path) -> None:
-    truth = MODEL.true_crossing(0.9, TTFT_P90_MS, RUN, runs=200)
-    out = tmp_path / "cap.json"
+@dataclass(frozen=True)
+class Measured:
+    url: str      # the fake of MODEL, serving until this file's tests are done
+    out: Path     # the capacity result
+    stdout: str   # what `servetune capacity` printed
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Measured]:
+    """The capacity of the fake server of MODEL, measured over HTTP once for this file's tests."""
+    out = tmp_path_factory.mktemp("cap") / "cap.json"
     with fake_server(ttft_ms=MODEL.prefill_ms, itl_ms=MODEL.itl_ms, slots=MODEL.slots, log=False) as url:
         res = servetune("capacity", "--url", url, "--scenario", "chat", "--slo", f"ttft:p90={TTFT_P90_MS}",
                         "--input-len", "16", "--output-len", str(MODEL.output_len), "--num-prompts", str(RUN),
                         "--start", "10", "--rel-tol", "0.05", "--out", out)
-    assert res.code == 0, res.stderr
+        assert res.code == 0, res.stderr
+        yield Measured(url, out, res.stdout)
+
+
+@pytest.mark.slow
+def test_capacity_of_the_fake_server_is_found_over_http(measured: Measured) -> None:
+    truth = MODEL.true_crossing(0.9, TTFT_P90_MS, RUN, runs=200)
+    out = measured.out
     doc = json.loads(out.read_text())
     cap = doc["capacity"]
     # The fake can only be slower than its model (HTTP, a busy event loop hold slots longer), never
@@ -61,7 +82,7 @@ def test_capacity_of_the_fake_server_is_found_over_http(tmp_path: Path) -> None:
     for lv in levels:
         (slo,) = lv["slos"]
         assert slo["key"] == "p90_ttft_ms" and slo["values"] == lv["completed"]
-    assert "capacity:" in res.stdout and "interval" in res.stdout and "p90" in res.stdout
+    assert "capacity:" in measured.stdout and "interval" in measured.stdout and "p90" in measured.stdout
     assert any(out.with_name("cap.runs").glob("level00-10.requests.jsonl"))
 
 
@@ -138,3 +159,70 @@ def test_an_interrupted_search_keeps_its_levels_and_resumes_from_them(tmp_path: 
     runs = sum(lv["runs"] for lv in done["levels"])
     # the replayed runs were not measured again (one more file: the run SIGTERM cut short)
     assert runs <= len(list(out.with_name("cap.runs").glob("level*.requests.jsonl"))) <= runs + 1
+
+
+# `servetune size` on the capacity measured above.
+
+def _point(measured: Measured) -> float:
+    return float(json.loads(measured.out.read_text())["capacity"]["value"])
+
+
+@pytest.mark.slow
+def test_three_times_the_capacity_says_three_replicas_and_a_third_of_it_holds_on_one(
+        measured: Measured, tmp_path: Path) -> None:
+    url, capacity, point = measured.url, measured.out, _point(measured)
+    out = tmp_path / "size.json"
+    res = servetune("size", capacity, "--rate", repr(3 * point), "--check", "--url", url, "--out", out)
+    assert res.code == 0, res.stdout + res.stderr
+    doc = json.loads(out.read_text())
+    (sized,) = doc["configs"]
+    assert sized["replicas"]["value"] == 3
+    assert sized["replicas"]["low"] <= 3 <= sized["replicas"]["high"]
+    check = doc["check"]
+    assert check["replicas"] == 3 and check["passed"] and check["verdict"] in ("meets", "undecided")
+    assert check["balance"] is None and "of the capacity's scenario" in check["load"]   # a rate: nothing dealt
+    (slo,) = check["slos"]
+    assert slo["values"] >= RUN * 0.9 and math.isfinite(slo["estimate_ms"])
+    assert all(Path(p).is_file() for p in check["records"])
+    assert "check passed" in res.stdout
+    more = tmp_path / "more.json"
+    assert servetune("size", capacity, "--rate", repr(3.5 * point), "--out", more).code == 0
+    assert json.loads(more.read_text())["configs"][0]["replicas"]["value"] == 4
+
+
+@pytest.mark.slow
+def test_an_undersized_deployment_fails_its_check(measured: Measured, tmp_path: Path) -> None:
+    """Two replicas for three capacities' load: one takes 1.5 x its capacity and the SLO breaks."""
+    url, capacity, point = measured.url, measured.out, _point(measured)
+    out = tmp_path / "size.json"
+    res = servetune("size", capacity, "--rate", repr(3 * point), "--check", "--replicas", "2", "--url", url,
+                    "--out", out)
+    assert res.code == 1 and "check failed" in res.stderr, res.stdout + res.stderr
+    check = json.loads(out.read_text())["check"]
+    assert check["verdict"] == "violates" and not check["passed"]
+
+
+@pytest.mark.slow
+def test_a_trace_target_is_dealt_by_session_and_the_busiest_share_replayed(
+        measured: Measured, tmp_path: Path) -> None:
+    """A trace whose busy minute holds requests of three shared prefixes: the session balancer
+    keeps each prefix on one replica (the third to the replica given fewer so far: a tie, the
+    first), the result names the balancing, the busiest share is replayed."""
+    url, capacity, point = measured.url, measured.out, _point(measured)
+    trace = tmp_path / "t.jsonl"
+    rows = [{"timestamp": 60_000 + i * 500, "input_length": 16, "output_length": MODEL.output_len,
+             "hash_ids": [i % 3, 1000 + i]} for i in range(120)]   # 120 requests in minute 1
+    rows = [{"timestamp": 0, "input_length": 16, "output_length": 4}, *rows,
+            {"timestamp": 180_000, "input_length": 16, "output_length": 4}]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "size.json"
+    growth = 1.5 * point / 2.0   # the busy minute's 2 req/s grown to 1.5 capacities: 2 replicas
+    res = servetune("size", capacity, "--trace", trace, "--growth", repr(growth), "--balance", "session",
+                    "--check", "--url", url, "--out", out)
+    doc = json.loads(out.read_text())
+    assert doc["target"]["window_start_s"] == 60 and doc["configs"][0]["replicas"]["value"] == 2
+    check = doc["check"]
+    assert check["balance"] == "session" and "shares 80, 40" in check["load"], check
+    assert check["requests"] == 80 and res.code in (0, 1)
+    share = [json.loads(line) for line in (tmp_path / "size.runs" / "replica.trace.jsonl").read_text().splitlines()]
+    assert {r["hash_ids"][0] for r in share} == {0, 2}   # prefixes 0 and 2 dealt to replica 1, 1 to replica 2
