@@ -159,8 +159,9 @@ def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None, ra
         console.print(escape(peak_line(peak)))
     if report:
         from ..report import write_report
+        from ..tune.profiles import analyze_profiles
 
-        paths = write_report(result, runner.store, out)
+        paths = write_report(result, runner.store, out, analyze_profiles(runner.store, spec))
         for name in ("markdown", "html"):
             console.print(f"report: {escape(str(paths[name]))}")
     if not result.baseline_measured:
