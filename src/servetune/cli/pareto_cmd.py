@@ -13,6 +13,7 @@ from rich.table import Table
 from ..errors import ServetuneError
 from ..report.pareto import Panel, axis_problem, estimated_metric
 from ..report.templating import estimate
+from .boundary import NoResult
 from .paths import output_file
 
 console = Console()
@@ -52,7 +53,7 @@ def pareto_cmd(
         panels = [p for p in pareto.panels(analysis, store.trials(), x, y, pareto.picks(analysis, profiles))
                   if scenario is None or p.scenario in ("", scenario)]
     if not panels:
-        raise ServetuneError(f"{study_dir}: no config that ran has a value of both {x} and {y}")
+        raise NoResult(f"{study_dir}: no config that ran has a value of both {x} and {y}; nothing written")
     for panel in panels:
         console.print(_table(panel))
     if plot is not None:
@@ -69,7 +70,7 @@ def _table(panel: Panel) -> Table:
         table.add_column(escape(column))
     for r in panel.ranked:
         standing = f"dominated by {', '.join(r.dominated_by)}" if r.dominated_by else str(r.standing)
-        label = r.point.label + (" (baseline)" if r.point.is_baseline else "")
+        label = r.point.label + (" (baseline)" if r.point.is_baseline and r.point.label != "baseline" else "")
         table.add_row(escape(label), estimate(r.point.x), estimate(r.point.y), escape(standing),
                       escape(", ".join(r.point.picks) or "–"))
     if panel.missing:

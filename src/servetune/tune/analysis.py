@@ -446,9 +446,10 @@ MetricCensoring = dict[tuple[str, str], list[str]]       # (scenario, metric) ->
 def metric_names(spec: StudySpec, extra: Sequence[str] = ()) -> tuple[str, ...]:
     """The metrics a study's analysis estimates: the reported ones, every SLO's and every profile's
     objective and SLOs (tune/profiles.py), and `extra` (the axes `servetune pareto` asks for)."""
-    objectives = [spec.objective, *spec.profiles.values()]
-    slo_keys = [k for o in objectives for name in spec.scenario_names for k in o.slo_for(name)]
-    return tuple(dict.fromkeys([*REPORTED_METRICS, *(o.metric for o in objectives), *slo_keys, *extra]))
+    slo_keys = [k for o in [spec.objective, *spec.profiles.values()] for name in spec.scenario_names
+                for k in o.slo_for(name)]
+    profile_metrics = [p.metric for p in spec.profiles.values()]
+    return tuple(dict.fromkeys([*REPORTED_METRICS, *slo_keys, *profile_metrics, *extra]))
 
 
 @dataclass(frozen=True)
