@@ -176,7 +176,6 @@ class ProfileView:
     headline: str                                  # as the study's headline, under the profile's objective
     reason: str                                    # the verdict: effect, calibrated p, SLOs
     emitted_for: str                               # "winner" | "baseline" | ""
-    label: str                                     # the emitted config against the baseline
     slo_checks: list[SloCheck]                     # the emitted config's SLOs under the profile
     diff: list[tuple[str, str, str]]
     deployment: Deployment | None
@@ -190,6 +189,7 @@ class ParetoView:
     x: str
     y: str
     panels: list[pareto.Panel]
+    plot: str = ""                                 # its figure's name among the plots ("": none drawn)
 
 
 @dataclass
@@ -654,7 +654,6 @@ def _profile_views(profiles: dict[str, StudyAnalysis], spec: dict[str, Any], tri
         out.append(ProfileView(
             name=name, objective=f"{analysis.objective_direction} {analysis.objective_name}",
             headline=_headline(analysis), reason=analysis.winner_reason, emitted_for=emitted_for,
-            label=_config_label(subject, analysis) if subject is not None else "",
             slo_checks=subject.slo_checks if subject is not None else [], diff=diff, deployment=dep,
             snippets=snippets(dep) if dep is not None else None))
     return out
@@ -669,7 +668,7 @@ def _pareto(analysis: StudyAnalysis, profiles: dict[str, StudyAnalysis], trials:
         return None, None
     png = plots.pareto_front(panels)
     figure = plots.Plot(PARETO_PLOT, f"Pareto front: {y} against {x}", png) if png else None
-    return ParetoView(x, y, panels), figure
+    return ParetoView(x, y, panels, PARETO_PLOT if figure else ""), figure
 
 
 def build(analysis: StudyAnalysis, store: StudyStore,
