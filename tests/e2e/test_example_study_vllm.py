@@ -1,7 +1,7 @@
 """The main job's study (the `example_study` fixture, examples/tiny-cpu.yaml with a smaller space)
 on the real vLLM CPU build, and what is made of it: the study's shape and verdict, the report with
-every section and real numbers, the HTML in Chromium, and the emitted `vllm serve` command started
-for real with the applied check matching.
+every section and real numbers, its two profiles' deployments and Pareto front, the HTML in
+Chromium, and the emitted `vllm serve` command started for real with the applied check matching.
 
 The tests of one study are in one file: the suite's concurrent run hands out whole files
 (`--dist loadfile`), so the session fixture's study runs once, on one worker."""
@@ -18,6 +18,7 @@ import yaml
 
 from servetune.analysis import analysis
 from servetune.analysis.ofat_audit import off_one_factor
+from servetune.analysis.profiles import analyze_profiles
 from servetune.engine import VllmEngine
 from servetune.engine.config import Config, render_flags
 from servetune.store import StudyStore, TrialRole
@@ -124,6 +125,21 @@ def test_report_of_a_real_study_has_every_section_with_numbers(example_study: Ex
     throughput = store.runs(baseline.id)[0].summary["output_throughput"]
     assert throughput > 0
     assert list((tmp_path / "plots").glob("*.png"))      # plots from the per-request records
+
+    # The study's two profiles: one deployment each, the config its own analysis recommends, and
+    # the Pareto front of their objectives (real runs, no boot of their own)
+    spec = load_study(example_study.study_file)
+    assert list(spec.profiles) == ["throughput", "latency"]
+    for name, profile in analyze_profiles(store, spec).items():
+        chosen = profile.winner or profile.baseline
+        assert chosen is not None
+        folder = tmp_path / "profiles" / name / ("winner" if profile.winner else "baseline")
+        serve = (folder / "serve.sh").read_text()
+        assert shlex.join(render_flags(chosen.config.flags)) in serve, (name, serve)
+        assert f"### Profile {name}: {profile.objective_direction} {profile.objective_metric}" in text
+        assert (example_study.out / "profiles" / name / folder.name / "serve.sh").is_file()  # tune's own report
+    assert "## Pareto front" in text and "`output_throughput` against `mean_ttft_ms`" in text
+    assert (tmp_path / "plots" / "pareto_front.png").stat().st_size > 10_000
 
     dom, stderr = chromium_check(tmp_path / "report.html", tmp_path / "report.png", tmp_path)
     assert "Headline" in dom and "<img" in dom

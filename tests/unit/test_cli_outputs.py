@@ -140,6 +140,8 @@ OUTPUTS: dict[tuple[str, str], Output] = {
     ("ab", "explain"): Output(lambda s, o: ["ab", s.study, s.study_b, "--out", s.root / "ab", "--explain", o],
                               "YAML", ".yaml", lambda s: s.study),
     ("report", "out"): Output(lambda s, o: ["report", s.study_dir, "--out", o], "directory"),
+    ("pareto", "plot"): Output(lambda s, o: ["pareto", s.study_dir, "--x", "p99_ttft_ms", "--y", "output_throughput",
+                                             "--plot", o], "PNG", ".png"),
     ("trace summary", "plot"): Output(lambda s, o: ["trace", "summary", s.trace, "--plot", o], "PNG", ".png",
                                       lambda s: s.trace),
     ("trace cut", "out"): Output(lambda s, o: ["trace", "cut", s.trace, "--out", o], "JSON lines", ".jsonl",
@@ -147,7 +149,7 @@ OUTPUTS: dict[tuple[str, str], Output] = {
 }
 # Paths the commands only read (`status DIR` reads the study directory it is given).
 INPUTS = {
-    ("tune", "study_file"), ("status", "out"), ("report", "study_dir"), ("compare", "a"), ("compare", "b"),
+    ("tune", "study_file"), ("status", "out"), ("report", "study_dir"), ("pareto", "study_dir"), ("compare", "a"), ("compare", "b"),
     ("bench", "trace"), ("bench", "serve"), ("bench", "tokenizer"), ("capacity", "trace"), ("capacity", "serve"),
     ("capacity", "tokenizer"), ("drift", "serve"), ("drift", "tokenizer"), ("ab", "study_files"),
     ("plan", "study_file"), ("probe memory", "study"), ("trace summary", "path"), ("trace cut", "path"),

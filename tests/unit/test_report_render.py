@@ -50,7 +50,7 @@ def test_markdown_has_every_section_with_the_numbers(written) -> None:
 def test_every_plot_is_written(written) -> None:
     paths, _ = written
     names = {k.split(":", 1)[1] for k in paths if k.startswith("plot:")}
-    assert names == {"latency_distributions", "throughput_vs_latency", "objective_over_trials", "baseline_drift"}
+    assert names == {"latency_distributions", "pareto_front", "objective_over_trials", "baseline_drift"}
     for k in paths:
         if k.startswith("plot:"):
             assert paths[k].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

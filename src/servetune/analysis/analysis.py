@@ -377,7 +377,9 @@ def search_size(spec: StudySpec) -> int:
 
 # --- the conclusion -----------------------------------------------------------------------
 
-def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
+def analyze(store: StudyStore, spec: StudySpec, extra_metrics: Sequence[str] = ()) -> StudyAnalysis:
+    """The study's conclusion; `extra_metrics` are estimated per config and scenario beside the
+    metrics the study names (metric_names)."""
     measured = _all_measured(store)
     reference = _reference(measured, spec)
     baseline_key = spec.baseline_config().key()
@@ -386,7 +388,7 @@ def analyze(store: StudyStore, spec: StudySpec) -> StudyAnalysis:
     for m in measured:
         groups[m.trial.config.key()].append(m)
 
-    metrics = _MetricModel.of(groups, spec)
+    metrics = _MetricModel.of(groups, spec, extra_metrics)
     design = study_design(groups, spec, baseline_key, revalidation_cap(store))
 
     excluded = machine_check.unlike([m.trial for m in measured])
@@ -459,10 +461,13 @@ MetricBoots = dict[tuple[str, str], list[list[float]]]   # (scenario, metric) ->
 MetricCensoring = dict[tuple[str, str], list[str]]       # (scenario, metric) -> per boot, "" / right / left
 
 
-def metric_names(spec: StudySpec) -> tuple[str, ...]:
-    """The metrics a study's analysis estimates: the reported ones and every SLO's."""
-    slo_keys = [k for name in spec.scenario_names for k in spec.objective.slo_for(name)]
-    return tuple(dict.fromkeys([*REPORTED_METRICS, *slo_keys]))
+def metric_names(spec: StudySpec, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The metrics a study's analysis estimates: the reported ones, every SLO's and every profile's
+    objective and SLOs (analysis/profiles.py), and `extra` (the axes `servetune pareto` asks for)."""
+    slo_keys = [k for o in [spec.objective, *spec.profiles.values()] for name in spec.scenario_names
+                for k in o.slo_for(name)]
+    profile_metrics = [p.metric for p in spec.profiles.values()]
+    return tuple(dict.fromkeys([*REPORTED_METRICS, *slo_keys, *profile_metrics, *extra]))
 
 
 @dataclass(frozen=True)
@@ -476,8 +481,8 @@ class _MetricModel:
     components: dict[tuple[str, str], stats.VarianceComponents]
 
     @classmethod
-    def of(cls, groups: dict[str, list[_Measured]], spec: StudySpec) -> _MetricModel:
-        names = metric_names(spec)
+    def of(cls, groups: dict[str, list[_Measured]], spec: StudySpec, extra: Sequence[str] = ()) -> _MetricModel:
+        names = metric_names(spec, extra)
         boots = {key: _metric_boots(group, names) for key, group in groups.items()}
         censored = {key: _metric_censoring(group, names) for key, group in groups.items()}
         return cls(names, boots, censored, _metric_components(boots, censored))

@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "init_cmd",
     "trace_cmd",
     "size_cmd",
+    "pareto_cmd",
 ]
 
 for _name in COMMAND_MODULES:

@@ -18,8 +18,10 @@ def report(
     study_dir: Path = typer.Argument(..., help="study directory (holds study.sqlite)"),
     out: Path | None = typer.Option(None, "--out", "-o", help="where to write (default: the study directory)"),
 ) -> None:
-    """Write report.md, report.html and the winning config (winner/) from a study's store."""
+    """Write report.md, report.html and the winning config (winner/) from a study's store, and each
+    profile's (profiles/NAME/)."""
     from ..analysis.analysis import analyze
+    from ..analysis.profiles import analyze_profiles
     from ..report import write_report
     from .stored_study import stored_study
 
@@ -27,7 +29,8 @@ def report(
         not_a_file(out, "--out")  # before the analysis, which can take a while
     with stored_study(study_dir) as (store, spec):
         analysis = analyze(store, spec)
-        paths = write_report(analysis, store, writable_dir(out or study_dir, "--out"))
+        profiles = analyze_profiles(store, spec)
+        paths = write_report(analysis, store, writable_dir(out or study_dir, "--out"), profiles)
     console.print(escape(analysis.winner_reason) if analysis.winner is None else
                   f"[bold green]winner:[/] {escape(analysis.winner.label)}")
     for name in ("markdown", "html"):
@@ -35,6 +38,11 @@ def report(
     snippet_dir = next((p.parent for k, p in paths.items() if k.endswith(":command")), None)
     if snippet_dir is not None:
         console.print(f"config: {escape(str(snippet_dir))}/")
+    for name, a in profiles.items():
+        folder = next((p.parent for k, p in paths.items() if k.startswith(f"profile:{name}:")
+                       and k.endswith(":command")), None)
+        chosen = f"winner {a.winner.label}" if a.winner is not None else "no winner (the baseline)"
+        console.print(f"profile {escape(name)}: {escape(chosen)}" + (f", {escape(str(folder))}/" if folder else ""))
 
 
 def compare_cmd(

@@ -170,9 +170,10 @@ def _tune(spec: StudySpec, out: Path, report: bool, stop_after: float | None, ra
     for peak in sweep_peaks(result):
         console.print(escape(peak_line(peak)))
     if report:
+        from ..analysis.profiles import analyze_profiles
         from ..report import write_report
 
-        paths = write_report(result, runner.store, out)
+        paths = write_report(result, runner.store, out, analyze_profiles(runner.store, spec))
         for name in ("markdown", "html"):
             console.print(f"report: {escape(str(paths[name]))}")
     if not result.baseline_measured:

@@ -36,7 +36,7 @@ from ..study.metrics import GOODPUT, higher_is_better
 from ..study.representative import speculative_warnings
 from ..study.spec import CapacitySpec, ObjectiveSpec, StudySpec
 from ..vocabulary import Outcome
-from . import plots
+from . import pareto, plots
 from .advice import Advice, advise_config, describe_mismatch
 from .capacity import CapacityView, build_capacity
 from .classes import ClassRow, class_rows
@@ -50,6 +50,7 @@ from .speculative import AcceptanceRow, SweepPeak, acceptance_rows, sweep_peaks
 from .templating import num
 
 MAX_DISTRIBUTION_CONFIGS = 5
+PARETO_PLOT = "pareto_front"   # drawn in its own section, not among the other plots
 MIN_CONFIGS_FOR_IMPORTANCE = 12  # PED-ANOVA ranks by the top quantile: noise with fewer configs
 # Log lines that say why a server failed (OOM, bad argument, context too long, crash).
 _EXPLAINS = re.compile(r"error|exception|out of memory|oom|killed|invalid|maximum model length|"
@@ -167,6 +168,32 @@ class CostView:
 
 
 @dataclass
+class ProfileView:
+    """One profile's recommendation (analysis/profiles.py): the config best for its objective and SLOs
+    under the study's verdict rule, or the baseline when none is proven, with the evidence."""
+
+    name: str
+    objective: str                                 # "minimize p90_ttft_ms"
+    headline: str                                  # as the study's headline, under the profile's objective
+    reason: str                                    # the verdict: effect, calibrated p, SLOs
+    emitted_for: str                               # "winner" | "baseline" | ""
+    slo_checks: list[SloCheck]                     # the emitted config's SLOs under the profile
+    diff: list[tuple[str, str, str]]
+    deployment: Deployment | None
+    snippets: Snippets | None
+
+
+@dataclass
+class ParetoView:
+    """The Pareto front section (report/pareto.py): its axes and each scenario's standings."""
+
+    x: str
+    y: str
+    panels: list[pareto.Panel]
+    plot: str = ""                                 # its figure's name among the plots ("": none drawn)
+
+
+@dataclass
 class ReportData:
     study_name: str
     objective_metric: str
@@ -205,6 +232,8 @@ class ReportData:
     exclusions: list[ExclusionView] = field(default_factory=list)  # boots kept out of the verdict
     provenance: ProvenanceView | None = None
     machine: MachineView = field(default_factory=lambda: MachineView(recorded=False))  # what it was measured on
+    profiles: list[ProfileView] = field(default_factory=list)   # one deployment per profile of the study
+    pareto: ParetoView | None = None
 
 
 def fmt_value(value: Any) -> str:
@@ -520,8 +549,7 @@ def _distribution_configs(analysis: StudyAnalysis) -> list[ConfigResult]:
     return out[:MAX_DISTRIBUTION_CONFIGS]
 
 
-def _plots(analysis: StudyAnalysis, store: StudyStore, trial_by_id: dict[int, Trial],
-           slo_metrics: list[str]) -> list[plots.Plot]:
+def _plots(analysis: StudyAnalysis, store: StudyStore, trial_by_id: dict[int, Trial]) -> list[plots.Plot]:
     out: list[plots.Plot] = []
     base_cfg = analysis.baseline.config if analysis.baseline else None
     study_dir = store.path.parent
@@ -542,21 +570,6 @@ def _plots(analysis: StudyAnalysis, store: StudyStore, trial_by_id: dict[int, Tr
     png = plots.latency_distributions(dist)
     if png:
         out.append(plots.Plot("latency_distributions", "Per-request latency distributions (ECDF)", png))
-
-    lat_metric = next((m for m in slo_metrics if m.endswith("_ms") and m.startswith("p")), "p99_e2el_ms")
-    thr_metric = analysis.objective_metric if higher_is_better(analysis.objective_metric) else "output_throughput"
-    tradeoff: dict[str, list[plots.TradeoffPoint]] = {}
-    for c in analysis.configs:
-        for scenario, s in c.scenarios.items():
-            lat, thr = s.metrics.get(lat_metric), s.metrics.get(thr_metric)
-            if c.ok and lat is not None and thr is not None:
-                tradeoff.setdefault(scenario, []).append(plots.TradeoffPoint(
-                    c.label, lat.estimate, thr.estimate, c.is_baseline,
-                    analysis.winner is not None and c.key == analysis.winner.key))
-    png = plots.throughput_vs_latency(tradeoff, lat_metric, thr_metric)
-    if png:
-        out.append(plots.Plot("throughput_vs_latency", f"{thr_metric} versus {lat_metric}, with the Pareto front",
-                              png))
 
     seq_of = {t.id: t.seq for t in trial_by_id.values()}
     obj_points = [plots.ObjectivePoint(
@@ -624,7 +637,55 @@ def _eta_accuracy(store: StudyStore) -> tuple[float | None, str]:
     return errors[0], note
 
 
-def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
+def _recommendation(analysis: StudyAnalysis, spec: dict[str, Any], trial_by_id: dict[int, Trial],
+                    images: list[ImageRef]) -> tuple[str, ConfigResult | None, list[tuple[str, str, str]],
+                                                      Deployment | None]:
+    """What an analysis recommends: the winner, else the baseline, else nothing (a config that
+    never produced a measurement is not recommended, not even the baseline); its changes from the
+    baseline and its deployment."""
+    base = analysis.baseline
+    subject = analysis.winner or (base if analysis.baseline_measured else None)
+    emitted_for = "winner" if analysis.winner else "baseline" if subject else ""
+    if subject is None:
+        return emitted_for, None, [], None
+    diff = ([(k, fmt_value(a), fmt_value(b)) for k, (a, b) in subject.config.diff(base.config).items()]
+            if base is not None else [])
+    facts = next((trial_by_id[t].boot_facts for t in reversed(subject.trial_ids)
+                  if t in trial_by_id and trial_by_id[t].boot_facts), None) or BootFacts()
+    section = (spec.get("engines") or {}).get(subject.config.engine) or spec.get("engine")  # the one it ran on
+    dep = Deployment.of(subject.config, section, facts.engine_version, images[-1] if images else None)
+    return emitted_for, subject, diff, dep
+
+
+def _profile_views(profiles: dict[str, StudyAnalysis], spec: dict[str, Any], trial_by_id: dict[int, Trial],
+                   images: list[ImageRef]) -> list[ProfileView]:
+    out = []
+    for name, analysis in profiles.items():
+        emitted_for, subject, diff, dep = _recommendation(analysis, spec, trial_by_id, images)
+        out.append(ProfileView(
+            name=name, objective=f"{analysis.objective_direction} {analysis.objective_name}",
+            headline=_headline(analysis), reason=analysis.winner_reason, emitted_for=emitted_for,
+            slo_checks=subject.slo_checks if subject is not None else [], diff=diff, deployment=dep,
+            snippets=snippets(dep) if dep is not None else None))
+    return out
+
+
+def _pareto(analysis: StudyAnalysis, profiles: dict[str, StudyAnalysis], trials: list[Trial],
+            slo_metrics: list[str]) -> tuple[ParetoView | None, plots.Plot | None]:
+    x, y = pareto.default_axes(analysis.objective_metric, slo_metrics,
+                               [p.objective_metric for p in profiles.values()])
+    panels = pareto.panels(analysis, trials, x, y, pareto.picks(analysis, profiles))
+    if not panels:
+        return None, None
+    png = plots.pareto_front(panels)
+    figure = plots.Plot(PARETO_PLOT, f"Pareto front: {y} against {x}", png) if png else None
+    return ParetoView(x, y, panels, PARETO_PLOT if figure else ""), figure
+
+
+def build(analysis: StudyAnalysis, store: StudyStore,
+          profiles: dict[str, StudyAnalysis] | None = None) -> ReportData:
+    """`profiles`: each profile's analysis of the same store (analysis/profiles.py), in the study's order."""
+    profiles = profiles or {}
     spec = _spec(store)
     redact = _redactor(store, spec)
     objective = _objective(spec)
@@ -637,19 +698,8 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
     base = analysis.baseline
     base_cfg = base.config if base else None
 
-    # A config that never produced a measurement is not recommended, not even the baseline.
-    subject = analysis.winner or (base if analysis.baseline_measured else None)
-    emitted_for = "winner" if analysis.winner else "baseline" if subject else ""
-    diff: list[tuple[str, str, str]] = []
-    dep: Deployment | None = None
-    if subject is not None:
-        if base_cfg is not None:
-            diff = [(k, fmt_value(a), fmt_value(b)) for k, (a, b) in subject.config.diff(base_cfg).items()]
-        facts = next((trial_by_id[t].boot_facts for t in reversed(subject.trial_ids)
-                      if t in trial_by_id and trial_by_id[t].boot_facts), None) or BootFacts()
-        images = store.engine_images()
-        section = (spec.get("engines") or {}).get(subject.config.engine) or spec.get("engine")  # the one it ran on
-        dep = Deployment.of(subject.config, section, facts.engine_version, images[-1] if images else None)
+    images = store.engine_images()
+    emitted_for, _, diff, dep = _recommendation(analysis, spec, trial_by_id, images)
 
     evidence: list[EvidenceRow] = []
     advice: list[Advice] = []
@@ -670,7 +720,10 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
 
     capacity = build_capacity(analysis, trials, objective, spec.get("price_per_gpu_hour"), store.path.parent,
                               _capacity_spec(spec))
-    figures = _plots(analysis, store, trial_by_id, slo_metrics)
+    figures = _plots(analysis, store, trial_by_id)
+    front, front_plot = _pareto(analysis, profiles, trials, slo_metrics)
+    if front_plot is not None:
+        figures.insert(0, front_plot)
     if capacity is not None and capacity.plot is not None:
         figures.insert(0, capacity.plot)
     return ReportData(
@@ -694,4 +747,5 @@ def build(analysis: StudyAnalysis, store: StudyStore) -> ReportData:
         slo_rows=_slo_rows(analysis), class_rows=class_rows(analysis, base_cfg),
         exclusions=_exclusions(trials, base_cfg),
         machine=build_machine(analysis, trials, base_cfg),
+        profiles=_profile_views(profiles, spec, trial_by_id, images), pareto=front,
         provenance=_provenance(trials, store, str((spec.get("engine") or {}).get("kind") or "vllm")))

@@ -18,8 +18,9 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ..analysis.types import DriftPoint  # noqa: E402
+from ..analysis.types import DriftPoint, Estimate  # noqa: E402
 from ..load.records import SummaryLike  # noqa: E402
+from .pareto import Panel  # noqa: E402
 
 DPI = 100
 SERIES_TITLES = {"ttft": "TTFT (ms)", "tpot": "TPOT (ms)", "itl": "ITL (ms)", "e2el": "E2E latency (ms)"}
@@ -70,51 +71,51 @@ def latency_distributions(data: Mapping[str, Mapping[str, Mapping[str, np.ndarra
     return _png(fig)
 
 
-@dataclass(frozen=True)
-class TradeoffPoint:
-    label: str
-    latency: float       # lower is better
-    throughput: float    # higher is better
-    is_baseline: bool = False
-    is_winner: bool = False
+_STANDING_STYLE = {"front": ("tab:blue", "o", 1.0), "tied": ("tab:blue", "o", 0.45),
+                   "dominated": ("tab:gray", "o", 0.45)}   # colour, marker, alpha
 
 
-def pareto_front(points: Sequence[TradeoffPoint]) -> list[TradeoffPoint]:
-    """Points no other point beats on both axes (lower latency and higher throughput), by latency."""
-    ordered = sorted(points, key=lambda p: (p.latency, -p.throughput))
-    front: list[TradeoffPoint] = []
-    best = -math.inf
-    for p in ordered:
-        if p.throughput > best:
-            front.append(p)
-            best = p.throughput
-    return front
-
-
-def throughput_vs_latency(points: Mapping[str, Sequence[TradeoffPoint]], latency_metric: str,
-                          throughput_metric: str) -> bytes | None:
-    scenarios = [s for s, pts in points.items() if pts]
-    if not scenarios:
+def pareto_front(panels: Sequence[Panel]) -> bytes | None:
+    """One panel per scenario: every config with its intervals as error bars (an open end drawn to
+    the axis' edge is left out), the front joined in x order, tied configs faded, dominated ones
+    grey, the baseline a square, the winner and the profiles' choices named beside their point."""
+    if not panels:
         return None
-    fig = Figure(figsize=(5.0 * len(scenarios), 3.8))
-    axes = fig.subplots(1, len(scenarios), squeeze=False)[0]
-    for ax, scenario in zip(axes, scenarios):
-        pts = points[scenario]
-        ax.scatter([p.latency for p in pts], [p.throughput for p in pts], color="tab:gray", s=18, label="configs")
-        front = pareto_front(pts)
-        ax.plot([p.latency for p in front], [p.throughput for p in front], "-o", color="tab:blue", ms=4,
-                label="Pareto front")
-        for p in pts:
-            if p.is_baseline or p.is_winner:
-                ax.scatter([p.latency], [p.throughput], s=80, marker="*" if p.is_winner else "s",
-                           color="tab:green" if p.is_winner else "tab:red",
-                           label="winner" if p.is_winner else "baseline", zorder=3)
-        ax.set_xlabel(latency_metric, fontsize=8)
-        ax.set_ylabel(throughput_metric, fontsize=8)
-        ax.set_title(scenario, fontsize=9)
+    fig = Figure(figsize=(5.2 * len(panels), 4.0))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels):
+        for standing, (colour, marker, alpha) in _STANDING_STYLE.items():
+            ranked = [r for r in panel.ranked if r.standing == standing]
+            if not ranked:
+                continue
+            xs = [r.point.x.estimate for r in ranked]
+            ys = [r.point.y.estimate for r in ranked]
+            ax.errorbar(xs, ys, xerr=_bars([r.point.x for r in ranked]), yerr=_bars([r.point.y for r in ranked]),
+                        fmt=marker, color=colour, alpha=alpha, capsize=2, ms=5, label=standing)
+        front = sorted((r.point for r in panel.ranked if r.standing == "front"), key=lambda p: p.x.estimate)
+        ax.plot([p.x.estimate for p in front], [p.y.estimate for p in front], "-", color="tab:blue", lw=1)
+        for r in panel.ranked:
+            p = r.point
+            if p.is_baseline:
+                ax.scatter([p.x.estimate], [p.y.estimate], s=90, marker="s", facecolors="none",
+                           edgecolors="tab:red", zorder=3, label="baseline")
+            if p.picks:
+                ax.annotate(", ".join(p.picks), (p.x.estimate, p.y.estimate), textcoords="offset points",
+                            xytext=(6, 6), fontsize=7, color="tab:green")
+        ax.set_xlabel(panel.x.label, fontsize=8)
+        ax.set_ylabel(panel.y.label, fontsize=8)
+        ax.set_title(panel.scenario or "all scenarios", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
+    fig.tight_layout()
     return _png(fig)
+
+
+def _bars(estimates: Sequence[Estimate]) -> list[list[float]]:
+    """Error bar lengths below and above each estimate; an unbounded or unknown end draws none."""
+    def length(end: float, estimate: float) -> float:
+        return abs(end - estimate) if math.isfinite(end) else 0.0
+    return [[length(e.low, e.estimate) for e in estimates], [length(e.high, e.estimate) for e in estimates]]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
@@ -439,6 +440,20 @@ class Screening(_Strict):
                                         description="share of each scenario's prompts a screening run sends")
 
 
+_PROFILE_NAME = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
+
+
+def _check_profile_name(name: str) -> str:
+    """A profile's name is a folder of the report (profiles/NAME/): no separator, no leading dot."""
+    if not _PROFILE_NAME.match(name):
+        raise ValueError(f"profile name {name!r} names a folder of the report: use letters, digits, "
+                         "'_', '.' and '-', starting with a letter or digit")
+    return name
+
+
+ProfileName = Annotated[str, AfterValidator(_check_profile_name)]
+
+
 class StudySpec(_Strict):
     name: str = Field(min_length=1, pattern=r"^[\w.\-]+$")
     engine: EngineSpec
@@ -479,6 +494,11 @@ class StudySpec(_Strict):
         description="a GPU shared with other work: among re-validated winners whose objectives the study cannot "
                     "tell apart, the one that reserves the least memory (--gpu-memory-utilization, then "
                     "--kv-cache-memory-bytes) wins")
+    profiles: dict[ProfileName, ObjectiveSpec] = Field(
+        default_factory=dict,
+        description="named deployment profiles (latency, throughput, ...), each an objective with its own SLOs "
+                    "(the keys of `objective`): the report names the best config for each from the same runs, "
+                    "under the same verdict rule, and emits it (analysis/profiles.py)")
 
     @field_validator("engines", mode="before")
     @classmethod
@@ -558,26 +578,51 @@ class StudySpec(_Strict):
         return problems
 
     def _objective_problems(self) -> list[tuple[Loc, str]]:
+        problems = self._capacity_problems() + self._goodput_problems(self.objective, ("objective",))
+        problems += self._weight_and_slo_problems(self.objective, ("objective",))
+        for name, profile in self.profiles.items():
+            problems += self._profile_problems(name, profile)
+        return problems
+
+    def _weight_and_slo_problems(self, objective: ObjectiveSpec, at: Loc) -> list[tuple[Loc, str]]:
+        """Weights and SLOs name the study's scenarios and known metrics, with positive limits."""
         names = self.scenario_names
         problems: list[tuple[Loc, str]] = []
-        problems += self._capacity_problems() + self._goodput_problems()
-        for key in self.objective.weights:
+        for key in objective.weights:
             if key not in names:
-                problems.append((("objective", "weights", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
-        if self.objective.weights and sum(self.objective.weights.get(n, 1.0) for n in names) <= 0:
-            problems.append((("objective", "weights"), "at least one scenario needs a positive weight"))
-        for key, value in self.objective.slo.items():
+                problems.append(((*at, "weights", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
+        if objective.weights and sum(objective.weights.get(n, 1.0) for n in names) <= 0:
+            problems.append(((*at, "weights"), "at least one scenario needs a positive weight"))
+        for key, value in objective.slo.items():
             if isinstance(value, dict):
                 if key not in names:
-                    problems.append((("objective", "slo", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
+                    problems.append(((*at, "slo", key), f"no scenario named {key!r}{did_you_mean(key, names)}"))
                     continue
                 plain = {m: v for m, v in value.items() if not isinstance(v, dict)}
-                problems += [(("objective", "slo", key, m), msg) for m in plain if (msg := metric_problem(m))]
-                problems += [(("objective", "slo", key, m), msg) for m, v in plain.items()
+                problems += [((*at, "slo", key, m), msg) for m in plain if (msg := metric_problem(m))]
+                problems += [((*at, "slo", key, m), msg) for m, v in plain.items()
                              if (msg := _limit_problem(v))]
                 problems += self._class_slo_problems(key)
             elif msg := metric_problem(key, also=names) or _limit_problem(value):
-                problems.append((("objective", "slo", key), msg))
+                problems.append(((*at, "slo", key), msg))
+        return problems
+
+    def _profile_problems(self, name: str, profile: ObjectiveSpec) -> list[tuple[Loc, str]]:
+        """A profile judges the study's runs again under its own objective and SLOs: it cannot ask
+        for what those runs did not measure (a capacity, goodput against other limits)."""
+        at: Loc = ("profiles", name)
+        if self.objective.metric == CAPACITY:
+            return [(at, "a maximize: capacity study measures each config's load levels against the objective's "
+                         "SLOs only; profiles need a study measured at fixed load (another objective)")]
+        if profile.metric == CAPACITY:
+            key = "maximize" if profile.maximize else "minimize"
+            return [((*at, key), "capacity is measured by a maximize: capacity study, not chosen per profile")]
+        problems = self._goodput_problems(profile, at) + self._weight_and_slo_problems(profile, at)
+        if profile.metric == GOODPUT and not problems:
+            problems += [((*at, "slo"), f"request_goodput was counted against the objective's per-request SLOs; "
+                          f"scenario {s!r} needs the same limits on ttft, tpot and e2el here, or another metric")
+                         for s in self.scenario_names if profile.weights.get(s, 1.0) > 0
+                         and _per_request(profile, s) != _per_request(self.objective, s)]
         return problems
 
     def _class_slo_problems(self, scenario: str) -> list[tuple[Loc, str]]:
@@ -631,16 +676,15 @@ class StudySpec(_Strict):
                       "mean_ or pNN_, then ttft, tpot, itl or e2el, then _ms") for k in sorted(bad)]
         return problems
 
-    def _goodput_problems(self) -> list[tuple[Loc, str]]:
+    def _goodput_problems(self, objective: ObjectiveSpec, at: Loc) -> list[tuple[Loc, str]]:
         """Goodput counts the requests that meet a scenario's per-request SLOs: a scored scenario
         without an SLO on TTFT, TPOT or E2EL would have none to count by."""
-        if self.objective.metric != GOODPUT:
+        if objective.metric != GOODPUT:
             return []
-        return [(("objective", "slo"), f"{self.objective.metric} counts the requests that meet every per-request "
+        return [((*at, "slo"), f"{objective.metric} counts the requests that meet every per-request "
                  f"SLO: give scenario {scenario.name!r} a limit on ttft, tpot or e2el (e.g. p99_ttft_ms: 1000)")
                 for scenario in self.scenarios
-                if self.objective.weights.get(scenario.name, 1.0) > 0
-                and not per_request_limits(slos_from_limits(self.objective.slo_for(scenario.name)))]
+                if objective.weights.get(scenario.name, 1.0) > 0 and not _per_request(objective, scenario.name)]
 
     def _trace_problems(self) -> list[tuple[Loc, str]]:
         """A trace that cannot be read, found now rather than by every trial's runs."""
@@ -834,6 +878,11 @@ class StudySpec(_Strict):
     def constraint_violations(self, config: Config) -> list[str]:
         return violations(self.constraints, config)
 
+
+
+def _per_request(objective: ObjectiveSpec, scenario: str) -> dict[str, float]:
+    """The limits each request of `scenario` is held to for goodput under `objective`."""
+    return per_request_limits(slos_from_limits(objective.slo_for(scenario)))
 
 
 def _with_field(mapping: Any, key: str, value: Any) -> dict[str, Any]:

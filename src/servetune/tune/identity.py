@@ -24,7 +24,8 @@ from ..errors import ServetuneError
 from ..store import StudyStore, meta
 from ..study.spec import StudySpec
 
-SPEC_KEYS_THAT_MAY_CHANGE = ("budget", "parallel", "measure_bandwidth")
+# Profiles only choose among what was measured: adding one to a finished study re-reports it.
+SPEC_KEYS_THAT_MAY_CHANGE = ("budget", "parallel", "measure_bandwidth", "profiles")
 # What a start writes for its spec before the first trial, forgotten with a replaced spec (the
 # memory bandwidth is the machine's, kept).
 START_META = (meta.SPEC, known.DEFAULTS_META, meta.REVALIDATION, eta.SEED_META, eta.FIRST_ETA_META, meta.ETA_LOG)
