@@ -20,6 +20,7 @@ from servetune.load.scenario import Scenario
 from servetune.load.trace.spec import TraceSpec
 from servetune.load.trace.window import Replay, ReplayRequest
 from servetune.sizing.balance import assign, shares
+from servetune.sizing.capacities import window_rate
 from servetune.sizing.plan import replicas_for
 from servetune.sizing.target import trace_target
 from tests.fakes.queue_model import QueueModel, simulated_measure
@@ -247,6 +248,18 @@ def test_a_trace_capacity_is_sized_for_its_own_traces_busy_minute_in_requests_pe
     assert sized["capacity"]["req_per_s"] == pytest.approx(2.0) and sized["capacity"]["req_per_s_low"] == 1.5
     assert out["target"]["req_per_s"] == pytest.approx(6.0) and out["target"]["window_start_s"] == 60
     assert sized["replicas"] == {"value": 3, "low": 3, "high": 4}
+
+
+def test_a_window_cut_to_its_first_requests_is_sized_at_the_rate_it_replays(tmp_path: Path) -> None:
+    """A minute recorded at 1 req/s cut to its first 30 requests (`max_requests`) replays 30 s of
+    that traffic: a speed-up of it stands for 1 req/s per unit, not 30 requests over the whole
+    minute's 60 s (0.5 req/s, which would double the replicas)."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i * 1000, "input_length": 10, "output_length": 5}) + "\n"
+                             for i in range(120)))
+    for spec in (TraceSpec(path=trace, duration_s=60.0, max_requests=30), TraceSpec(path=trace, max_requests=30)):
+        assert window_rate(Scenario(name="t", trace=spec), "t") == pytest.approx(1.0)
+    assert window_rate(Scenario(name="t", trace=TraceSpec(path=trace, duration_s=60.0)), "t") == pytest.approx(1.0)
 
 
 def test_a_closed_loops_capacity_has_no_rate_to_size_by(tmp_path: Path) -> None:

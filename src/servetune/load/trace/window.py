@@ -74,7 +74,11 @@ def select(rows: Iterable[TraceRow], spec: TraceSpec, where: str) -> Replay:
         raise TraceError(f"{where}: no request in the window (start_s {spec.start_s:g}, duration_s "
                          f"{spec.duration_s if spec.duration_s is not None else 'all'}) of its {n} rows")
     picked.sort(key=lambda p: (p[0], p[1]))
-    if spec.max_requests is not None:
+    # A window cut to its first requests ends where the first request left out begins: the
+    # recorded time those requests stand for (their rate is what a speed-up of them is sized by).
+    cut_at: float | None = None
+    if spec.max_requests is not None and len(picked) > spec.max_requests:
+        cut_at = picked[spec.max_requests][0] - spec.start_s
         picked = picked[: spec.max_requests]
     scale = spec.token_scale
     last_turn: dict[str, int] = {}
@@ -86,7 +90,10 @@ def select(rows: Iterable[TraceRow], spec: TraceSpec, where: str) -> Replay:
         out.append(ReplayRequest(offset_s=t - spec.start_s, input_len=max(round(row.input_len * scale), 1),
                                  output_len=max(round(row.output_len * scale), 1), hash_ids=row.hash_ids,
                                  follows=follows, delay_s=row.delay_s or 0.0, traffic_class=row.traffic_class))
-    span = spec.duration_s if spec.duration_s is not None else max(picked[-1][0] - spec.start_s, 0.0)
+    if cut_at is not None:
+        span = cut_at
+    else:
+        span = spec.duration_s if spec.duration_s is not None else max(picked[-1][0] - spec.start_s, 0.0)
     return Replay(tuple(out), n, span)
 
 
