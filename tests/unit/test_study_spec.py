@@ -120,6 +120,8 @@ ERRORS = [
     ("duplicate values", "  max-num-seqs: [4, 32]", "  max-num-seqs: [4, 4]", "space.max-num-seqs: the list of values has duplicates", "[4, 4]"),
     ("unknown preset", "preset: single-decode", "preset: single-decod",
      "scenarios[0].preset: unknown scenario preset 'single-decod' (did you mean 'single-decode'?)", "single-decod"),
+    ("a preset that is not a name", "preset: single-decode", "preset: []",
+     "scenarios[0].preset: unknown scenario preset []; known:", "preset: []"),
     ("unknown weight scenario", "weights: {single-decode: 1, burst: 1}", "weights: {single-decode: 1, brust: 1}",
      "objective.weights.brust: no scenario named 'brust' (did you mean 'burst'?)", "brust"),
     ("negative weight", "weights: {single-decode: 1, burst: 1}", "weights: {single-decode: 1, burst: -1}",

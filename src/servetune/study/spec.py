@@ -383,7 +383,7 @@ def _expand_preset(data: Any) -> Any:
         return data
     fields = dict(data)
     name = fields.pop("preset")
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         # Pydantic fills `{key}` from a context; the message is complete already, so none is given.
         message = f"unknown scenario preset {name!r}{did_you_mean(name, PRESETS)}; known: {', '.join(PRESETS)}"
         raise PydanticCustomError("unknown_preset", message)
