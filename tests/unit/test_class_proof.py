@@ -180,3 +180,11 @@ objective:
     with pytest.raises(ServetuneError, match=r"scenario 'burst' has no traffic class 'apis' \(did you mean 'api'\?\) "
                                              r"\(its classes: conversation, api\)"):
         parse_study(text % "apis: {p50_e2el_ms: 2000}")
+
+
+def test_a_profiles_class_slo_is_checked_against_its_own_entries_and_named_under_the_profile() -> None:
+    with_profile = STUDY + "profiles:\n  chatty:\n    minimize: mean_ttft_ms\n    slo: {mixed: {chatt: {p90_ttft_ms: 300}}}\n"
+    with pytest.raises(ServetuneError, match=r"profiles.chatty.slo.mixed.chatt: scenario 'mixed' has no traffic class 'chatt'"):
+        parse_study(with_profile)
+    fine = STUDY + "profiles:\n  chatty:\n    minimize: mean_ttft_ms\n    slo: {mixed: {chat: {p90_ttft_ms: 300}}}\n"
+    assert parse_study(fine).profiles["chatty"].class_slo_for("mixed") == {"chat": {"p90_ttft_ms": 300.0}}

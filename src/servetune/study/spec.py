@@ -602,7 +602,7 @@ class StudySpec(_Strict):
                 problems += [((*at, "slo", key, m), msg) for m in plain if (msg := metric_problem(m))]
                 problems += [((*at, "slo", key, m), msg) for m, v in plain.items()
                              if (msg := _limit_problem(v))]
-                problems += self._class_slo_problems(key)
+                problems += self._class_slo_problems(key, objective, at)
             elif msg := metric_problem(key, also=names) or _limit_problem(value):
                 problems.append(((*at, "slo", key), msg))
         return problems
@@ -625,19 +625,19 @@ class StudySpec(_Strict):
                          and _per_request(profile, s) != _per_request(self.objective, s)]
         return problems
 
-    def _class_slo_problems(self, scenario: str) -> list[tuple[Loc, str]]:
-        """A scenario's class entries name its classes (or its trace's request types), and bound
-        latencies each request has."""
+    def _class_slo_problems(self, scenario: str, objective: ObjectiveSpec, at: Loc) -> list[tuple[Loc, str]]:
+        """A scenario's class entries (in `objective`, the study's or a profile's, at `at`) name its
+        classes (or its trace's request types), and bound latencies each request has."""
         try:
             classes = class_names(next(s for s in self.scenarios if s.name == scenario))
         except ServetuneError:   # an unreadable trace: its own problem, reported with the scenario
-            classes = list(self.objective.class_slo_for(scenario))
+            classes = list(objective.class_slo_for(scenario))
         problems: list[tuple[Loc, str]] = []
-        if self.objective.metric == CAPACITY and self.objective.class_slo_for(scenario):
-            return [(("objective", "slo", scenario), "a traffic class's SLOs are judged on a study's runs; "
-                                                     "maximize: capacity judges each load level by the scenario's")]
-        for name, limits in self.objective.class_slo_for(scenario).items():
-            loc: Loc = ("objective", "slo", scenario, name)
+        if objective.metric == CAPACITY and objective.class_slo_for(scenario):
+            return [((*at, "slo", scenario), "a traffic class's SLOs are judged on a study's runs; "
+                                             "maximize: capacity judges each load level by the scenario's")]
+        for name, limits in objective.class_slo_for(scenario).items():
+            loc: Loc = (*at, "slo", scenario, name)
             if name not in classes:
                 known = f"its classes: {', '.join(classes)}" if classes else "it has no classes"
                 problems.append((loc, f"scenario {scenario!r} has no traffic class {name!r}"
