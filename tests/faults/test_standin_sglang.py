@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from servetune.analysis import analysis
 from servetune.store import StudyStore
 from servetune.study.spec import StudySpec
-from servetune.tune import analysis
 from tests.fakes import MODEL_WITHOUT_WEIGHTS, standin
 from tests.faults.test_standin_faults import STUDY_TIMEOUT_S
 
