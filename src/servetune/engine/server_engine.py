@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Self
 
 from ..secrets import Redactor, Secrets
 from ..vocabulary import MetricNames, Outcome
@@ -28,6 +29,9 @@ from .launch import HealthWait, Server, StopReport, launch, terminate, wait_heal
 from .placement import Placement
 from .ports import LOOPBACK, free_port, port_is_free
 from .profile import EngineProfile
+
+if TYPE_CHECKING:
+    from ..study.spec import EngineSpec
 
 
 class ServerEngine:
@@ -70,7 +74,14 @@ class ServerEngine:
 
     @classmethod
     def default_command(cls) -> list[str]:
-        raise NotImplementedError
+        return list(cls.profile.default_command)
+
+    @classmethod
+    def from_spec(cls, spec: EngineSpec) -> Self:
+        """The tuner's engine: its servers run in dev mode, so caches are emptied between runs."""
+        return cls(command=list(spec.command), model=str(spec.model), startup_timeout_s=spec.startup_timeout_s,
+                   startup_stall_s=spec.startup_stall_s, pin_engine_core=spec.pin_engine_core, secrets=spec.secrets,
+                   dev_mode=True, evidence=dict(spec.evidence))
 
     # -- faces an engine module gives ------------------------------------------------------
     def build_command(self, config: Config, port: int, cache: CacheDirs | None = None) -> list[str]:

@@ -26,7 +26,7 @@ from .server_engine import ServerEngine
 from .sglang_log import check_sglang_applied, classify_sglang_failure, parse_sglang_boot
 
 if TYPE_CHECKING:
-    from ..study.spec import EngineSpec
+    pass
 
 DEFAULT_COMMAND = ["python", "-m", "sglang.launch_server"]
 _LAUNCHER_FLAGS = {"host", "port", "model-path", "model"}
@@ -101,16 +101,6 @@ class SglangEngine(ServerEngine):
     profile = PROFILE
     metric_names = SGLANG_METRIC_NAMES
     _version: str | None = None  # read with the defaults: SGLang's log does not say it
-
-    @classmethod
-    def default_command(cls) -> list[str]:
-        return list(DEFAULT_COMMAND)
-
-    @classmethod
-    def from_spec(cls, spec: EngineSpec) -> SglangEngine:
-        return cls(command=list(spec.command), model=str(spec.model), startup_timeout_s=spec.startup_timeout_s,
-                   startup_stall_s=spec.startup_stall_s, pin_engine_core=spec.pin_engine_core, secrets=spec.secrets,
-                   dev_mode=True, evidence=dict(spec.evidence))
 
     def build_command(self, config: Config, port: int, cache: CacheDirs | None = None) -> list[str]:
         flags = {k: v for k, v in config.flags.items() if normalize_flag_name(k) not in _LAUNCHER_FLAGS}

