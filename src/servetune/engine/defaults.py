@@ -24,6 +24,23 @@ from .helper_process import run_helper
 
 READ_TIMEOUT_S = 180.0
 
+# The end of every engine's defaults probe, given `parser` (its options' defaults), `flag_parser`
+# (every flag its server takes) and `version`: prints the JSON object `read_defaults` parses.
+PARSER_REPORT = r"""
+out = {}
+for action in parser._actions:
+    if action.dest == "help" or action.default is argparse.SUPPRESS:
+        continue
+    try:
+        json.dumps(action.default)
+    except (TypeError, ValueError):
+        continue
+    out[action.dest] = action.default
+flags = sorted({s[2:] for action in flag_parser._actions for s in action.option_strings if s.startswith("--")})
+modules = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is not None]
+print(json.dumps({"version": version, "defaults": out, "flags": flags, "modules": modules}))
+"""
+
 # Runs in the engine's interpreter. Prints one JSON object: the version, {dest: default}
 # for every option whose default is JSON data (reprs of other objects are not defaults a
 # study file could spell, so they are left out), and every long flag the parser takes.
@@ -37,7 +54,6 @@ except ImportError:
 import vllm
 parser = FlexibleArgumentParser()
 AsyncEngineArgs.add_cli_args(parser)
-out = {}
 # The API server's flags are the engine's plus the frontend's (port, api-key, chat-template);
 # where its parser lives moved between versions, and the engine's alone is the fallback.
 flag_parser = parser
@@ -47,19 +63,8 @@ for where in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cl
         break
     except Exception:
         pass
-flags = sorted({s[2:] for action in flag_parser._actions for s in action.option_strings if s.startswith("--")})
-for action in parser._actions:
-    if action.dest == "help" or action.default is argparse.SUPPRESS:
-        continue
-    try:
-        json.dumps(action.default)
-    except (TypeError, ValueError):
-        continue
-    out[action.dest] = action.default
-modules = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is not None]
-print(json.dumps({"version": getattr(vllm, "__version__", None), "defaults": out, "flags": flags,
-                  "modules": modules}))
-"""
+version = getattr(vllm, "__version__", None)
+""" + PARSER_REPORT
 
 
 class EngineDefaults(BaseModel):

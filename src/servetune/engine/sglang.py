@@ -9,7 +9,6 @@ a false one leaves it out (its default), never a `--no-` form, which SGLang's pa
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from .. import server_http
 from ..vocabulary import SGLANG_METRIC_NAMES
@@ -18,15 +17,12 @@ from .bootfacts import BootFacts
 from .cache import CacheDirs
 from .classify import Failure
 from .config import Config, FlagValue, normalize_flag_name, render_flags
-from .defaults import EngineDefaults, read_engine_defaults
+from .defaults import PARSER_REPORT, EngineDefaults, read_engine_defaults
 from .placement import Placement
 from .profile import DeploymentStyle, EngineProfile
 from .registry import register_engine
 from .server_engine import ServerEngine
 from .sglang_log import check_sglang_applied, classify_sglang_failure, parse_sglang_boot
-
-if TYPE_CHECKING:
-    pass
 
 DEFAULT_COMMAND = ["python", "-m", "sglang.launch_server"]
 _LAUNCHER_FLAGS = {"host", "port", "model-path", "model"}
@@ -38,20 +34,9 @@ import sglang
 from sglang.srt.server_args import ServerArgs
 parser = argparse.ArgumentParser()
 ServerArgs.add_cli_args(parser)
-out = {}
-for action in parser._actions:
-    if action.dest == "help" or action.default is argparse.SUPPRESS:
-        continue
-    try:
-        json.dumps(action.default)
-    except (TypeError, ValueError):
-        continue
-    out[action.dest] = action.default
-flags = sorted({s[2:] for action in parser._actions for s in action.option_strings if s.startswith("--")})
-modules = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is not None]
-print(json.dumps({"version": getattr(sglang, "__version__", None), "defaults": out, "flags": flags,
-                  "modules": modules}))
-"""
+flag_parser = parser
+version = getattr(sglang, "__version__", None)
+""" + PARSER_REPORT
 
 
 def render_sglang_flags(flags: dict[str, FlagValue]) -> list[str]:
