@@ -89,8 +89,10 @@ def test_aa_study_sigkilled_mid_trial_resumes_losing_nothing_and_names_no_winner
     for t in screened:
         assert sorted(r.replicate for r in runs if r.trial_id == t.id) == list(range(1, spec.replicates.max + 1))
     assert [s.end_reason for s in store.sessions()] == [None, "finished"]
-    # engine.pin_engine_core went through the runner to every boot, the resumed one too
-    assert all("pinned EngineCore" in (t.detail or "") for t in trials), [t.detail for t in trials]
+    # engine.pin_engine_core went through the runner to every boot, the resumed one too, and the
+    # load client measured from the API server's cores
+    assert all("pinned EngineCore" in (t.detail or "") and "load client on [" in (t.detail or "")
+               for t in trials), [t.detail for t in trials]
 
     result = analysis.analyze(store, spec)
     compared = [c for c in result.configs if not c.is_baseline and c.objective_effect is not None]

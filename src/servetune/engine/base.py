@@ -46,6 +46,7 @@ class StartResult(BaseModel):
     log_path: Path | None = None
     argv: list[str] = Field(default_factory=list)
     cpu_layout: str = ""  # what pinning did, when the engine was asked to pin (cpu_layout.py)
+    client_cpus: frozenset[int] | None = None  # where the load client should run (cpu_layout.client_cores)
 
     @property
     def ok(self) -> bool:

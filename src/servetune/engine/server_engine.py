@@ -22,7 +22,7 @@ from .bootfacts import BootFacts
 from .cache import CacheDirs
 from .classify import Failure, tail
 from .config import Config, normalize_flag_name
-from .cpu_layout import pin_engine_core
+from .cpu_layout import CoreLayout, pin_engine_core
 from .defaults import EngineDefaults, in_container
 from .knobs import DeclaredEvidence, KnobEvidence
 from .launch import HealthWait, Server, StopReport, launch, terminate, wait_healthy
@@ -187,10 +187,11 @@ class ServerEngine:
         facts = self.parse_boot(text)
         facts.startup_seconds = server.startup_seconds
         if state is HealthWait.healthy:
-            layout = pin_engine_core(server.pgid, server.pid) if self.pin_engine_core else ""
+            layout = pin_engine_core(server.pgid, server.pid) if self.pin_engine_core else CoreLayout("")
             return StartResult(outcome=Outcome.ok, server=server, mismatches=self.check_applied(config, facts),
                                knobs=self.knob_evidence(config, text, facts, server),
-                               detail=f"healthy after {server.startup_seconds:.1f} s", cpu_layout=layout,
+                               detail=f"healthy after {server.startup_seconds:.1f} s", cpu_layout=layout.detail,
+                               client_cpus=layout.client_cpus,
                                boot_facts=facts, log_path=log_path, argv=argv)
         exit_code = server.exit_code()
         # also after an exit: children (the engine core) may outlive the API server

@@ -18,6 +18,7 @@ from ..engine.bootfacts import BootFacts
 from ..engine.cache import CacheDirs, cache_record
 from ..engine.classify import tail
 from ..engine.config import Config
+from ..engine.cpu_layout import client_cores
 from ..engine.launch import new_launch_token
 from ..engine.placement import Placement
 from ..engine.registry import block_pool_tokens
@@ -182,11 +183,13 @@ class TrialExecutor:
                 outcome, detail = Outcome.duplicate, twin
             else:
                 api_key = self.engine.client_api_key(config)  # from the server's environment, never stored
-                outcome, detail = self._measure(trial, plan, server, api_key, enough, progress,
-                                                block_pool_tokens(started.boot_facts), race)
+                with client_cores(started.client_cpus):
+                    outcome, detail = self._measure(trial, plan, server, api_key, enough, progress,
+                                                    block_pool_tokens(started.boot_facts), race)
                 if outcome is Outcome.crashed:
                     detail = f"{detail}: {self.engine.diagnose(server).detail}"
-                detail = "; ".join(x for x in (detail, started.cpu_layout) if x) or None
+                client = f"load client on {sorted(started.client_cpus)}" if started.client_cpus else ""
+                detail = "; ".join(x for x in (detail, started.cpu_layout, client) if x) or None
         finally:
             stopped = self.engine.stop(server)
             if self.live is not None:
