@@ -226,3 +226,24 @@ def test_a_trace_target_is_dealt_by_session_and_the_busiest_share_replayed(
     assert check["requests"] == 80 and res.code in (0, 1)
     share = [json.loads(line) for line in (tmp_path / "size.runs" / "replica.trace.jsonl").read_text().splitlines()]
     assert {r["hash_ids"][0] for r in share} == {0, 2}   # prefixes 0 and 2 dealt to replica 1, 1 to replica 2
+
+
+def test_a_level_keeps_its_failed_requests_in_place_as_over_every_limit(tmp_path: Path) -> None:
+    """A request that ended without its answer is an infinite value where it was sent, for every
+    metric, and counted as failed, not completed; one cancelled by an early stop is neither. The
+    other commands' values (drift, soak) stay those of the answered requests."""
+    from servetune.capacity.http import request_values, sample_from_records
+    from servetune.load.records import RequestRecord
+
+    path = closed_loop_records(tmp_path / "level.requests.jsonl", 4, 300.0, 300.0)
+    lines = path.read_text().splitlines()
+    for i, why in ((5, "HTTP 500: Internal Server Error"), (7, "stopped_early: in flight when the run was stopped")):
+        rec = RequestRecord.model_validate_json(lines[i])
+        lines[i] = rec.model_copy(update={"error": why, "first_token_ns": None, "chunk_ns": []}).model_dump_json()
+    path.write_text("\n".join(lines) + "\n")
+    sample = sample_from_records(4, path)
+    assert (sample.sent, sample.completed, sample.failed) == (12, 10, 1)
+    assert [bool(math.isinf(v[0])) for v in sample.values["ttft"]] == [i == 5 for i in range(12) if i != 7]
+    assert all(math.isinf(sample.values[m][5][0]) for m in ("ttft", "tpot", "itl", "e2el"))
+    records = [RequestRecord.model_validate_json(line) for line in lines]
+    assert len(request_values(records)["ttft"]) == 10 and all(math.isfinite(v[0]) for v in request_values(records)["ttft"])

@@ -167,3 +167,28 @@ def test_only_a_bracket_level_near_its_limit_gets_a_second_run() -> None:
     assert runs[1.0] == (1, Verdict.undecided, 45.0)    # surely far under the limit: one run is all it gets
     assert runs[2.0] == (2, Verdict.undecided, 90.0)    # likely within NEAR_LIMIT of it: a second run
     assert 100 / NEAR_LIMIT < 90 and runs[4.0][1] is Verdict.violates
+
+
+
+def test_failed_requests_count_over_every_limit_at_a_level_and_its_looks() -> None:
+    """A level whose answered requests are all fast but some of whose requests failed (the server
+    answered with an error, or the stream broke: an infinite value in its place) is not met on
+    the answered ones alone: those users got nothing."""
+    looks = Looks(0.05, 1, 3)
+    fast, failed = np.array([10.0]), np.array([np.inf])
+    answered = LevelSample(1.0, {"ttft": [fast] * 460}, 460, 460)
+    assert judge_level(1.0, [answered], P90, looks).verdict is Verdict.meets
+    every_sixth = [failed if i % 6 == 0 else fast for i in range(540)]   # 90 of 540 (17 %)
+    judged = judge_level(1.0, [LevelSample(1.0, {"ttft": every_sixth}, 540, 450, failed=90)], P90, looks)
+    assert judged.verdict is Verdict.violates and judged.judgements[0].n == 540
+    assert math.isfinite(judged.judgements[0].estimate) and judged.judgements[0].estimate > 100.0
+    # the monitor counts a failed request over every limit: a sure loss ends the level early
+    monitor = LevelMonitor(P90, 500, 0.05)
+    calls = [monitor.observe(i * 0.01, {"ttft": math.inf if i % 3 == 0 else 10.0}, started=500) for i in range(400)]
+    assert any(calls) and monitor.verdict is Verdict.violates and "lost p90_ttft_ms" in (monitor.reason or "")
+    # and an interim look does not call a level met while failed requests say otherwise
+    clean = InterimLooks(P90, Looks(0.05, 5, 3), 500, {})
+    assert any(c is not None and c[0] is Verdict.meets for c in (clean.observe(i, {"ttft": 10.0}, 0) for i in range(400)))
+    failing = InterimLooks(P90, Looks(0.05, 5, 3), 500, {})
+    calls_failing = [failing.observe(i, {"ttft": math.inf if i % 6 == 0 else 10.0}, 0) for i in range(400)]
+    assert not any(c is not None and c[0] is Verdict.meets for c in calls_failing)

@@ -189,3 +189,36 @@ def test_a_violated_slo_is_infeasible_for_the_search(tmp_path: Path) -> None:
     assert fast.slo_state is SloState.violated and not fast.feasible and result.winner is None
     assert [v.feasible for v in analysis.history(store, spec)] == [True, False]
     assert analysis.pick_finalists(store, spec, 1) == []
+
+
+
+def _with_failures(path: Path, every: int, why: str) -> Path:
+    """Every `every`-th request of the run's records made one that ended without an answer: `why`."""
+    lines = path.read_text().splitlines()
+    for i in range(0, len(lines), every):
+        rec = RequestRecord.model_validate_json(lines[i])
+        lines[i] = RequestRecord(index=rec.index, input_len=8, output_len=4, scheduled_ns=rec.scheduled_ns,
+                                 dispatch_ns=rec.dispatch_ns, end_ns=rec.dispatch_ns + MS, error=why).model_dump_json()
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_requests_that_failed_count_over_the_limit_not_out_of_the_percentile(tmp_path: Path) -> None:
+    """600 answered requests at 100 ms meet p99 <= 500 ms. When one in twenty of them failed
+    instead (an error status: users who got no answer), the p99 is over the limit, though the
+    answered ones are as fast. Requests cancelled because the run was stopped on purpose are
+    no failure; the median is not moved over by 5 % failed."""
+    rng = np.random.default_rng(5)
+    files = _runs(tmp_path, "f", 6, lambda r: _steady(rng, 100.0))
+    check, = slo_proof.check_scenario("a", {"p99_ttft_ms": 500.0}, files, {}, alpha=0.05)
+    assert check.state is SloState.met and check.n == 600
+    for f in files[:3]:
+        _with_failures(f, 20, "stopped_early: in flight when the run was stopped early (should_stop)")
+    check, = slo_proof.check_scenario("a", {"p99_ttft_ms": 500.0}, files, {}, alpha=0.05)
+    assert check.state is SloState.met and check.n == 585
+    for f in files:
+        _with_failures(f, 20, "HTTP 500: Internal Server Error")
+    check, = slo_proof.check_scenario("a", {"p99_ttft_ms": 500.0}, files, {}, alpha=0.05)
+    assert check.state is SloState.violated and check.n == 600 and check.low > 500.0
+    check, = slo_proof.check_scenario("a", {"p50_ttft_ms": 500.0}, files, {}, alpha=0.05)
+    assert check.state is SloState.met

@@ -148,8 +148,9 @@ def _judged(slo: Slo, alpha: float, files: tuple[_FileKey, ...],
 
 @functools.lru_cache(maxsize=512)
 def _request_values(file: _FileKey, traffic_class: str | None = None) -> dict[str, list[np.ndarray]]:
-    """A records file's per-request values; of one traffic class's requests where one is named."""
+    """A records file's per-request values, a failed request's infinite (over every limit); of
+    one traffic class's requests where one is named."""
     records = read_records(Path(file[0]))
     if traffic_class is not None:
         records = [r for r in records if r.traffic_class == traffic_class]
-    return request_values(records)
+    return request_values(records, failed=True)

@@ -124,9 +124,9 @@ class _Bracket:
 
 
 def _values(r: LevelResult, slo: Slo) -> LevelValues:
-    """A level's values of the SLO's metric, with the requests in flight when a run was ended as
-    lost (one value each; ITL's values are gaps, so none are added there)."""
-    cut = sum(s.sent - s.completed for s in r.samples if s.early_verdict is Verdict.violates)
+    """A level's values of the SLO's metric (a failed request's is infinite), with the requests in
+    flight when a run was ended as lost (one value each; ITL's values are gaps, so none are added there)."""
+    cut = sum(s.sent - s.completed - s.failed for s in r.samples if s.early_verdict is Verdict.violates)
     return LevelValues(r.level, pooled_values(r.samples, slo.metric),
                        0 if slo.metric == "itl" else cut)
 

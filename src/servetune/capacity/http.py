@@ -66,21 +66,34 @@ def at_level(scenario: Scenario, load: LoadKind, level: float, num_prompts: int,
     return Scenario.model_validate(fields)
 
 
-def request_values(records: list[RequestRecord]) -> dict[str, list[np.ndarray]]:
+_FAILED = np.array([np.inf])
+
+
+def request_values(records: list[RequestRecord], failed: bool = False) -> dict[str, list[np.ndarray]]:
     """Per metric, one array of ms per succeeded request, in the order they were sent (TPOT only
-    for outputs of more than one token, as vLLM counts it; ITL: the request's gaps)."""
-    ok = [r for r in sorted(records, key=lambda r: r.index) if not r.warmup and metrics.succeeded(r)]
-    return {
-        "ttft": [np.array([metrics.ttft_s(r) * 1000.0]) for r in ok],
-        "tpot": [np.array([metrics.tpot_s(r) * 1000.0]) for r in ok if metrics.output_len(r) > 1],
-        "itl": [np.asarray(metrics.itls_s(r)) * 1000.0 for r in ok],
-        "e2el": [np.array([metrics.latency_s(r) * 1000.0]) for r in ok],
-    }
+    for outputs of more than one token, as vLLM counts it; ITL: the request's gaps). With
+    `failed` (for an SLO), a request that ended without its answer (metrics.missed_every_slo)
+    is an infinite value in its place: a user who got nothing is over every limit."""
+    ordered = [r for r in sorted(records, key=lambda r: r.index) if not r.warmup]
+    out: dict[str, list[np.ndarray]] = {"ttft": [], "tpot": [], "itl": [], "e2el": []}
+    for r in ordered:
+        if metrics.succeeded(r):
+            out["ttft"].append(np.array([metrics.ttft_s(r) * 1000.0]))
+            if metrics.output_len(r) > 1:
+                out["tpot"].append(np.array([metrics.tpot_s(r) * 1000.0]))
+            out["itl"].append(np.asarray(metrics.itls_s(r)) * 1000.0)
+            out["e2el"].append(np.array([metrics.latency_s(r) * 1000.0]))
+        elif failed and metrics.missed_every_slo(r):
+            for values in out.values():
+                values.append(_FAILED)
+    return out
 
 
 def _finished_values(event: Finished, ramp: int) -> tuple[dict[str, float], np.ndarray | None]:
     """A finished request's values (ms) for the monitor, and its ITL gaps (ms)."""
     rec = event.record
+    if rec.index >= ramp and metrics.missed_every_slo(rec):
+        return {"ttft": np.inf, "tpot": np.inf, "e2el": np.inf}, _FAILED
     if rec.index < ramp or not metrics.succeeded(rec):
         return {}, None
     values = {"ttft": metrics.ttft_s(rec) * 1000.0, "e2el": metrics.latency_s(rec) * 1000.0}
@@ -99,12 +112,14 @@ def sample_from_records(level: float, records_path: Path, stopped: str | None = 
                for line in Path(records_path).read_text().splitlines() if line.strip()]
     ramp = ramp_of(load, level)
     measured = [r for r in records if not r.warmup and r.index >= ramp]
-    values = request_values(measured)
+    values = request_values(measured, failed=True)
     sent = [r.dispatch_ns for r in measured if r.dispatch_ns]
     ended = [r.end_ns for r in measured if r.end_ns]
     seconds = (max(ended) - min(sent)) / 1e9 if sent and ended else 0.0
     limits = per_request_limits(slos)
-    return LevelSample(level, values, len(measured), len(values["ttft"]), stopped,
+    completed = sum(1 for r in measured if metrics.succeeded(r))
+    failed = sum(1 for r in measured if metrics.missed_every_slo(r))
+    return LevelSample(level, values, len(measured), completed, stopped, failed=failed,
                        stopped_verdict=Verdict(stopped_verdict) if stopped_verdict else None,
                        records=str(Path(records_path).resolve()), seconds=seconds,
                        good=metrics.meets_slo(measured, limits) if limits else None)

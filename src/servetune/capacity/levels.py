@@ -18,7 +18,8 @@ from .slo import Judgement, Slo, Verdict, judge
 @dataclass
 class LevelSample:
     """One run at one load level. `values`: per metric (ttft, tpot, itl, e2el), one array of ms
-    per completed request (ITL: that request's gaps; others: one value)."""
+    per completed request (ITL: that request's gaps; others: one value), and an infinite one per
+    failed request, in the order they were sent."""
 
     level: float
     values: dict[str, list[np.ndarray]]
@@ -30,6 +31,7 @@ class LevelSample:
     records: str | None = None   # the run's request records (JSONL), where it has them
     seconds: float = 0.0         # how long the run took
     good: np.ndarray | None = None   # per request sent, in order: met every per-request SLO (goodput)
+    failed: int = 0              # ended without their answer (error, broken stream, deadline): in `values` as inf
 
     @property
     def early_verdict(self) -> Verdict | None:

@@ -38,7 +38,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import expit
 
-from .slo import Slo, tail_effective_size
+from .slo import Slo, counted_over, tail_effective_size
 
 LOCAL_FACTOR = 1.3   # the fit keeps the levels within this factor of the crossing it centres on
 _PASSES = 2          # centred on the first guess, then on the first fit's own crossing
@@ -99,7 +99,7 @@ def fitted_crossing(slo: Slo, levels: Sequence[LevelValues], center: float, alph
 
 
 def _count(slo: Slo, q: float, lv: LevelValues) -> _Count | None:
-    values = np.concatenate(lv.values) if lv.values else np.zeros(0)
+    values = counted_over(np.concatenate(lv.values) if lv.values else np.zeros(0), slo.limit_ms)
     if not len(values):
         return None
     design = len(values) / tail_effective_size(values, q, slo.limit_ms)

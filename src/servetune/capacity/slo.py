@@ -33,6 +33,10 @@ _BOOTSTRAP_RESAMPLES = 400
 _STRETCH_POWER = 1.5      # a rank-less side's stretch: (n / effective size) to this power
 _COMMON_FACTOR = 10       # clustering is also measured at 1 - 10 (1 - q): p90 for a p99
 _STOP_INFLATION = 10.0    # assumed variance inflation of a run's count over a limit (early stop)
+# A failed request is an infinite value (capacity.http.request_values): for an SLO it is over
+# the limit, counted as this multiple of it, a finite value so interpolated percentiles and
+# means stay numbers.
+OVER_LIMIT_FACTOR = 2.0
 
 
 class Verdict(StrEnum):
@@ -243,9 +247,18 @@ def verdict_of(low: float, high: float, limit: float) -> Verdict:
     return Verdict.undecided
 
 
+def counted_over(values: np.ndarray, limit_ms: float) -> np.ndarray:
+    """`values` (ms) with the infinite ones (failed requests) as a finite value over `limit_ms`."""
+    if np.all(np.isfinite(values)):
+        return values
+    return np.where(np.isfinite(values), values, limit_ms * OVER_LIMIT_FACTOR)
+
+
 def judge(slo: Slo, per_request: list[np.ndarray], alpha: float, seed: int = 0) -> Judgement:
     """Judge `slo` on per-request values in ms, in the order the requests were sent (one value
-    per request for TTFT, TPOT and E2EL; each request's gaps for ITL)."""
+    per request for TTFT, TPOT and E2EL; each request's gaps for ITL; a failed request's value
+    is infinite: over the limit)."""
+    per_request = [counted_over(v, slo.limit_ms) for v in per_request]
     flat = np.concatenate(per_request) if per_request else np.zeros(0)
     n = len(flat)
     if n == 0:

@@ -41,7 +41,7 @@ STALLED = "stalled"
 # A server that took the run's first requests connects at once; a longer wait means it is gone.
 CONNECT_TIMEOUT_S = 10.0
 RUN_TIMEOUT = "run_timeout"
-STOPPED_EARLY = "stopped_early"
+STOPPED_EARLY = "stopped_early"   # metrics.missed_every_slo tells these apart by this prefix
 _JSON = {"Content-Type": "application/json"}
 
 

@@ -38,6 +38,17 @@ def succeeded(rec: RequestRecord) -> bool:
     return rec.error is None and rec.first_token_ns is not None and bool(rec.chunk_ns)
 
 
+# client.STOPPED_EARLY's prefix: the run was ended on purpose, the request was not failed by the server
+_STOPPED_EARLY_PREFIX = "stopped_early:"
+
+
+def missed_every_slo(rec: RequestRecord) -> bool:
+    """A request that ended without its answer (an error status, a broken or stalled stream, the
+    run's deadline): above every latency limit, for an SLO. Not one in flight when the run was
+    stopped early on purpose (the stop's own rule judged those)."""
+    return not succeeded(rec) and not (rec.error or "").startswith(_STOPPED_EARLY_PREFIX)
+
+
 def output_len(rec: RequestRecord) -> int:
     """Tokens generated: the server's usage, else the chunks' counts (vLLM counts text then)."""
     if rec.output_tokens:

@@ -182,8 +182,8 @@ def _statistic(lv: LevelResult, key: str) -> float:
     slo = slo_from_key(key, math.inf)
     if slo is None:
         return math.nan
-    values = [v for smp in lv.samples for v in smp.values.get(slo.metric, [])]
-    return statistic(slo, np.concatenate(values) if values else np.zeros(0))
+    values = np.concatenate([v for smp in lv.samples for v in smp.values.get(slo.metric, [])] or [np.zeros(0)])
+    return statistic(slo, values[np.isfinite(values)])   # of the answered requests (failed ones: inf)
 
 
 def _ms(x: float) -> str:
