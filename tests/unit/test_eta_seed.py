@@ -135,3 +135,39 @@ def test_a_search_plans_no_check_after_its_last_candidate(tmp_path: Path) -> Non
     roomy = grid.model_copy(update={"budget": grid.budget.model_copy(update={"trials": 12})})
     assert analysis.planned_trial_count(store, roomy) == 1 + 8 + 1
     store.close()
+
+
+def test_short_screening_shortens_the_search_trials_of_the_estimate_and_not_the_finalists() -> None:
+    """The example study screening at half its prompts: each search trial's runs take the fixed
+    overhead and half of the rest; a finalist and its fresh baseline are estimated in full, and
+    once runs are measured, each kind of trial from its own."""
+    from types import SimpleNamespace
+
+    from servetune.store.model import TrialRole
+    from servetune.study import load_study
+
+    example = load_study(Path(__file__).resolve().parents[2] / "examples" / "tiny-cpu.yaml")
+    short = example.model_copy(update={"screening": example.screening.model_copy(update={"num_prompts_fraction": 0.5})})
+    seeded = eta.Eta(boot_s=40.0, run_s={"single-decode": 9.0, "burst": 5.0}, measured=False)
+    full = eta.next_trial_s(example, seeded)
+    assert full == eta.next_trial_s(short, seeded, validation=True) == 40.0 + 3 * (9.0 + 5.0)
+    assert eta.next_trial_s(short, seeded) == 40.0 + 3 * ((1 + 0.5 * 8.0) + (1 + 0.5 * 4.0))
+    assert eta.trials_s(example, seeded, 10, 4, slots=1) == 10 * full
+    assert eta.trials_s(short, seeded, 10, 4, slots=2) == (6 * eta.next_trial_s(short, seeded) + 4 * full) / 2
+
+    def trial(id: int, role: TrialRole) -> SimpleNamespace:   # what the estimate reads of a stored trial
+        return SimpleNamespace(id=id, role=role, boot_s=30.0, done=True)
+
+    def run(trial_id: int, scenario: str, wall_s: float) -> SimpleNamespace:
+        return SimpleNamespace(trial_id=trial_id, scenario=scenario, wall_s=wall_s)
+
+    trials = [trial(1, TrialRole.baseline), trial(2, TrialRole.candidate), trial(3, TrialRole.finalist)]
+    runs = [run(1, "burst", 2.0), run(2, "burst", 2.2), run(3, "burst", 4.0),
+            run(1, "single-decode", 3.0), run(3, "single-decode", 6.0)]
+    measured = eta.for_study(short, trials, runs, seeded)
+    assert measured.screen_run_s == {"burst": 2.1, "single-decode": 3.0}
+    assert measured.run_s == {"burst": 4.0, "single-decode": 6.0}
+    assert eta.next_trial_s(short, measured) == pytest.approx(30.0 + 3 * (2.1 + 3.0))
+    assert eta.next_trial_s(short, measured, validation=True) == pytest.approx(30.0 + 3 * (4.0 + 6.0))
+    # a study that does not screen pools every run, as before
+    assert eta.for_study(example, trials, runs, seeded).run_s == {"burst": 2.2, "single-decode": 4.5}

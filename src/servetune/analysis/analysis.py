@@ -51,7 +51,7 @@ from ..study.spec import StudySpec
 from ..vocabulary import Outcome
 from . import class_proof, machine_check, pool_evidence, screening, slo_proof
 from .capacity_runs import censored_value, censoring, is_level_run
-from .eta import for_study, next_trial_s, stored_seed
+from .eta import for_study, stored_seed, trials_s
 from .known import DEFAULTS_META
 from .types import (
     ClassResult,
@@ -357,7 +357,8 @@ def remaining_s(store: StudyStore, spec: StudySpec) -> float:
     eta = for_study(spec, trials, store.runs(), stored_seed(store))
     done = sum(t.done for t in trials)
     left = max(planned_trial_count(store, spec) - done, 0)
-    return left * next_trial_s(spec, eta) / spec.parallel.slots
+    validation_left = max(2 * spec.finalists - sum(t.done and t.role.is_validation for t in trials), 0)
+    return trials_s(spec, eta, left, validation_left, spec.parallel.slots)
 
 
 def search_size(spec: StudySpec) -> int:

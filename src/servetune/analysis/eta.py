@@ -14,6 +14,11 @@ its batch routes to: `active_fraction`). Calibrated on two machines: the 2-core 
 model: launch to healthy 33-60 s) and the H200 (Qwen3-8B, 15.3 GiB: 44-73 s; TPOT 5.1-7.0 ms;
 run times of its four scenarios within 30 % of this model). The first whole-study estimate is
 kept in the store's meta, and the summary says how far off it was.
+
+Short screening (analysis/screening.py) runs the search's boots with a share of each scenario's
+prompts and the finalists' in full: a search trial and a validation trial are estimated apart,
+each from its own measured runs, a screened run not yet measured as the fixed overhead plus that
+share of the rest of a full one.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ..models.source import ModelSource, model_config, model_gib
 from ..store import Run, StudyStore, Trial
 from ..study.objective import Objective
 from ..study.spec import StudySpec
+from .screening import is_short
 
 # Before anything is measured and without a seed: a guess only.
 DEFAULT_BOOT_S = 90.0
@@ -55,22 +61,35 @@ class Eta:
     measured: bool          # False while it is still a guess or a seed
     seed_run_s: dict[str, float] = field(default_factory=dict)  # for scenarios not measured yet
     trial_run_s: dict[str, float] = field(default_factory=dict)  # capacity: a scenario's whole search on a boot
+    screen_run_s: dict[str, float] = field(default_factory=dict)  # measured runs of the search's shortened trials
 
-    def trial_s(self, scenarios: list[str], runs_per_scenario: float) -> float:
+    def trial_s(self, scenarios: list[str], runs_per_scenario: float, screen_fraction: float = 1.0) -> float:
+        """One trial: a boot and its runs, each scenario's shortened to `screen_fraction` of its
+        prompts (a search trial of a study that screens short)."""
         return self.boot_s + sum(
-            self.trial_run_s[s] if s in self.trial_run_s
-            else runs_per_scenario * self.run_s.get(s, self.seed_run_s.get(s, DEFAULT_RUN_S))
+            self.trial_run_s[s] if s in self.trial_run_s else runs_per_scenario * self._run_s(s, screen_fraction)
             for s in scenarios)
+
+    def _run_s(self, scenario: str, screen_fraction: float) -> float:
+        if screen_fraction < 1.0 and scenario in self.screen_run_s:
+            return self.screen_run_s[scenario]
+        full = self.run_s.get(scenario, self.seed_run_s.get(scenario, DEFAULT_RUN_S))
+        if screen_fraction >= 1.0:
+            return full
+        return min(full, RUN_OVERHEAD_S) + screen_fraction * max(full - RUN_OVERHEAD_S, 0.0)
 
 
 def estimate(trials: list[Trial], runs: list[Run], seed: Eta | None = None,
-             whole_trials: bool = False) -> Eta:
+             whole_trials: bool = False, screened: bool = False) -> Eta:
     """Medians of what was measured; `whole_trials` (capacity studies): also each scenario's
-    measuring time per finished trial."""
+    measuring time per finished trial; `screened`: the search's trials ran shortened, their runs
+    are medians of their own."""
     boots = [t.boot_s for t in trials if t.boot_s is not None]
+    shortened = {t.id for t in trials if not t.role.is_validation} if screened else set()
     per_scenario: dict[str, list[float]] = {}
+    per_screened: dict[str, list[float]] = {}
     for run in runs:
-        per_scenario.setdefault(run.scenario, []).append(run.wall_s)
+        (per_screened if run.trial_id in shortened else per_scenario).setdefault(run.scenario, []).append(run.wall_s)
     per_trial: dict[str, dict[int, float]] = {}
     if whole_trials:
         done = {t.id for t in trials if t.done}
@@ -84,11 +103,12 @@ def estimate(trials: list[Trial], runs: list[Run], seed: Eta | None = None,
         measured=bool(boots) or bool(runs),
         seed_run_s=dict(seed.run_s) if seed else {},
         trial_run_s={s: median(v.values()) for s, v in per_trial.items()},
+        screen_run_s={s: median(v) for s, v in per_screened.items()},
     )
 
 
 def for_study(spec: StudySpec, trials: list[Trial], runs: list[Run], seed: Eta | None) -> Eta:
-    return estimate(trials, runs, seed, whole_trials=Objective(spec).is_capacity)
+    return estimate(trials, runs, seed, whole_trials=Objective(spec).is_capacity, screened=is_short(spec))
 
 
 def runs_per_scenario(spec: StudySpec) -> float:
@@ -99,9 +119,19 @@ def runs_per_scenario(spec: StudySpec) -> float:
     return float(spec.replicates.min)
 
 
-def next_trial_s(spec: StudySpec, eta: Eta) -> float:
-    """Seconds one more trial of this study should take."""
-    return eta.trial_s(spec.scenario_names, runs_per_scenario(spec))
+def next_trial_s(spec: StudySpec, eta: Eta, validation: bool = False) -> float:
+    """Seconds one more trial of this study should take: one of its search (shortened where the
+    study screens short), or with `validation` a finalist's or its fresh baseline's (in full)."""
+    fraction = spec.screening.num_prompts_fraction if is_short(spec) and not validation else 1.0
+    return eta.trial_s(spec.scenario_names, runs_per_scenario(spec), fraction)
+
+
+def trials_s(spec: StudySpec, eta: Eta, trials: int, validation: int, slots: int) -> float:
+    """Seconds `trials` trials take on `slots` slots, `validation` of them (finalists and their
+    fresh baselines) in full."""
+    validation = min(validation, trials)
+    search = (trials - validation) * next_trial_s(spec, eta)
+    return (search + validation * next_trial_s(spec, eta, validation=True)) / max(slots, 1)
 
 
 # --- the seed ---------------------------------------------------------------------------

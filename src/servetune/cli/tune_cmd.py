@@ -106,7 +106,7 @@ def status(out: Path = typer.Argument(..., help="study directory")) -> None:
             look = revalidation.next_look(analysis.analyze(store, study), study,
                                           verdict_rule.revalidation_cap(store))
             if look.leader is not None:
-                pair = 2 * next_trial_s(study, for_study(study, trials, runs, stored_seed(store)))
+                pair = 2 * next_trial_s(study, for_study(study, trials, runs, stored_seed(store)), validation=True)
                 console.print(escape(f"{look.line()}; a boot pair takes ~{format_duration(pair)}"))
     if first := first_estimate_summary(store):
         console.print(escape(first))

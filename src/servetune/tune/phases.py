@@ -158,8 +158,10 @@ class SearchPhase:
         spec = self.study.spec
         if spec.budget.wall_minutes is None:
             return True
-        per_trial = eta_seed.next_trial_s(spec, self.study.eta())
-        reserve = 2 * spec.finalists * per_trial / live_slots  # finalists and their baseline boots
+        eta = self.study.eta()
+        per_trial = eta_seed.next_trial_s(spec, eta)
+        # finalists and their baseline boots, in full
+        reserve = 2 * spec.finalists * eta_seed.next_trial_s(spec, eta, validation=True) / live_slots
         return self.study.store.elapsed_wall_s() + per_trial + reserve <= spec.budget.wall_minutes * 60
 
     def _slot_has_baseline(self, slot: int) -> bool:
@@ -261,7 +263,7 @@ class FinalPhase:
         spec = self.study.spec
         if spec.budget.wall_minutes is None:
             return True
-        per_trial = eta_seed.next_trial_s(spec, self.study.eta())
+        per_trial = eta_seed.next_trial_s(spec, self.study.eta(), validation=True)
         return self.study.store.elapsed_wall_s() + 2 * per_trial <= spec.budget.wall_minutes * 60
 
     def _baseline_boot_variance_unknown(self) -> bool:

@@ -105,7 +105,7 @@ def assemble(spec: StudySpec, defaults: EngineDefaults, model: ModelSource, engi
     return StudyPlan(spec=spec, engine=engine, engine_found=found, defaults=defaults, model=model,
                      candidates=candidates, open_ended=spec.strategy in ("ofat", "optuna") and booting > 0,
                      boots=boots, runs=boots * per_scenario * len(spec.scenarios),
-                     eta_s=boots * eta_seed.next_trial_s(spec, seed) / spec.parallel.slots,
+                     eta_s=eta_seed.trials_s(spec, seed, boots, 2 * spec.finalists, spec.parallel.slots),
                      eta_basis=basis, problems=problems, knob_evidence=knob_evidence(spec),
                      warnings=speculative_warnings(spec) + hardware_warnings(spec, hardware, defaults.modules),
                      slo_notes=tuple(slo_proof.unprovable(spec)))

@@ -136,8 +136,8 @@ class StudyRunner:
         self.seed = seed
         eta_seed.store_seed(self.store, seed)
         if not self.store.trials():
-            predicted = (analysis.planned_trial_count(self.store, self.spec)
-                         * eta_seed.next_trial_s(self.spec, seed) / len(self.placements))
+            predicted = eta_seed.trials_s(self.spec, seed, analysis.planned_trial_count(self.store, self.spec),
+                                          2 * self.spec.finalists, len(self.placements))
             eta_seed.record_first_estimate(self.store, predicted, basis, at=time.time())
             self.display.note(f"first estimate {predicted / 60:.1f} min ({basis}, boot ~{seed.boot_s:.0f} s)")
 
