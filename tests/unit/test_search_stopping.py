@@ -225,3 +225,38 @@ def test_a_space_too_large_to_enumerate_is_not_judged() -> None:
     space = {"max-num-seqs": list(range(1, 201)), "max-num-batched-tokens": list(range(256, 256 + 101))}
     state = stopping.assess(spec_of(space), [view(1.0), view(3.0, max_num_seqs=16)])
     assert state.chance is None and not state.stops and "20,200 configs" in state.why_unjudged
+
+
+def test_a_rule_added_to_a_running_study_stops_it_where_the_measurements_say(tmp_path: Path) -> None:
+    """A grid started without a stopping rule (its budget ends it after one candidate) is resumed
+    with the rule added: no "different study" refusal, and the search ends where a study with the
+    rule from the start ends (the test above), and stays ended on the next resume. Resumed without
+    the rule, the search is reopened and boots the config the rule had left out."""
+    base = {
+        "name": "stop-grid",
+        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS),
+                   "args": {"max-num-seqs": 4, "max-num-batched-tokens": 256}},
+        "space": SPACE,
+        "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 2, "warmups": 0}],
+        "strategy": "grid", "replicates": 2, "finalists": 0, "baseline_every": 5,
+    }
+    itl = {(4, 256): 6, (4, 1024): 2, (16, 1024): 6, (16, 256): 18}
+    with ExitStack() as servers:
+        urls = {k: servers.enter_context(fake_server(ttft_ms=1, itl_ms=v)) for k, v in itl.items()}
+
+        def url_for(config):
+            return urls[_point(config)]
+
+        def booted(spec: StudySpec) -> list[tuple[int, int]]:
+            engine = CountingEngine(urls[(4, 256)], lambda c: BootFacts(), url_for=url_for)
+            _study(tmp_path, engine, spec).run()
+            return [_point(c) for c in engine.started]
+
+        assert booted(StudySpec.model_validate({**base, "budget": {"trials": 1}})) == [(4, 256), (4, 1024)]
+        assert booted(StudySpec.model_validate({**base, "stopping": {"chance_below": 0.05}})) == [(16, 1024)]
+        store = StudyStore.open_existing(tmp_path / "study", read_only=True)
+        stop = store.search_stop()
+        store.close()
+        assert stop is not None and stop.after_trials == 3 and stop.chance is not None
+        assert booted(StudySpec.model_validate({**base, "stopping": {"chance_below": 0.05}})) == []
+        assert booted(StudySpec.model_validate(base)) == [(16, 256)]

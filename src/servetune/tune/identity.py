@@ -25,7 +25,9 @@ from ..store import StudyStore, meta
 from ..study.spec import StudySpec
 
 # Profiles only choose among what was measured: adding one to a finished study re-reports it.
-SPEC_KEYS_THAT_MAY_CHANGE = ("budget", "parallel", "measure_bandwidth", "profiles")
+# The stopping rule only decides whether the search boots more: one added to a long study ends
+# it where the measurements already say to (tune/phases.py); a stricter one reopens the search.
+SPEC_KEYS_THAT_MAY_CHANGE = ("budget", "parallel", "measure_bandwidth", "profiles", "stopping")
 # What a start writes for its spec before the first trial, forgotten with a replaced spec (the
 # memory bandwidth is the machine's, kept).
 START_META = (meta.SPEC, known.DEFAULTS_META, meta.REVALIDATION, eta.SEED_META, eta.FIRST_ETA_META, meta.ETA_LOG)

@@ -135,12 +135,13 @@ class SearchPhase:
 
     def _stopped(self, history: list[TrialView]) -> bool:
         """The stopping rule ends the search (search/stopping.py): recorded once, with why; a
-        resumed study finds the record and boots no further candidate."""
+        resumed study finds the record and boots no further candidate, unless its study file now
+        has a stricter rule than the recorded chance (or none): then the search goes on."""
         store, spec = self.study.store, self.study.spec
         if spec.stopping.chance_below is None:
             return False
         recorded = store.search_stop()
-        if recorded is not None:
+        if recorded is not None and (recorded.chance or 0.0) < spec.stopping.chance_below:
             self._end(escape(f"search stopped by its rule: {recorded.reason}"))
             return True
         state = stopping.assess(spec, history)
