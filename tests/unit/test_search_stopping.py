@@ -41,6 +41,19 @@ def spec_of(space: dict[str, Any], chance_below: float | None = 0.05, **extra: A
 
 
 SPACE = {"max-num-seqs": [4, 16], "max-num-batched-tokens": [256, 1024]}
+# The grid studies below on fake servers: output throughput from the inter-token latency of each point.
+GRID_ITL = {(4, 256): 6, (4, 1024): 2, (16, 1024): 6, (16, 256): 18}
+
+
+def grid_spec(**extra: Any) -> StudySpec:
+    return StudySpec.model_validate({
+        "name": "stop-grid",
+        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS),
+                   "args": {"max-num-seqs": 4, "max-num-batched-tokens": 256}},
+        "space": SPACE,
+        "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 2, "warmups": 0}],
+        "strategy": "grid", "replicates": 2, "finalists": 0, "baseline_every": 5, **extra,
+    })
 
 
 def view(value: float, **params: int) -> TrialView:
@@ -129,16 +142,8 @@ def test_a_study_stopped_by_its_rule_records_why_and_a_resume_boots_nothing_more
     it to a third. The grid's Gray-code order from the baseline boots the batch budget, then both,
     and leaves more sequences alone for last: predicted at a third of the baseline, far below the
     leader, so the rule ends the search without booting it."""
-    spec = StudySpec.model_validate({
-        "name": "stop-grid",
-        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS),
-                   "args": {"max-num-seqs": 4, "max-num-batched-tokens": 256}},
-        "space": SPACE,
-        "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 2, "warmups": 0}],
-        "strategy": "grid", "replicates": 2, "finalists": 0, "baseline_every": 5,
-        "stopping": {"chance_below": 0.05},
-    })
-    itl = {(4, 256): 6, (4, 1024): 2, (16, 1024): 6, (16, 256): 18}
+    spec = grid_spec(stopping={"chance_below": 0.05})
+    itl = GRID_ITL
     with ExitStack() as servers:
         urls = {k: servers.enter_context(fake_server(ttft_ms=1, itl_ms=v)) for k, v in itl.items()}
 
@@ -171,16 +176,8 @@ def test_a_study_stopped_by_its_rule_records_why_and_a_resume_boots_nothing_more
 def test_a_study_killed_before_its_rule_stopped_it_stops_at_the_same_point_on_resume(tmp_path: Path) -> None:
     """The rule is a function of the store: a study ended after one candidate (its trial budget)
     and resumed with more budget boots the next config and stops where an unbroken run does."""
-    spec = StudySpec.model_validate({
-        "name": "stop-grid",
-        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS),
-                   "args": {"max-num-seqs": 4, "max-num-batched-tokens": 256}},
-        "space": SPACE,
-        "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 2, "warmups": 0}],
-        "strategy": "grid", "replicates": 2, "finalists": 0, "baseline_every": 5,
-        "stopping": {"chance_below": 0.05}, "budget": {"trials": 1},
-    })
-    itl = {(4, 256): 6, (4, 1024): 2, (16, 1024): 6, (16, 256): 18}
+    spec = grid_spec(stopping={"chance_below": 0.05}, budget={"trials": 1})
+    itl = GRID_ITL
     with ExitStack() as servers:
         urls = {k: servers.enter_context(fake_server(ttft_ms=1, itl_ms=v)) for k, v in itl.items()}
 
@@ -232,15 +229,7 @@ def test_a_rule_added_to_a_running_study_stops_it_where_the_measurements_say(tmp
     with the rule added: no "different study" refusal, and the search ends where a study with the
     rule from the start ends (the test above), and stays ended on the next resume. Resumed without
     the rule, the search is reopened and boots the config the rule had left out."""
-    base = {
-        "name": "stop-grid",
-        "engine": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "model": str(MODEL_WITHOUT_WEIGHTS),
-                   "args": {"max-num-seqs": 4, "max-num-batched-tokens": 256}},
-        "space": SPACE,
-        "scenarios": [{"name": "s", "input_len": 8, "output_len": 16, "num_prompts": 2, "warmups": 0}],
-        "strategy": "grid", "replicates": 2, "finalists": 0, "baseline_every": 5,
-    }
-    itl = {(4, 256): 6, (4, 1024): 2, (16, 1024): 6, (16, 256): 18}
+    itl = GRID_ITL
     with ExitStack() as servers:
         urls = {k: servers.enter_context(fake_server(ttft_ms=1, itl_ms=v)) for k, v in itl.items()}
 
@@ -252,11 +241,11 @@ def test_a_rule_added_to_a_running_study_stops_it_where_the_measurements_say(tmp
             _study(tmp_path, engine, spec).run()
             return [_point(c) for c in engine.started]
 
-        assert booted(StudySpec.model_validate({**base, "budget": {"trials": 1}})) == [(4, 256), (4, 1024)]
-        assert booted(StudySpec.model_validate({**base, "stopping": {"chance_below": 0.05}})) == [(16, 1024)]
+        assert booted(grid_spec(budget={"trials": 1})) == [(4, 256), (4, 1024)]
+        assert booted(grid_spec(stopping={"chance_below": 0.05})) == [(16, 1024)]
         store = StudyStore.open_existing(tmp_path / "study", read_only=True)
         stop = store.search_stop()
         store.close()
         assert stop is not None and stop.after_trials == 3 and stop.chance is not None
-        assert booted(StudySpec.model_validate({**base, "stopping": {"chance_below": 0.05}})) == []
-        assert booted(StudySpec.model_validate(base)) == [(16, 256)]
+        assert booted(grid_spec(stopping={"chance_below": 0.05})) == []
+        assert booted(grid_spec()) == [(16, 256)]
