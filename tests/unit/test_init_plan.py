@@ -221,6 +221,23 @@ scenarios: [{{preset: chat}}]
     assert all(c.duplicate is None for c in planned_candidates(spec, EngineDefaults()))
 
 
+@pytest.mark.parametrize(("kind", "command", "refused"), [
+    ("vllm", "[python, -m, vllm.entrypoints.openai.api_server]", True),
+    ("vllm", "[python, tests/fakes/standin_engine.py]", False),  # not vLLM's own entry point
+    ("sglang", "[python, -m, sglang.launch_server]", False),     # its defaults are read where installed
+])
+def test_plan_refuses_unread_defaults_only_where_the_engine_requires_them(tiny: Path, kind: str, command: str,
+                                                                          refused: bool) -> None:
+    spec = parse_study(f"""
+name: p
+engine: {{kind: {kind}, command: {command}, model: {tiny}}}
+scenarios: [{{preset: chat}}]
+""")
+    unread = EngineDefaults(source="unknown: the parser could not be imported")
+    problems = plan.assemble(spec, unread, plan.locate(str(tiny)), engine="python", found=True).problems
+    assert any("the engine is not usable here" in why for _, why in problems) is refused
+
+
 def test_plan_budget_counts_booted_candidates_only(tiny: Path) -> None:
     spec = parse_study(f"""
 name: p

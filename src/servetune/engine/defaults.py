@@ -126,10 +126,6 @@ def runs_package(command: list[str], package: str) -> bool:
     return any(word == "-m" and nxt.split(".")[0] == package for word, nxt in zip(command, command[1:]))
 
 
-def runs_vllm(command: list[str]) -> bool:
-    return runs_package(command, "vllm")
-
-
 def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_S, probe: str = _PROBE,
                          package: str = "vllm", label: str = "vLLM") -> EngineDefaults:
     """Ask the engine command's interpreter for the engine's argument defaults (one subprocess,

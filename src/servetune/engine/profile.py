@@ -49,6 +49,10 @@ class EngineProfile:
     capabilities: frozenset[Capability]
     deployment: DeploymentStyle
     default_command: tuple[str, ...]  # the base command a study or command gets when it names none
+    package: str  # the Python package whose entry point runs it (`python -m PACKAGE...`, a `PACKAGE` script)
+    # Its own entry point must answer for its defaults: `plan` refuses a study that runs it there
+    # and cannot read them (else a study runs without them, as where the engine is not installed).
+    defaults_required: bool = False
     # Args a study must not set, as they come from dedicated fields: normalized flag -> the field.
     reserved_args: Mapping[str, str] = field(default_factory=dict)
     # Flags whose value is a secret -> the variable the engine reads instead (the value leaves

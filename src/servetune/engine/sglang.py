@@ -65,6 +65,7 @@ INIT_SPACE: tuple[tuple[str, tuple[FlagValue, ...], str], ...] = (
 PROFILE = EngineProfile(
     kind="sglang", label="SGLang",
     default_command=tuple(DEFAULT_COMMAND),
+    package="sglang",  # its defaults are read where it is installed; no SGLang build runs on CPUs
     capabilities=frozenset(),  # the probes, the speculative sweep, block-pool replay and init rest on vLLM's ways
     deployment=DeploymentStyle(launch=("python3", "-m", "sglang.launch_server"), model_flag="--model-path",
                                image="lmsysorg/sglang", image_tag=_release_tag, entrypoint_takes_args=False,
@@ -118,7 +119,8 @@ class SglangEngine(ServerEngine):
 
     def read_defaults(self) -> EngineDefaults:
         """SGLang's argument defaults and flags, from its parser in the command's interpreter."""
-        found = read_engine_defaults(self.command, probe=_DEFAULTS_PROBE, package="sglang", label="SGLang")
+        found = read_engine_defaults(self.command, probe=_DEFAULTS_PROBE, package=PROFILE.package,
+                                     label=PROFILE.label)
         self._version = found.version
         return found
 
