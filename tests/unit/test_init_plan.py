@@ -127,6 +127,16 @@ def test_init_on_the_cpu_writes_a_study_that_loads(tmp_path: Path, tiny: Path) -
         assert "  # " in line, line
 
 
+def test_init_for_sglang_on_the_cpu_writes_its_space_and_no_vllm_sizing(tmp_path: Path, tiny: Path) -> None:
+    study = tmp_path / "study.yaml"
+    result = servetune("init", study, "--model", tiny, "--gpus", "0", "--workload", "chat", "--engine", "sglang")
+    assert result.code == 0, result
+    spec = load_study(study)
+    assert spec.engine.kind == "sglang" and "mem-fraction-static" in spec.space
+    # vLLM's CPU build sizes its KV cache by bytes; SGLang's baseline sets none of it, nor says it does
+    assert "kv-cache-memory-bytes" not in study.read_text()
+
+
 def test_init_refuses_to_overwrite_without_force(tmp_path: Path, tiny: Path) -> None:
     study = tmp_path / "study.yaml"
     study.write_text("mine\n")
