@@ -53,6 +53,9 @@ class EngineProfile:
     # Its own entry point must answer for its defaults: `plan` refuses a study that runs it there
     # and cannot read them (else a study runs without them, as where the engine is not installed).
     defaults_required: bool = False
+    # The variable its CPU build takes a slot's cores in (it binds its OpenMP threads itself);
+    # None: a slot's cores are the server's CPU affinity only.
+    cpu_bind_env: str | None = None
     # Args a study must not set, as they come from dedicated fields: normalized flag -> the field.
     reserved_args: Mapping[str, str] = field(default_factory=dict)
     # Flags whose value is a secret -> the variable the engine reads instead (the value leaves

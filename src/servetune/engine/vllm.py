@@ -47,7 +47,7 @@ SECRET_FLAGS = {"api-key": "VLLM_API_KEY", "hf-token": "HF_TOKEN"}
 PROFILE = EngineProfile(
     kind="vllm", label="vLLM",
     default_command=tuple(DEFAULT_COMMAND),
-    package="vllm", defaults_required=True,
+    package="vllm", defaults_required=True, cpu_bind_env="VLLM_CPU_OMP_THREADS_BIND",
     capabilities=frozenset(Capability),  # every engine-specific feature was built on vLLM
     deployment=DeploymentStyle(launch=("vllm", "serve"), model_flag=None, image="vllm/vllm-openai",
                                image_tag=lambda release: f"v{release}", entrypoint_takes_args=True, service="vllm",
