@@ -90,6 +90,7 @@ def test_an_sglang_study_names_sglang_not_vllm(tmp_path: Path) -> None:
     assert "<h3><code>python3 -m sglang.launch_server</code> command line</h3>" in html
     assert "| cache | SGLang | applied ≠ requested |" in md and "<th>SGLang</th>" in html
     assert "- Engine: SGLang 0.5.15" in md
+    assert "raising --mem-fraction-static" in md  # the advice speaks the engine's flags
     assert "vllm serve" not in md and "<th>vLLM</th>" not in html
 
 

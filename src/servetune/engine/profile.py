@@ -43,11 +43,22 @@ class DeploymentStyle:
 
 
 @dataclass(frozen=True)
+class PoolFlags:
+    """The flags that size an engine's KV pool and bound its batch, as the report's advice names them."""
+
+    share: str  # the share of GPU memory for weights and the pool (vLLM: gpu-memory-utilization)
+    grow: tuple[str, ...]  # every flag that makes the pool larger, `share` first
+    batch_limit: str  # requests run at once (vLLM: max-num-seqs)
+    context: str  # one request's longest context, which does not size the pool (vLLM: max-model-len)
+
+
+@dataclass(frozen=True)
 class EngineProfile:
     kind: str  # the study's `engine.kind`
     label: str  # how messages and reports name it ("vLLM")
     capabilities: frozenset[Capability]
     deployment: DeploymentStyle
+    pool: PoolFlags
     default_command: tuple[str, ...]  # the base command a study or command gets when it names none
     package: str  # the Python package whose entry point runs it (`python -m PACKAGE...`, a `PACKAGE` script)
     # Its own entry point must answer for its defaults: `plan` refuses a study that runs it there

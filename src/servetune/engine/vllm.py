@@ -18,7 +18,7 @@ from .defaults import EngineDefaults, read_engine_defaults
 from .knobs import ENV_KNOB, KnobEvidence, check_knobs, metric_families, report_variables
 from .launch import Server
 from .placement import Placement
-from .profile import Capability, DeploymentStyle, EngineProfile
+from .profile import Capability, DeploymentStyle, EngineProfile, PoolFlags
 from .registry import register_engine
 from .server_engine import ServerEngine
 
@@ -52,6 +52,9 @@ PROFILE = EngineProfile(
     deployment=DeploymentStyle(launch=("vllm", "serve"), model_flag=None, image="vllm/vllm-openai",
                                image_tag=lambda release: f"v{release}", entrypoint_takes_args=True, service="vllm",
                           container_port=8000),
+    pool=PoolFlags(share="gpu-memory-utilization",
+                   grow=("gpu-memory-utilization", "kv-cache-memory-bytes", "num-gpu-blocks-override"),
+                   batch_limit="max-num-seqs", context="max-model-len"),
     reserved_args={"model": "engine.model", "port": "engine.port", "served-model-name": "engine.served_model_name"},
     secret_flags=SECRET_FLAGS,
 )

@@ -484,10 +484,9 @@ def _engine_label(kind: str) -> str:
     return PROFILES[kind].label if kind in PROFILES else kind
 
 
-def _study_engine_labels(spec: dict[str, Any]) -> list[str]:
-    """The labels of the engines a stored study spec ran: its engine section's, then the others'."""
-    kinds = [str((spec.get("engine") or {}).get("kind") or "vllm"), *(spec.get("engines") or {})]
-    return [_engine_label(k) for k in dict.fromkeys(kinds)]
+def _study_engine_kinds(spec: dict[str, Any]) -> list[str]:
+    """The engines a stored study spec ran: its engine section's, then the others'."""
+    return list(dict.fromkeys([str((spec.get("engine") or {}).get("kind") or "vllm"), *(spec.get("engines") or {})]))
 
 
 def _provenance(trials: list[Trial], store: StudyStore) -> ProvenanceView:
@@ -705,7 +704,8 @@ def build(analysis: StudyAnalysis, store: StudyStore,
     profiles = profiles or {}
     spec = _spec(store)
     redact = _redactor(store, spec)
-    engine_labels = _study_engine_labels(spec)
+    engine_kinds = _study_engine_kinds(spec)
+    engine_labels = [_engine_label(k) for k in engine_kinds]
     objective = _objective(spec)
     slo_metrics = list(dict.fromkeys(m for s in (analysis.baseline.scenarios if analysis.baseline else {})
                                      for m in objective.slo_for(s)))
@@ -727,7 +727,8 @@ def build(analysis: StudyAnalysis, store: StudyStore,
         evidence += [EvidenceRow(label, s, e) for s, e in ev.items() if not e.empty]
         last = next((trial_by_id[t] for t in reversed(c.trial_ids) if t in trial_by_id), None)
         advice += advise_config(label, c.config, None if c.is_baseline else base_cfg, ev,
-                                last.boot_facts if last else None, last.mismatches if last else ())
+                                last.boot_facts if last else None, last.mismatches if last else (),
+                                PROFILES.get(c.config.engine or engine_kinds[0]))
 
     notes = _speculative_notes(store)
     try:
