@@ -155,6 +155,9 @@ def test_vllm_only_features_are_refused_in_one_line_for_sglang(tmp_path: Path) -
         build_engine("sglang", None, "m", startup_timeout_s=1, log_dir=tmp_path, needs=Capability.context_probe,
                      where="probe context")
     assert profile_for("vllm").supports(Capability.context_probe)
+    with pytest.raises(SpecError, match="^engine.pin_engine_core: EngineCore pinning is not supported for sglang$"):
+        StudySpec.model_validate(_study({"kind": "sglang", "pin_engine_core": True}))
+    assert StudySpec.model_validate(_study({"kind": "vllm", "pin_engine_core": True})).engine.pin_engine_core
 
 
 def test_a_trace_s_block_pool_replay_is_vllm_s_alone() -> None:

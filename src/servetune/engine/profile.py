@@ -25,6 +25,7 @@ class Capability(StrEnum):
     speculative_sweep = "speculative sweep"  # a space over `speculative-config` (engine/speculative.py)
     block_pool_replay = "block-pool replay"  # a trace's prefix hits replayed on the boot's KV block pool
     init_from_serve_line = "init from a serve line"  # `init --from-serve 'vllm serve ...'`
+    engine_core_pinning = "EngineCore pinning"  # `pin_engine_core`: vLLM's CPU build's busy-waiting EngineCore
 
 
 @dataclass(frozen=True)
