@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
-from ..engine.defaults import EngineDefaults, read_engine_defaults
+from ..engine.defaults import EngineDefaults
 from ..engine.equivalence import Booted, duplicate_detail, fitting_length, known_to_fail
 from ..engine.knobs import ENV_KNOB, unapplied, unknown_variables
 from ..store import StudyStore, Trial
@@ -25,9 +25,10 @@ NOT_BOOTED = (Outcome.duplicate, Outcome.skipped)
 
 
 def engine_defaults(store: StudyStore, command: list[str],
-                    read: Callable[[list[str]], EngineDefaults] = read_engine_defaults, *,
+                    read: Callable[[list[str]], EngineDefaults], *,
                     check: Callable[[EngineDefaults], None] = lambda defaults: None) -> EngineDefaults:
-    """The engine's argument defaults, read on the study's first start and kept in its meta once
+    """The engine's argument defaults (`read`: its engine's `read_defaults`), read on the study's
+    first start and kept in its meta once
     `check` (the study's flags against them) passed: a start that `check` stopped keeps nothing,
     as the corrected study file may name another engine command."""
     cached = store.get_meta_json(DEFAULTS_META)

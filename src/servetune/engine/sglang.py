@@ -121,8 +121,7 @@ class SglangEngine(ServerEngine):
 
     def read_defaults(self) -> EngineDefaults:
         """SGLang's argument defaults and flags, from its parser in the command's interpreter."""
-        found = read_engine_defaults(self.command, probe=_DEFAULTS_PROBE, package=PROFILE.package,
-                                     label=PROFILE.label)
+        found = read_engine_defaults(self.command, PROFILE, _DEFAULTS_PROBE)
         self._version = found.version
         return found
 
