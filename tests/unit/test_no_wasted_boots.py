@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from servetune.analysis import analysis, known
+from servetune.engine import sglang as sglang_engine
 from servetune.engine import vllm
 from servetune.engine.bootfacts import BootFacts, parse_boot_facts
 from servetune.engine.config import Config
@@ -132,6 +133,17 @@ def test_on_a_real_cpu_boot_log_prefix_caching_on_and_async_scheduling_are_the_b
                      "of the baseline (#1) does (the baseline (#1)'s boot log)"]
     assert same_server(Config.of({**args, "enable-prefix-caching": False}), None, booted, CPU_DEFAULTS) is None
     assert same_server(Config.of({**args, "max-num-batched-tokens": 2048}), None, booted, CPU_DEFAULTS) is None
+
+
+def test_a_default_is_named_as_the_engine_s_own_whose_defaults_they_are() -> None:
+    args = {"load-format": "dummy", "kv-cache-memory-bytes": "1GiB", "max-model-len": 2048,
+            "max-num-batched-tokens": 1024, "async-scheduling": True}
+    booted = Booted("the baseline (#1)", Config.of(args), _cpu_boot("vllm032-cpu-async-mbt1024.log"))
+    sglang = CPU_DEFAULTS.model_copy(update={"label": "SGLang"})
+    reasons = same_server(Config.of({**args, "enable-prefix-caching": True}), None, booted, sglang)
+    assert reasons is not None and reasons[0].startswith("enable-prefix-caching=True is SGLang's default here")
+    unread = read_engine_defaults(["python", "tests/fakes/standin_engine.py"], sglang_engine.PROFILE, "")
+    assert unread.label == "SGLang" and not unread.known
 
 
 def test_an_engine_command_that_is_not_vllm_has_unknown_defaults() -> None:

@@ -75,7 +75,7 @@ def init(
                      slos=[parse_slo(s) for s in slo], goal=_goal(goal), engine=engine)
     body, _facts = draft(inp)
     spec = parse_study(body, str(study_file))  # what is written loads: checked before writing
-    plan = assemble(spec, EngineDefaults(), source, hardware=hardware)
+    plan = assemble(spec, EngineDefaults(label=spec.engine.profile.label), source, hardware=hardware)
     study_file.parent.mkdir(parents=True, exist_ok=True)
     study_file.write_text(_header(inp, plan, study_file, serve) + body)
     console.print(f"wrote {escape(str(study_file))}: {len(spec.space)} flag(s) to search on "

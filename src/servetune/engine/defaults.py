@@ -58,6 +58,9 @@ class EngineDefaults(BaseModel):
     # interpreter has; None when not asked.
     modules: list[str] | None = None
     version: str | None = None  # the engine's version, as its package says
+    # How messages name the engine whose defaults these are (its profile's label; stores written
+    # before it was kept hold vLLM's)
+    label: str = "vLLM"
 
     def default(self, flag: str) -> Any | None:
         """The engine's default for `flag`, None when it is not known before a boot."""
@@ -110,29 +113,33 @@ def read_engine_defaults(command: list[str], profile: EngineProfile, probe: str,
     describes (one subprocess, ~10 s): `probe`, the engine module's program, prints them as JSON
     (its end is PARSER_REPORT)."""
     package, label = profile.package, profile.label
+
+    def unknown(why: str) -> EngineDefaults:
+        return EngineDefaults(label=label, source=f"unknown: {why}")
+
     if in_container(command):
-        return EngineDefaults(source="unknown: the engine runs in a container, its defaults are not read")
+        return unknown("the engine runs in a container, its defaults are not read")
     if not runs_package(command, package):
-        return EngineDefaults(source=f"unknown: the engine command does not run {label}'s own entry point")
+        return unknown(f"the engine command does not run {label}'s own entry point")
     python = engine_interpreter(command)
     if python is None:
-        return EngineDefaults(source=f"unknown: no Python interpreter found for {command[0] if command else '?'!r}")
+        return unknown(f"no Python interpreter found for {command[0] if command else '?'!r}")
     try:
         done = run_helper(python, ["-c", probe, *KERNEL_MODULES], timeout_s=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return EngineDefaults(source=f"unknown: reading {label}'s defaults with {python} failed ({exc})")
+        return unknown(f"reading {label}'s defaults with {python} failed ({exc})")
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return EngineDefaults(source=f"unknown: {python} could not read {label}'s defaults ({last[:200]})")
+        return unknown(f"{python} could not read {label}'s defaults ({last[:200]})")
     try:
         answer = json.loads(lines[-1])
     except ValueError:
-        return EngineDefaults(source=f"unknown: {python} answered something other than JSON")
+        return unknown(f"{python} answered something other than JSON")
     values = {dest.replace("_", "-"): v for dest, v in answer.get("defaults", {}).items() if v is not None}
     flags = [f for f in answer.get("flags", []) if isinstance(f, str)]
     modules = [m for m in answer.get("modules", []) if isinstance(m, str)]
     version = answer.get("version")
-    return EngineDefaults(known=True, source=f"{label} {version} argument defaults ({python})",
+    return EngineDefaults(known=True, label=label, source=f"{label} {version} argument defaults ({python})",
                           values=values, flags=flags, modules=modules,
                           version=str(version) if version is not None else None)

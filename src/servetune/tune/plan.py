@@ -86,7 +86,8 @@ def make_plan(spec: StudySpec, read_defaults: Callable[[], EngineDefaults], *,
               ask_hub: bool = True, hardware: Hardware | None = None) -> StudyPlan:
     """Every check, then the plan: reads the engine's defaults (a subprocess) and locates the model."""
     engine, found = find_engine(spec.engine.command)
-    defaults = read_defaults() if found else EngineDefaults(source=f"unknown: {engine}")
+    unread = EngineDefaults(label=spec.engine.profile.label, source=f"unknown: {engine}")
+    defaults = read_defaults() if found else unread
     return assemble(spec, defaults, locate(spec.engine.model, ask_hub=ask_hub), engine, found, hardware)
 
 
