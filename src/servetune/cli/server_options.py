@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..engine.registry import profiles
+from ..engine.registry import engine_kinds, profiles
 from ..machine.guard import ALLOW_BUSY_ENV
 from .server_check import CONNECT_HELP, FIRST_BYTE_HELP
 
@@ -29,8 +29,9 @@ ALLOW_BUSY_HELP = ("boot even when another process holds the slot's GPUs (or, wi
 Url = Annotated[str | None, typer.Option("--url", help="base URL of a running OpenAI-compatible server")]
 ServeDir = Annotated[Path | None, typer.Option("--serve", help="launch the engine (--engine) on this model "
                                                                 "directory first")]
-# The engine --serve launches (a registered kind: engine/registry.py).
-ServeEngine = Annotated[str, typer.Option("--engine", help="the engine --serve launches: vllm or sglang")]
+KINDS = " or ".join(engine_kinds())  # the registered engine kinds (engine/registry.py), as help names them
+# The engine --serve launches.
+ServeEngine = Annotated[str, typer.Option("--engine", help=f"the engine --serve launches: {KINDS}")]
 ServedModel = Annotated[str | None, typer.Option("--model", help="served model name (default: the server's first)")]
 Tokenizer = Annotated[Path | None, typer.Option("--tokenizer", help=TOKENIZER_HELP)]
 ConnectTimeout = Annotated[float | None, typer.Option("--connect-timeout", help=CONNECT_HELP)]
@@ -40,5 +41,5 @@ Force = Annotated[bool, typer.Option("--force", help=FORCE_HELP)]
 AllowBusy = Annotated[bool, typer.Option("--allow-busy-gpu", help=ALLOW_BUSY_HELP, envvar=ALLOW_BUSY_ENV,
                                           show_envvar=False)]
 # The engine a command boots (a registered kind: engine/registry.py), for commands without a study file.
-EngineKind = Annotated[str, typer.Option("--engine", help="the engine to boot: vllm or sglang (its own launcher "
+EngineKind = Annotated[str, typer.Option("--engine", help=f"the engine to boot: {KINDS} (its own launcher "
                                          "module is the default --command)")]
