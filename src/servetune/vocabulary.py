@@ -4,7 +4,7 @@ that measure a server (load/, capacity/, drift/) without either importing the ot
 - `Outcome`: what became of a trial or a run. Failures are outcomes, never exceptions that end a study.
 - `MetricNames`: which Prometheus families on a server's /metrics mean what. Each engine names its
   own (`Engine.metric_names`); the load generator's scraper and the report read the neutral keys.
-  vLLM's are the default of a client that is not told the engine's.
+  Every engine's together are the default of a client that is not told the engine's.
 """
 
 from __future__ import annotations

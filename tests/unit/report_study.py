@@ -68,11 +68,16 @@ def _records(rng: np.random.Generator, n: int, ttft_ms: float, itl_ms: float, ou
     return recs
 
 
+# The engine kind a study ran -> the command its spec names and the version its boots log.
+ENGINE_RUNS = {"vllm": (["python", "-m", "vllm.entrypoints.openai.api_server"], "0.32.0"),
+               "sglang": (["python3", "-m", "sglang.launch_server"], "0.5.15")}
+
+
 def _trial(store: StudyStore, root: Path, role: str, config: Config, speed: float, rng: np.random.Generator,
-           t0: float) -> int:
+           t0: float, engine: str = "vllm") -> int:
     trial = store.begin_trial(TrialRole(role), config, {"max-num-seqs": config.flags.get("max-num-seqs")})
     store.record_boot(trial.id, healthy_at=trial.started_at + 80.0,
-                      boot_facts=BootFacts(engine_version="0.32.0", kv_cache_tokens=58240, max_concurrency=28.44,
+                      boot_facts=BootFacts(engine=engine, engine_version=ENGINE_RUNS[engine][1], kv_cache_tokens=58240, max_concurrency=28.44,
                                           startup_seconds=80.0),
                       mismatches=[AppliedMismatch(flag="max-num-seqs", requested=32, applied=16, evidence_line=None,
                                                   reason="capped by the platform")]
@@ -92,20 +97,22 @@ def _trial(store: StudyStore, root: Path, role: str, config: Config, speed: floa
     return trial.id
 
 
-def build_study(root: Path, *, with_winner: bool = True) -> tuple[StudyStore, StudyAnalysis]:
+def build_study(root: Path, *, with_winner: bool = True, engine: str = "vllm") -> tuple[StudyStore, StudyAnalysis]:
+    """`engine`: the kind the study's spec names and its boots' logs were written by."""
     rng = np.random.default_rng(7)
     store = StudyStore.in_dir(root)
-    store.set_meta_json("spec", SPEC)
+    spec_input = {**SPEC_INPUT, "engine": {**SPEC_INPUT["engine"], "kind": engine, "command": ENGINE_RUNS[engine][0]}}
+    store.set_meta_json("spec", StudySpec.model_validate(spec_input).model_dump(mode="json"))
     session = store.begin_session()
     # the tuner ran ten minutes (the ETA log below falls inside them), not the instant this takes
     store._conn.execute("UPDATE sessions SET started_at = started_at - 600 WHERE id = ?", (session,))
     t0 = store.sessions()[0].started_at
-    base_ids = [_trial(store, root, "baseline", BASE, 1.0, rng, t0)]
-    fast_id = _trial(store, root, "candidate", FAST, 1.3 if with_winner else 1.0, rng, t0)
-    same_id = _trial(store, root, "candidate", SAME, 1.0, rng, t0)
+    base_ids = [_trial(store, root, "baseline", BASE, 1.0, rng, t0, engine)]
+    fast_id = _trial(store, root, "candidate", FAST, 1.3 if with_winner else 1.0, rng, t0, engine)
+    same_id = _trial(store, root, "candidate", SAME, 1.0, rng, t0, engine)
     oom = store.begin_trial(TrialRole.candidate, OOM, {})
     store.finish_trial(oom.id, Outcome.oom, detail="CUDA out of memory while profiling", log_tail=OOM_LOG)
-    base_ids.append(_trial(store, root, "baseline_check", BASE, 1.0, rng, t0))
+    base_ids.append(_trial(store, root, "baseline_check", BASE, 1.0, rng, t0, engine))
     store.end_session(session, "done")
     end = store.sessions()[-1].ended_at
     store.set_meta_json("eta_log", [{"trial_seq": 1, "at": end - 500.0, "predicted_end": end + 100.0},

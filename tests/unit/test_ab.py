@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from servetune.ab import prefix_reuse
-from servetune.ab.analysis import analyze
+from servetune.ab.analysis import AbAnalysis, BootSummary, analyze
 from servetune.ab.render import markdown
 from servetune.ab.runner import AbRunner, boot_order
 from servetune.ab.spec import load_ab
@@ -264,3 +264,13 @@ def test_a_flag_a_sides_engine_does_not_take_stops_the_ab_at_that_sides_line(
     assert str(err.value).splitlines() == [
         f"{a}:{a_line}: engine.args.max-model-lenn: the installed engine has no "
         "flag --max-model-lenn (did you mean 'max-model-len'?) (test parser)"]
+
+
+def test_the_markdown_names_each_sides_engine() -> None:
+    boots = [BootSummary(1, "A", "ok", "0.11.0", 80.0, 2), BootSummary(2, "B", "ok", "0.5.15", 60.0, 2)]
+    result = AbAnalysis(rows=[], reuse=[], boots=boots, commands={"A": "vllm serve", "B": "sglang"}, alpha=0.05,
+                        min_effect_pct=1.0, versions={"A": ["0.11.0"], "B": ["0.5.15"]},
+                        engines={"A": "vLLM", "B": "SGLang"})
+    text = markdown(result)
+    assert "- A: `vllm serve` (vLLM 0.11.0)" in text and "- B: `sglang` (SGLang 0.5.15)" in text
+    assert "| # | side | vLLM / SGLang | outcome | boot s | runs |" in text

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from cli_run import servetune
 
+from servetune.engine import vllm
 from servetune.engine.defaults import read_engine_defaults
 from servetune.engine.vllm import VllmEngine
 from servetune.models.presets import make_model
@@ -52,7 +53,8 @@ def test_the_pages_have_tested_blocks() -> None:
 
 @pytest.fixture(scope="module")
 def real_defaults():
-    defaults = read_engine_defaults(["python", "-m", "vllm.entrypoints.openai.api_server"])
+    defaults = read_engine_defaults(["python", "-m", "vllm.entrypoints.openai.api_server"], vllm.PROFILE,
+                                    vllm.DEFAULTS_PROBE)
     assert defaults.known and defaults.flags, defaults.source
     return defaults
 

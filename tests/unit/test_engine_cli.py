@@ -24,6 +24,14 @@ def test_a_vllm_only_probe_is_refused_for_sglang(tmp_path: Path, command: list[s
     assert not list((tmp_path / "logs").glob("*.log"))  # nothing booted
 
 
+def test_pinning_vllm_s_engine_core_is_refused_for_sglang(tmp_path: Path) -> None:
+    r = servetune("serve", "--model", tmp_path, "--engine", "sglang", "--pin-engine-core", "--command",
+                  f"{sys.executable} {SGLANG_STANDIN}", "--log-dir", tmp_path / "logs")
+    assert r.code == 2, r.stdout + r.stderr
+    assert r.error_lines == ["error: serve --pin-engine-core: EngineCore pinning is not supported for sglang"]
+    assert not list((tmp_path / "logs").glob("*.log"))  # nothing booted
+
+
 def test_an_unknown_engine_is_named_with_the_known_ones(tmp_path: Path) -> None:
     r = servetune("probe", "context", "--model", tmp_path, "--engine", "tgi", "--log-dir", tmp_path / "logs")
     assert r.code == 2 and r.error_lines == ["error: engine.kind: unknown engine 'tgi'; known: sglang, vllm"]

@@ -11,6 +11,7 @@ import pytest
 from servetune.engine import served as served_module
 from servetune.engine.base import StartResult
 from servetune.engine.bootfacts import BootFacts
+from servetune.engine.sglang import SglangEngine
 from servetune.engine.vllm import VllmEngine
 from servetune.errors import NoResult, ServetuneError
 from servetune.vocabulary import Outcome
@@ -22,15 +23,17 @@ class _Server:
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """VllmEngine.start and .stop recorded; the machine guard passes."""
-    seen: dict[str, Any] = {"started": [], "stopped": [], "result": None}
+    """Each engine's start and stop recorded, with the engine's kind; the machine guard passes."""
+    seen: dict[str, Any] = {"started": [], "stopped": [], "result": None, "kinds": []}
 
-    def start(self: VllmEngine, config: Any, log_path: Path, *args: Any, **kwargs: Any) -> StartResult:
+    def start(self: VllmEngine | SglangEngine, config: Any, log_path: Path, *args: Any, **kwargs: Any) -> StartResult:
         seen["started"].append((config.flags, log_path))
+        seen["kinds"].append(self.profile.kind)
         return seen["result"]
 
-    monkeypatch.setattr(VllmEngine, "start", start)
-    monkeypatch.setattr(VllmEngine, "stop", lambda self, server, *a, **k: seen["stopped"].append(server))
+    for engine in (VllmEngine, SglangEngine):
+        monkeypatch.setattr(engine, "start", start)
+        monkeypatch.setattr(engine, "stop", lambda self, server, *a, **k: seen["stopped"].append(server))
     monkeypatch.setattr(served_module, "checked_record", lambda *a, **k: None)
     return seen
 
@@ -48,6 +51,17 @@ def test_the_server_is_handed_over_and_stopped_even_when_the_command_fails(tmp_p
     assert calls["stopped"] == [server]
     assert calls["started"][0][1] == tmp_path / "logs" / "bench.server.log"
     assert notes[0] == f"starting vLLM on {tmp_path} ..." and notes[1].startswith("server up at http://127.0.0.1:1")
+
+
+def test_the_engine_kind_asked_for_is_launched_and_its_pool_replays_only_where_it_can(tmp_path: Path,
+                                                                                    calls: dict) -> None:
+    calls["result"] = StartResult.model_construct(outcome=Outcome.ok, server=_Server(),
+                                                  boot_facts=BootFacts(engine="sglang", kv_cache_tokens=4096))
+    notes: list[str] = []
+    with served_module.served(tmp_path, {}, tmp_path, "bench", "k", False, notes.append,
+                              "sglang") as (_, _, kv_tokens):
+        assert kv_tokens is None  # SGLang's radix cache is not vLLM's block pool: no replayed rate
+    assert calls["kinds"] == ["sglang"] and notes[0] == f"starting SGLang on {tmp_path} ..."
 
 
 def test_a_server_that_does_not_start_is_no_result(tmp_path: Path, calls: dict) -> None:

@@ -19,10 +19,11 @@ from servetune.engine.registry import block_pool_tokens
 from servetune.engine.sglang import render_sglang_flags
 from servetune.engine.sglang_log import check_sglang_applied, classify_sglang_failure, parse_sglang_boot
 from servetune.errors import ServetuneError
+from servetune.load.options import RunOptions
 from servetune.load.scrape import counter_values, parse_values
 from servetune.report.emit import Deployment, compose_service, k8s_container, serve_command
 from servetune.study.spec import SpecError, StudySpec
-from servetune.vocabulary import SGLANG_METRIC_NAMES, Outcome
+from servetune.vocabulary import ANY_ENGINE_METRIC_NAMES, SGLANG_METRIC_NAMES, Outcome
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOGS = FIXTURES / "logs"
@@ -96,6 +97,9 @@ def test_metrics_are_read_under_sglang_s_family_names() -> None:
     assert gauges == {"running": 1.0, "kv_cache_usage": 0.0}
     counters = counter_values((FIXTURES / "metrics" / "sglang-pr1853-counters.txt").read_text(), SGLANG_METRIC_NAMES)
     assert counters == {"prompt_tokens": 230794.0}
+    # a server known by its URL alone (bench, capacity, soak --url) is read under every engine's names
+    assert counter_values((FIXTURES / "metrics" / "sglang-pr1853-counters.txt").read_text()) == counters
+    assert RunOptions().metric_names == ANY_ENGINE_METRIC_NAMES
 
 
 def test_the_command_line_speaks_sglang(tmp_path: Path) -> None:
@@ -151,6 +155,9 @@ def test_vllm_only_features_are_refused_in_one_line_for_sglang(tmp_path: Path) -
         build_engine("sglang", None, "m", startup_timeout_s=1, log_dir=tmp_path, needs=Capability.context_probe,
                      where="probe context")
     assert profile_for("vllm").supports(Capability.context_probe)
+    with pytest.raises(SpecError, match="^engine.pin_engine_core: EngineCore pinning is not supported for sglang$"):
+        StudySpec.model_validate(_study({"kind": "sglang", "pin_engine_core": True}))
+    assert StudySpec.model_validate(_study({"kind": "vllm", "pin_engine_core": True})).engine.pin_engine_core
 
 
 def test_a_trace_s_block_pool_replay_is_vllm_s_alone() -> None:

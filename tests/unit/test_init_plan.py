@@ -127,6 +127,16 @@ def test_init_on_the_cpu_writes_a_study_that_loads(tmp_path: Path, tiny: Path) -
         assert "  # " in line, line
 
 
+def test_init_for_sglang_on_the_cpu_writes_its_space_and_no_vllm_sizing(tmp_path: Path, tiny: Path) -> None:
+    study = tmp_path / "study.yaml"
+    result = servetune("init", study, "--model", tiny, "--gpus", "0", "--workload", "chat", "--engine", "sglang")
+    assert result.code == 0, result
+    spec = load_study(study)
+    assert spec.engine.kind == "sglang" and "mem-fraction-static" in spec.space
+    # vLLM's CPU build sizes its KV cache by bytes; SGLang's baseline sets none of it, nor says it does
+    assert "kv-cache-memory-bytes" not in study.read_text()
+
+
 def test_init_refuses_to_overwrite_without_force(tmp_path: Path, tiny: Path) -> None:
     study = tmp_path / "study.yaml"
     study.write_text("mine\n")
@@ -219,6 +229,23 @@ scenarios: [{{preset: chat}}]
     assert [c.duplicate is None for c in planned] == [True, True, False, True]
     # without the engine's defaults nothing is known to be the same
     assert all(c.duplicate is None for c in planned_candidates(spec, EngineDefaults()))
+
+
+@pytest.mark.parametrize(("kind", "command", "refused"), [
+    ("vllm", "[python, -m, vllm.entrypoints.openai.api_server]", True),
+    ("vllm", "[python, tests/fakes/standin_engine.py]", False),  # not vLLM's own entry point
+    ("sglang", "[python, -m, sglang.launch_server]", False),     # its defaults are read where installed
+])
+def test_plan_refuses_unread_defaults_only_where_the_engine_requires_them(tiny: Path, kind: str, command: str,
+                                                                          refused: bool) -> None:
+    spec = parse_study(f"""
+name: p
+engine: {{kind: {kind}, command: {command}, model: {tiny}}}
+scenarios: [{{preset: chat}}]
+""")
+    unread = EngineDefaults(source="unknown: the parser could not be imported")
+    problems = plan.assemble(spec, unread, plan.locate(str(tiny)), engine="python", found=True).problems
+    assert any("the engine is not usable here" in why for _, why in problems) is refused
 
 
 def test_plan_budget_counts_booted_candidates_only(tiny: Path) -> None:

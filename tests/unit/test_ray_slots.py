@@ -117,7 +117,7 @@ def test_cpu_slots_on_one_node_split_its_cores_gpu_slots_and_lone_slots_are_not_
     def at(node: str, env: dict[str, str] | None = None) -> Placement:
         return Placement(-1, env or {}, cpus=(0, 1, 2, 3), where={"node": node})
 
-    a, b, c = _share_cpus([at("n1"), at("n1"), at("n2")], gpus=0)
+    a, b, c = _share_cpus([at("n1"), at("n1"), at("n2")], gpus=0, bind_env=("VLLM_CPU_OMP_THREADS_BIND",))
     assert (a.cpus, b.cpus, c.cpus) == ((0, 1), (2, 3), None)
     assert a.env == {"VLLM_CPU_OMP_THREADS_BIND": "0,1"} and c.env == {}
     gpu = _share_cpus([at("n1", {"CUDA_VISIBLE_DEVICES": "0"}), at("n1", {"CUDA_VISIBLE_DEVICES": "1"})], gpus=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from servetune.engine.applied import AppliedMismatch
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
+from servetune.engine.registry import profile_for
 from servetune.report.advice import advise_config
 from servetune.server_evidence import Evidence
 
@@ -102,3 +103,19 @@ def test_every_advice_line_names_the_measurement_it_rests_on() -> None:
                                 "peak_running": 16.0})}
     [seqs] = advise_config("mns=16", Config.of({"max-num-seqs": 16}), None, queued, None)
     assert seqs.basis == "/metrics c: peak waiting 6, peak running 16, peak KV usage 10%"
+
+
+def test_advice_names_the_flags_of_the_engine_that_ran_the_config() -> None:
+    tight = {"contention": Evidence.of({"preemptions": 5.0, "peak_kv_cache_usage": 0.99})}
+    sglang = profile_for("sglang")
+    (advice,) = advise_config("baseline", Config(), None, tight, None, profile=sglang)
+    assert advice.topic == "mem-fraction-static"
+    assert ("raising --mem-fraction-static (or lowering --max-running-requests)" in advice.text
+            and "lowering --context-length does not" in advice.text and "gpu-memory-utilization" not in advice.text)
+    queued = {"contention": Evidence.of({"preemptions": 0.0, "peak_kv_cache_usage": 0.1,
+                                         "peak_waiting": 6.0, "peak_running": 16.0})}
+    limited = Config.of({"max-running-requests": 16})
+    assert "--max-running-requests 16" in advise_config("mrr=16", limited, None, queued, None, profile=sglang)[-1].text
+    more = advise_config("mfs=0.9", Config.of({"mem-fraction-static": 0.9}), Config(),
+                         {"chat": Evidence.of({"preemptions": 0.0, "peak_kv_cache_usage": 0.2})}, None, profile=sglang)
+    assert [a.topic for a in more] == ["mem-fraction-static"] and "--mem-fraction-static" in more[0].text

@@ -74,6 +74,26 @@ def test_winner_snippets_are_the_winning_config(written) -> None:
     assert FAST.key() != OOM.key()
 
 
+def test_a_vllm_study_names_vllm_where_it_names_the_engine(written) -> None:
+    paths, _ = written
+    md = paths["markdown"].read_text()
+    assert "`vllm serve` command line:" in md
+    assert "| cache | vLLM | applied ≠ requested |" in md
+    assert "- Engine: vLLM 0.32.0" in md
+
+
+def test_an_sglang_study_names_sglang_not_vllm(tmp_path: Path) -> None:
+    store, analysis = build_study(tmp_path, engine="sglang")
+    paths = write_report(analysis, store, tmp_path / "report")
+    md, html = paths["markdown"].read_text(), paths["html"].read_text()
+    assert "`python3 -m sglang.launch_server` command line:" in md
+    assert "<h3><code>python3 -m sglang.launch_server</code> command line</h3>" in html
+    assert "| cache | SGLang | applied ≠ requested |" in md and "<th>SGLang</th>" in html
+    assert "- Engine: SGLang 0.5.15" in md
+    assert "raising --mem-fraction-static" in md  # the advice speaks the engine's flags
+    assert "vllm serve" not in md and "<th>vLLM</th>" not in html
+
+
 def test_no_winner_says_so_and_lists_what_was_tried(tmp_path: Path) -> None:
     store, analysis = build_study(tmp_path, with_winner=False)
     paths = write_report(analysis, store, tmp_path / "report")

@@ -19,6 +19,7 @@ from servetune.engine import VllmEngine
 from servetune.engine.bootfacts import BootFacts
 from servetune.engine.config import Config
 from servetune.engine.placement import Placement, plan_placements
+from servetune.engine.registry import cpu_bind_variables
 from servetune.errors import ServetuneError
 from servetune.report import write_report
 from servetune.store import StudyStore, TrialRole
@@ -143,9 +144,10 @@ def test_placements_split_gpus_or_cpus_between_slots(monkeypatch: pytest.MonkeyP
     assert [p.env["CUDA_VISIBLE_DEVICES"] for p in gpus] == ["4,5", "6,7"]
     with pytest.raises(ServetuneError, match="6 GPUs needed"):
         plan_placements(3, 2)
-    cpus = plan_placements(2, 0, cpus=[0, 1, 2, 3, 4])
+    cpus = plan_placements(2, 0, cpus=[0, 1, 2, 3, 4], bind_env=cpu_bind_variables(["vllm", "sglang"]))
     assert [p.cpus for p in cpus] == [(0, 1), (2, 3)]
-    assert cpus[1].env == {"VLLM_CPU_OMP_THREADS_BIND": "2,3"}
+    assert cpus[1].env == {"VLLM_CPU_OMP_THREADS_BIND": "2,3"}  # vLLM's binding; SGLang's cores are its affinity
+    assert plan_placements(2, 0, cpus=[0, 1], bind_env=cpu_bind_variables(["sglang"]))[1].env == {}
     assert plan_placements(1, 0) == [Placement(0)]  # one slot: the launch of a sequential study
     with pytest.raises(ServetuneError, match="at least 3 CPUs"):
         plan_placements(3, 0, cpus=[0, 1])

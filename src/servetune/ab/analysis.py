@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..engine.defaults import EngineDefaults
+from ..engine.registry import profile_for
 from ..machine import differences
 from ..stats.hierarchy import compare_boots, variance_components
 from ..stats.intervals import geometric_mean_ci
@@ -77,8 +78,12 @@ class AbAnalysis:
     min_effect_pct: float
     planned_boots: int = 0
     versions: dict[str, list[str]] = field(default_factory=dict)
+    engines: dict[str, str] = field(default_factory=dict)  # side -> its engine's label ("vLLM")
     config: ConfigDiff = field(default_factory=ConfigDiff)  # what differs in the sides' resolved configuration
     machines: list[str] = field(default_factory=list)   # the machine(s) measured on, and boots that differ
+
+    def engine_label(self, side: str) -> str:
+        return self.engines.get(side, "vLLM")  # an analysis built before sides named their engine
 
     def measured_boots(self, side: str) -> int:
         return len([b for b in self.boots if b.side == side and b.runs and b.outcome == str(Outcome.ok)])
@@ -124,6 +129,7 @@ def analyze(store: StudyStore, spec: AbSpec, metrics: Sequence[str] = DEFAULT_ME
         commands={s: " ".join(spec.side(s).engine.command) for s in SIDES},
         alpha=spec.workload.alpha, min_effect_pct=spec.workload.min_effect_pct,
         versions={s: sorted({b.version for b in boots if b.side == s and b.version}) for s in SIDES},
+        engines={s: profile_for(spec.side(s).engine.kind).label for s in SIDES},
         config=config_differences(store, spec, by_side),
         machines=machine_lines(trials),
     )

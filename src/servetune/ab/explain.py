@@ -17,6 +17,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from ..engine.registry import profile_for
 from ..study.draft import flow
 from ..study.loader import parse_study
 from ..study.space import json_field
@@ -41,7 +42,7 @@ class Toggle:
 
 
 def sides_by_age(versions: dict[str, list[str]]) -> tuple[str, str]:
-    """(new, old): the side whose boots logged the higher vLLM version; B (the upgrade, by the
+    """(new, old): the side whose boots logged the higher engine version; B (the upgrade, by the
     A/B's convention) when either is unknown or they are equal."""
     try:
         a, b = (Version(versions[s][-1]) for s in SIDES)
@@ -79,7 +80,8 @@ def explain_study(spec: AbSpec, diff: ConfigDiff, versions: dict[str, list[str]]
     found = toggles(diff, new_spec, new, old)
     if not found:
         return None, []
-    label = {s: f"side {s} (vLLM {', '.join(versions.get(s, [])) or 'version unknown'})" for s in SIDES}
+    label = {s: f"side {s} ({profile_for(spec.side(s).engine.kind).label} "
+                f"{', '.join(versions.get(s, [])) or 'version unknown'})" for s in SIDES}
     lines = [f"# Written by `servetune ab --explain` from the A/B in {ab_dir}.",
              f"# What it answers: which of the {len(found)} setting(s) that differ between {label[old]} and",
              f"#   {label[new]}, the newer, move the newer one's speed.",

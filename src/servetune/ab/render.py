@@ -41,7 +41,8 @@ def reuse_line(r: ReuseSide) -> str:
 
 def _side_line(result: AbAnalysis, side: str) -> str:
     versions = ", ".join(result.versions.get(side, [])) or "version not in the boot log"
-    return f"{side}: `{result.commands[side]}` (vLLM {versions}), {result.measured_boots(side)} measured boot(s)"
+    return (f"{side}: `{result.commands[side]}` ({result.engine_label(side)} {versions}), "
+            f"{result.measured_boots(side)} measured boot(s)")
 
 
 def terminal_table(result: AbAnalysis) -> Table:
@@ -119,7 +120,8 @@ def markdown(result: AbAnalysis) -> str:
                 "A long prompt sent, then the identical prompt sent again (as agents re-send their context); "
                 "the ratio is the warm send's TTFT over the cold one's, pair by pair.", ""]
         out += [f"- {reuse_line(r)}" for r in result.reuse]
-    out += ["", "### Boots", "", "| # | side | vLLM | outcome | boot s | runs |",
+    engines = " / ".join(dict.fromkeys(result.engine_label(s) for s in SIDES))
+    out += ["", "### Boots", "", f"| # | side | {engines} | outcome | boot s | runs |",
             "| --- | --- | --- | --- | --- | --- |"]
     out += [f"| {b.seq} | {b.side} | {b.version or '?'} | {b.outcome} | "
             f"{'-' if b.boot_s is None else f'{b.boot_s:.0f}'} | {b.runs} |" for b in result.boots]

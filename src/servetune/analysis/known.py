@@ -13,9 +13,10 @@ from collections.abc import Callable
 
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
-from ..engine.defaults import EngineDefaults, read_engine_defaults
+from ..engine.defaults import EngineDefaults
 from ..engine.equivalence import Booted, duplicate_detail, fitting_length, known_to_fail
 from ..engine.knobs import ENV_KNOB, unapplied, unknown_variables
+from ..engine.registry import PROFILES
 from ..store import StudyStore, Trial
 from ..vocabulary import Outcome
 from . import pool_evidence
@@ -25,9 +26,10 @@ NOT_BOOTED = (Outcome.duplicate, Outcome.skipped)
 
 
 def engine_defaults(store: StudyStore, command: list[str],
-                    read: Callable[[list[str]], EngineDefaults] = read_engine_defaults, *,
+                    read: Callable[[list[str]], EngineDefaults], *,
                     check: Callable[[EngineDefaults], None] = lambda defaults: None) -> EngineDefaults:
-    """The engine's argument defaults, read on the study's first start and kept in its meta once
+    """The engine's argument defaults (`read`: its engine's `read_defaults`), read on the study's
+    first start and kept in its meta once
     `check` (the study's flags against them) passed: a start that `check` stopped keeps nothing,
     as the corrected study file may name another engine command."""
     cached = store.get_meta_json(DEFAULTS_META)
@@ -41,6 +43,12 @@ def engine_defaults(store: StudyStore, command: list[str],
 def was_booted(trial: Trial) -> bool:
     """False for a trial decided without a boot (a launch token is written before every spawn)."""
     return not (trial.outcome in NOT_BOOTED and trial.launch_token is None)
+
+
+def _engine_label(facts: BootFacts | None) -> str:
+    """How messages name the engine whose boot log `facts` are."""
+    kind = facts.engine if facts is not None else ""
+    return PROFILES[kind].label if kind in PROFILES else "engine"
 
 
 def _name(trial: Trial, baseline: Config) -> str:
@@ -96,7 +104,8 @@ def did_not_apply(store: StudyStore, config: Config, baseline: Config, *,
             continue
         for var in unknown_variables(trial.config, trial.boot_facts):
             if var in config.env and var not in out:
-                out[var] = f"env.{var} is unknown to this vLLM ({_name(trial, baseline)}'s boot log)"
+                out[var] = (f"env.{var} is unknown to this {_engine_label(trial.boot_facts)} "
+                            f"({_name(trial, baseline)}'s boot log)")
         for knob in unapplied(list(trial.knobs)):
             var = knob.knob.removeprefix(ENV_KNOB)
             if config.env.get(var) == knob.requested and var not in out:

@@ -46,7 +46,7 @@ def ab(
     force: bool = typer.Option(False, "--force", help="overwrite the --explain file if it exists"),
     allow_busy: opt.AllowBusy = False,
 ) -> None:
-    """Measure two engines (vLLM versions, images, launch commands) on the same workload, booted
+    """Measure two engines (engine versions, images, launch commands) on the same workload, booted
     alternately, and judge B against A per scenario and metric (two-level model, Holm)."""
     from ..ab import prefix_reuse
     from ..ab.analysis import DEFAULT_METRICS

@@ -66,10 +66,6 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
     return values
 
 
-# Where the client's key comes from when no --api-key-env is given: vLLM's own variable, then
-# the OpenAI clients' (what servetune read before --api-key-env existed).
-DEFAULT_KEY_VARIABLES = ("VLLM_API_KEY", "OPENAI_API_KEY")
-
 MAX_WORKERS = 256
 
 
@@ -94,10 +90,10 @@ def serve_flags(serve_args: list[str]) -> dict[str, Any]:
 
 
 def api_key_from_env(name: str | None) -> str | None:
-    """The value of environment variable `name` (None: the first of DEFAULT_KEY_VARIABLES
+    """The value of environment variable `name` (None: the first of opt.DEFAULT_KEY_VARIABLES
     that is set). The key is only ever passed to the client; messages name the variable."""
     if name is None:
-        return next((os.environ[n] for n in DEFAULT_KEY_VARIABLES if os.environ.get(n)), None)
+        return next((os.environ[n] for n in opt.DEFAULT_KEY_VARIABLES if os.environ.get(n)), None)
     key = os.environ.get(name)
     if not key:
         raise ServetuneError(f"--api-key-env {name}: no variable {name!r} (or an empty one) in the environment")
@@ -228,6 +224,7 @@ def bench(
     speedup: float = typer.Option(1.0, "--speedup", help="--trace: replay this many times as fast"),
     url: opt.Url = None,
     serve: opt.ServeDir = None,
+    engine_kind: opt.ServeEngine = "vllm",
     serve_arg: list[str] = typer.Option([], "--serve-arg", help=opt.SERVE_ARG_HELP),
     model: opt.ServedModel = None,
     tokenizer: opt.Tokenizer = None,
@@ -290,7 +287,7 @@ def bench(
     else:
         assert serve is not None
         result = _bench_served(serve, serve_arg, sc, out, run_id, slo_ms, pcts, workers, tokenizer, api_key,
-                               allow_busy)
+                               allow_busy, engine_kind)
     _show_result(result, sc, pcts, out)
 
 def _show_result(result: RunResult, sc: Scenario, pcts: tuple[float, ...], out: Path) -> None:
@@ -340,8 +337,8 @@ def _bench(url: str, model: str | None, sc: Scenario, tokenizer: Path | None, ou
 
 def _bench_served(model_dir: Path, serve_args: list[str], sc: Scenario, out: Path, run_id: str,
                   slo: dict[str, float], pcts: tuple[float, ...], workers: int, tokenizer: Path | None,
-                  api_key: str | None, allow_busy: bool) -> RunResult:
+                  api_key: str | None, allow_busy: bool, engine_kind: str) -> RunResult:
     """`api_key`: from --api-key-env; None: the key the launched server itself uses, if any."""
     with served(model_dir, serve_flags(serve_args), out.parent / "logs", run_id, api_key, allow_busy,
-                console.print) as (url, key, kv_tokens):
+                console.print, engine_kind) as (url, key, kv_tokens):
         return _bench(url, None, sc, tokenizer or model_dir, out, run_id, slo, pcts, workers, key, kv_tokens)

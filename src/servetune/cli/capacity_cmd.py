@@ -61,6 +61,7 @@ def capacity(
                               "(each level's runs beside it: res.json -> res.runs/)"),
     url: opt.Url = None,
     serve: opt.ServeDir = None,
+    engine_kind: opt.ServeEngine = "vllm",
     serve_arg: list[str] = typer.Option([], "--serve-arg", help=opt.SERVE_ARG_HELP),
     model: opt.ServedModel = None,
     tokenizer: opt.Tokenizer = None,
@@ -136,7 +137,7 @@ def capacity(
         with sigterm_as_interrupt(), view:
             if serve is not None:
                 with served(serve, serve_flags(serve_arg), runs_dir / "logs", "capacity", api_key,
-                            allow_busy, console.print) as (base_url, key, kv_tokens):
+                            allow_busy, console.print, engine_kind) as (base_url, key, kv_tokens):
                     run.run_search(base_url, key, tokenizer or serve, kv_tokens)
             else:
                 assert url is not None

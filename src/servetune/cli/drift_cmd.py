@@ -83,6 +83,7 @@ def drift(
                               "(each phase's run beside it: res.json -> res.runs/)"),
     url: opt.Url = None,
     serve: opt.ServeDir = None,
+    engine_kind: opt.ServeEngine = "vllm",
     serve_arg: list[str] = typer.Option(
         [], "--serve-arg", help="engine flag(s) for --serve, e.g. '--max-model-len 32768'"),
     model: opt.ServedModel = None,
@@ -140,7 +141,7 @@ def drift(
     silence = Silence(0.0, 0.0)  # set per phase: a long phase may be silent longer
     if serve is not None:
         with served(serve, serve_flags(serve_arg), runs_dir / "logs", "drift", api_key, allow_busy,
-                        console.print) as (base_url, key, _):
+                        console.print, engine_kind) as (base_url, key, _):
             run = _measure(base_url, key, tokenizer or serve, protocol, runs_dir, model, silence)
     else:
         assert url is not None

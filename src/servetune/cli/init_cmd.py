@@ -25,6 +25,7 @@ from ..study.spec import dotted
 from ..study.workload import Workload, summarise
 from ..tune.display import format_duration
 from ..tune.plan import StudyPlan, assemble
+from . import server_options as opt
 from .paths import output_file
 
 console = Console()
@@ -54,7 +55,7 @@ def init(
                                                   help="with --gpus: the GPUs' compute capability (e.g. 9.0)"),
     offline: bool = typer.Option(False, "--offline", help="do not ask the Hugging Face Hub about a model id"),
     force: bool = typer.Option(False, "--force", help="overwrite STUDY_FILE if it exists"),
-    engine: str = typer.Option("vllm", "--engine", help="the engine to tune: vllm or sglang"),
+    engine: str = typer.Option("vllm", "--engine", help=f"the engine to tune: {opt.KINDS}"),
 ) -> None:
     """Write a commented study file for your model, serve line, workload, SLOs and hardware."""
     output_file(study_file, "STUDY_FILE", force, "YAML", [Path(w) for w in workload])
@@ -75,7 +76,7 @@ def init(
                      slos=[parse_slo(s) for s in slo], goal=_goal(goal), engine=engine)
     body, _facts = draft(inp)
     spec = parse_study(body, str(study_file))  # what is written loads: checked before writing
-    plan = assemble(spec, EngineDefaults(), source, hardware=hardware)
+    plan = assemble(spec, EngineDefaults(label=spec.engine.profile.label), source, hardware=hardware)
     study_file.parent.mkdir(parents=True, exist_ok=True)
     study_file.write_text(_header(inp, plan, study_file, serve) + body)
     console.print(f"wrote {escape(str(study_file))}: {len(spec.space)} flag(s) to search on "

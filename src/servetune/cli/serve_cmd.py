@@ -17,6 +17,7 @@ from rich.table import Table
 from ..engine.base import Engine, StartResult
 from ..engine.bootfacts import log_message
 from ..engine.config import Config, FlagValue, is_env_name, normalize_flag_name
+from ..engine.profile import Capability
 from ..engine.registry import build_engine
 from ..errors import ServetuneError
 from ..machine import checked_record
@@ -143,7 +144,7 @@ def serve(
     env: list[str] = typer.Option([], "--env", help="NAME=VALUE for the server's environment (repeatable)"),
     pin_engine_core: bool = typer.Option(
         False, "--pin-engine-core",
-        help="CPU build on few cores: pin vLLM's busy-waiting EngineCore to the workers' cores and the "
+        help="vLLM's CPU build on few cores: pin its busy-waiting EngineCore to the workers' cores and the "
              "API server to the others (smooth streaming, repeatable runs)"),
     allow_busy: opt.AllowBusy = False,
     engine_kind: opt.EngineKind = "vllm",
@@ -156,7 +157,8 @@ def serve(
     config = Config.of(flags_from_argv(list(ctx.args)), env=_env_vars(env))
     writable_dir(log_dir, "--log-dir")  # before the boot, not when the log is first written
     engine: Engine = build_engine(engine_kind, base, model, startup_timeout_s=startup_timeout, log_dir=log_dir,
-                                  pin_engine_core=pin_engine_core)
+                                  pin_engine_core=pin_engine_core, where="serve --pin-engine-core",
+                                  needs=Capability.engine_core_pinning if pin_engine_core else None)
     served_name = engine.served_model_name(config)
     log_path = log_dir / f"serve-{time.strftime('%Y%m%d-%H%M%S')}.log"
     checked_record(None, allow_busy=allow_busy, where="serve")

@@ -1,11 +1,12 @@
 """The installed engine's own argument defaults, read before any boot.
 
-vLLM's CLI defaults come from its argument parser (`EngineArgs.add_cli_args`), which this module
-asks in a subprocess of the interpreter the study's engine command runs, so the answer is the
-installed build's (a CPU and a GPU build differ) and servetune itself never imports vLLM.
-Many of vLLM's defaults are `None` ("resolved at start-up from the platform and the model"):
-those are not known here; the boot log's effective values stand in for them (see
-`engine.equivalence`). A docker command, or an interpreter without vLLM, gives "unknown".
+An engine's CLI defaults come from its argument parser, which this module asks in a subprocess
+of the interpreter the study's engine command runs (with the engine module's probe program:
+vLLM's `EngineArgs.add_cli_args`, SGLang's `ServerArgs.add_cli_args`), so the answer is the
+installed build's (a CPU and a GPU build differ) and servetune itself never imports an engine.
+Many defaults are `None` ("resolved at start-up from the platform and the model"): those are
+not known here; the boot log's effective values stand in for them (see `engine.equivalence`).
+A docker command, or an interpreter without the engine, gives "unknown".
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pydantic import BaseModel, Field
 
 from .gates import KERNEL_MODULES
 from .helper_process import run_helper
+from .profile import EngineProfile
 
 READ_TIMEOUT_S = 180.0
 
@@ -41,30 +43,6 @@ modules = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is not None]
 print(json.dumps({"version": version, "defaults": out, "flags": flags, "modules": modules}))
 """
 
-# Runs in the engine's interpreter. Prints one JSON object: the version, {dest: default}
-# for every option whose default is JSON data (reprs of other objects are not defaults a
-# study file could spell, so they are left out), and every long flag the parser takes.
-_PROBE = r"""
-import argparse, importlib.util, json, sys
-from vllm.engine.arg_utils import AsyncEngineArgs
-try:
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-except ImportError:
-    from vllm.utils import FlexibleArgumentParser
-import vllm
-parser = FlexibleArgumentParser()
-AsyncEngineArgs.add_cli_args(parser)
-# The API server's flags are the engine's plus the frontend's (port, api-key, chat-template);
-# where its parser lives moved between versions, and the engine's alone is the fallback.
-flag_parser = parser
-for where in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cli_args"):
-    try:
-        flag_parser = __import__(where, fromlist=["make_arg_parser"]).make_arg_parser(FlexibleArgumentParser())
-        break
-    except Exception:
-        pass
-version = getattr(vllm, "__version__", None)
-""" + PARSER_REPORT
 
 
 class EngineDefaults(BaseModel):
@@ -80,6 +58,9 @@ class EngineDefaults(BaseModel):
     # interpreter has; None when not asked.
     modules: list[str] | None = None
     version: str | None = None  # the engine's version, as its package says
+    # How messages name the engine whose defaults these are (its profile's label; stores written
+    # before it was kept hold vLLM's)
+    label: str = "vLLM"
 
     def default(self, flag: str) -> Any | None:
         """The engine's default for `flag`, None when it is not known before a boot."""
@@ -126,37 +107,39 @@ def runs_package(command: list[str], package: str) -> bool:
     return any(word == "-m" and nxt.split(".")[0] == package for word, nxt in zip(command, command[1:]))
 
 
-def runs_vllm(command: list[str]) -> bool:
-    return runs_package(command, "vllm")
+def read_engine_defaults(command: list[str], profile: EngineProfile, probe: str, *,
+                         timeout_s: float = READ_TIMEOUT_S) -> EngineDefaults:
+    """Ask the engine command's interpreter for the argument defaults of the engine `profile`
+    describes (one subprocess, ~10 s): `probe`, the engine module's program, prints them as JSON
+    (its end is PARSER_REPORT)."""
+    package, label = profile.package, profile.label
 
+    def unknown(why: str) -> EngineDefaults:
+        return EngineDefaults(label=label, source=f"unknown: {why}")
 
-def read_engine_defaults(command: list[str], *, timeout_s: float = READ_TIMEOUT_S, probe: str = _PROBE,
-                         package: str = "vllm", label: str = "vLLM") -> EngineDefaults:
-    """Ask the engine command's interpreter for the engine's argument defaults (one subprocess,
-    ~10 s): `probe` prints them as JSON (vLLM's by default; an engine module gives its own)."""
     if in_container(command):
-        return EngineDefaults(source="unknown: the engine runs in a container, its defaults are not read")
+        return unknown("the engine runs in a container, its defaults are not read")
     if not runs_package(command, package):
-        return EngineDefaults(source=f"unknown: the engine command does not run {label}'s own entry point")
+        return unknown(f"the engine command does not run {label}'s own entry point")
     python = engine_interpreter(command)
     if python is None:
-        return EngineDefaults(source=f"unknown: no Python interpreter found for {command[0] if command else '?'!r}")
+        return unknown(f"no Python interpreter found for {command[0] if command else '?'!r}")
     try:
         done = run_helper(python, ["-c", probe, *KERNEL_MODULES], timeout_s=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return EngineDefaults(source=f"unknown: reading {label}'s defaults with {python} failed ({exc})")
+        return unknown(f"reading {label}'s defaults with {python} failed ({exc})")
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return EngineDefaults(source=f"unknown: {python} could not read {label}'s defaults ({last[:200]})")
+        return unknown(f"{python} could not read {label}'s defaults ({last[:200]})")
     try:
         answer = json.loads(lines[-1])
     except ValueError:
-        return EngineDefaults(source=f"unknown: {python} answered something other than JSON")
+        return unknown(f"{python} answered something other than JSON")
     values = {dest.replace("_", "-"): v for dest, v in answer.get("defaults", {}).items() if v is not None}
     flags = [f for f in answer.get("flags", []) if isinstance(f, str)]
     modules = [m for m in answer.get("modules", []) if isinstance(m, str)]
     version = answer.get("version")
-    return EngineDefaults(known=True, source=f"{label} {version} argument defaults ({python})",
+    return EngineDefaults(known=True, label=label, source=f"{label} {version} argument defaults ({python})",
                           values=values, flags=flags, modules=modules,
                           version=str(version) if version is not None else None)

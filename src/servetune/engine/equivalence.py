@@ -72,7 +72,7 @@ def same_server(new: Config, new_facts: BootFacts | None, old: Booted, defaults:
     if _known_env(new, new_unknown) != _known_env(old.config, old_unknown):
         return None
     unknown = {**{v: old.name for v in old_unknown}, **{v: new_name for v in new_unknown}}
-    reasons = [f"env.{var} is unknown to this vLLM ({who}'s boot log), so it runs as unset"
+    reasons = [f"env.{var} is unknown to this {defaults.label} ({who}'s boot log), so it runs as unset"
                for var, who in sorted(unknown.items()) if new.env.get(var) != old.config.env.get(var)]
     for flag in sorted(set(new.flags) | set(old.config.flags)):
         mine, theirs = new.flags.get(flag), old.config.flags.get(flag)
@@ -82,7 +82,7 @@ def same_server(new: Config, new_facts: BootFacts | None, old: Booted, defaults:
         b = _known(flag, old.config, old.facts, defaults, old.name)
         if a is None or b is None or not same_value(a.value, b.value):
             return None
-        reasons.append(_reason(flag, mine, theirs, a, b, old.name))
+        reasons.append(_reason(flag, mine, theirs, a, b, old.name, defaults.label))
     return reasons
 
 
@@ -90,11 +90,11 @@ def _known_env(config: Config, unknown: list[str]) -> dict[str, str]:
     return {k: v for k, v in config.env.items() if k not in unknown}
 
 
-def _reason(flag: str, mine: FlagValue, theirs: FlagValue, a: _Known, b: _Known, old_name: str) -> str:
+def _reason(flag: str, mine: FlagValue, theirs: FlagValue, a: _Known, b: _Known, old_name: str, engine: str) -> str:
     if theirs is None and same_value(mine, a.value):
-        return f"{flag}={_show(mine)} is vLLM's default here ({b.where} shows {_show(b.value)})"
+        return f"{flag}={_show(mine)} is {engine}'s default here ({b.where} shows {_show(b.value)})"
     if mine is None and same_value(theirs, b.value):
-        return f"{flag}={_show(theirs)} of {old_name} is vLLM's default here ({a.where} shows {_show(a.value)})"
+        return f"{flag}={_show(theirs)} of {old_name} is {engine}'s default here ({a.where} shows {_show(a.value)})"
     return (f"{flag}={_unset(mine)} runs as {_show(a.value)} ({a.where}), as {flag}={_unset(theirs)} "
             f"of {old_name} does ({b.where})")
 

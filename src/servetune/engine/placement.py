@@ -66,11 +66,13 @@ class Placement:
         return f"slot {self.slot}" + (f" ({'; '.join(parts)})" if parts else "")
 
 
-def plan_placements(slots: int, gpus_per_trial: int, cpus: Sequence[int] | None = None) -> list[Placement]:
+def plan_placements(slots: int, gpus_per_trial: int, cpus: Sequence[int] | None = None,
+                    bind_env: Sequence[str] = ()) -> list[Placement]:
     """One placement per slot. GPUs: slot i gets K*i .. K*i+K-1 of the visible ones. Without
     GPUs and with several slots, the host's CPUs are split into disjoint sets (a slot's server
-    and its EngineCore stay on its own cores, so the slots do not slow each other down). One slot
-    without GPUs gets no placement: today's launch, unchanged."""
+    and its engine's busy process stay on its own cores, so the slots do not slow each other
+    down), also named in each of `bind_env` (the study's engines' `EngineProfile.cpu_bind_env`).
+    One slot without GPUs gets no placement: today's launch, unchanged."""
     if gpus_per_trial > 0:
         visible = _visible_gpus(slots * gpus_per_trial)
         return [Placement(i, {"CUDA_VISIBLE_DEVICES": ",".join(visible[i * gpus_per_trial:(i + 1) * gpus_per_trial])})
@@ -85,8 +87,8 @@ def plan_placements(slots: int, gpus_per_trial: int, cpus: Sequence[int] | None 
     out = []
     for i in range(slots):
         mine = tuple(available[i * share:(i + 1) * share])
-        # The CPU build binds its OpenMP threads itself; told the slot's cores, it stays on them.
-        out.append(Placement(i, {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, mine))}, mine))
+        # A CPU build that binds its OpenMP threads itself stays on the slot's cores when told them.
+        out.append(Placement(i, {var: ",".join(map(str, mine)) for var in bind_env}, mine))
     return out
 
 

@@ -25,6 +25,7 @@ class Capability(StrEnum):
     speculative_sweep = "speculative sweep"  # a space over `speculative-config` (engine/speculative.py)
     block_pool_replay = "block-pool replay"  # a trace's prefix hits replayed on the boot's KV block pool
     init_from_serve_line = "init from a serve line"  # `init --from-serve 'vllm serve ...'`
+    engine_core_pinning = "EngineCore pinning"  # `pin_engine_core`: vLLM's CPU build's busy-waiting EngineCore
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,30 @@ class DeploymentStyle:
 
 
 @dataclass(frozen=True)
+class PoolFlags:
+    """The flags that size an engine's KV pool and bound its batch, as the report's advice names them."""
+
+    share: str  # the share of GPU memory for weights and the pool (vLLM: gpu-memory-utilization)
+    grow: tuple[str, ...]  # every flag that makes the pool larger, `share` first
+    batch_limit: str  # requests run at once (vLLM: max-num-seqs)
+    context: str  # one request's longest context, which does not size the pool (vLLM: max-model-len)
+
+
+@dataclass(frozen=True)
 class EngineProfile:
     kind: str  # the study's `engine.kind`
     label: str  # how messages and reports name it ("vLLM")
     capabilities: frozenset[Capability]
     deployment: DeploymentStyle
+    pool: PoolFlags
     default_command: tuple[str, ...]  # the base command a study or command gets when it names none
+    package: str  # the Python package whose entry point runs it (`python -m PACKAGE...`, a `PACKAGE` script)
+    # Its own entry point must answer for its defaults: `plan` refuses a study that runs it there
+    # and cannot read them (else a study runs without them, as where the engine is not installed).
+    defaults_required: bool = False
+    # The variable its CPU build takes a slot's cores in (it binds its OpenMP threads itself);
+    # None: a slot's cores are the server's CPU affinity only.
+    cpu_bind_env: str | None = None
     # Args a study must not set, as they come from dedicated fields: normalized flag -> the field.
     reserved_args: Mapping[str, str] = field(default_factory=dict)
     # Flags whose value is a secret -> the variable the engine reads instead (the value leaves

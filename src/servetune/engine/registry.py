@@ -90,6 +90,11 @@ def block_pool_tokens(facts: BootFacts) -> int | None:
     return facts.kv_cache_tokens if profile is not None and profile.supports(Capability.block_pool_replay) else None
 
 
+def cpu_bind_variables(kinds: list[str]) -> tuple[str, ...]:
+    """The variables through which engines of `kinds` are told a slot's CPUs (engine/placement.py)."""
+    return tuple(dict.fromkeys(v for k in kinds if (v := profile_for(k).cpu_bind_env) is not None))
+
+
 def build_engine(kind: str, command: list[str] | None, model: str, *, startup_timeout_s: float, log_dir: Path,
                  dev_mode: bool = False, pin_engine_core: bool = False,
                  needs: Capability | None = None, where: str = "") -> Engine:

@@ -19,7 +19,7 @@ from .classify import Failure
 from .config import Config, FlagValue, normalize_flag_name, render_flags
 from .defaults import PARSER_REPORT, EngineDefaults, read_engine_defaults
 from .placement import Placement
-from .profile import DeploymentStyle, EngineProfile
+from .profile import DeploymentStyle, EngineProfile, PoolFlags
 from .registry import register_engine
 from .server_engine import ServerEngine
 from .sglang_log import check_sglang_applied, classify_sglang_failure, parse_sglang_boot
@@ -65,10 +65,13 @@ INIT_SPACE: tuple[tuple[str, tuple[FlagValue, ...], str], ...] = (
 PROFILE = EngineProfile(
     kind="sglang", label="SGLang",
     default_command=tuple(DEFAULT_COMMAND),
+    package="sglang",  # its defaults are read where it is installed; no SGLang build runs on CPUs
     capabilities=frozenset(),  # the probes, the speculative sweep, block-pool replay and init rest on vLLM's ways
     deployment=DeploymentStyle(launch=("python3", "-m", "sglang.launch_server"), model_flag="--model-path",
                                image="lmsysorg/sglang", image_tag=_release_tag, entrypoint_takes_args=False,
                                service="sglang", container_port=30000),
+    pool=PoolFlags(share="mem-fraction-static", grow=("mem-fraction-static", "max-total-tokens"),
+                   batch_limit="max-running-requests", context="context-length"),
     reserved_args={"model-path": "engine.model", "model": "engine.model", "port": "engine.port",
                    "served-model-name": "engine.served_model_name"},
     argv_secret_flags=frozenset({"api-key"}),  # SGLang reads its key from argv only
@@ -118,7 +121,7 @@ class SglangEngine(ServerEngine):
 
     def read_defaults(self) -> EngineDefaults:
         """SGLang's argument defaults and flags, from its parser in the command's interpreter."""
-        found = read_engine_defaults(self.command, probe=_DEFAULTS_PROBE, package="sglang", label="SGLang")
+        found = read_engine_defaults(self.command, PROFILE, _DEFAULTS_PROBE)
         self._version = found.version
         return found
 

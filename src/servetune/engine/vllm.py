@@ -14,11 +14,11 @@ from .bootfacts import BootFacts, parse_boot_facts
 from .cache import CACHE_ENV, CacheDirs
 from .classify import Failure, classify_failure
 from .config import Config, normalize_flag_name, render_flags
-from .defaults import EngineDefaults, read_engine_defaults
+from .defaults import PARSER_REPORT, EngineDefaults, read_engine_defaults
 from .knobs import ENV_KNOB, KnobEvidence, check_knobs, metric_families, report_variables
 from .launch import Server
 from .placement import Placement
-from .profile import Capability, DeploymentStyle, EngineProfile
+from .profile import Capability, DeploymentStyle, EngineProfile, PoolFlags
 from .registry import register_engine
 from .server_engine import ServerEngine
 
@@ -44,13 +44,42 @@ KNOB_REPORT_ENV = "SERVETUNE_KNOB_REPORT"
 # vLLM's secret flags -> the variable it reads instead, so the value never sits in argv.
 SECRET_FLAGS = {"api-key": "VLLM_API_KEY", "hf-token": "HF_TOKEN"}
 
+# Runs in vLLM's interpreter (engine/defaults.py). Prints one JSON object: the version, {dest: default}
+# for every option whose default is JSON data (reprs of other objects are not defaults a
+# study file could spell, so they are left out), and every long flag the parser takes.
+DEFAULTS_PROBE = r"""
+import argparse, importlib.util, json, sys
+from vllm.engine.arg_utils import AsyncEngineArgs
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
+import vllm
+parser = FlexibleArgumentParser()
+AsyncEngineArgs.add_cli_args(parser)
+# The API server's flags are the engine's plus the frontend's (port, api-key, chat-template);
+# where its parser lives moved between versions, and the engine's alone is the fallback.
+flag_parser = parser
+for where in ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cli_args"):
+    try:
+        flag_parser = __import__(where, fromlist=["make_arg_parser"]).make_arg_parser(FlexibleArgumentParser())
+        break
+    except Exception:
+        pass
+version = getattr(vllm, "__version__", None)
+""" + PARSER_REPORT
+
 PROFILE = EngineProfile(
     kind="vllm", label="vLLM",
     default_command=tuple(DEFAULT_COMMAND),
+    package="vllm", defaults_required=True, cpu_bind_env="VLLM_CPU_OMP_THREADS_BIND",
     capabilities=frozenset(Capability),  # every engine-specific feature was built on vLLM
     deployment=DeploymentStyle(launch=("vllm", "serve"), model_flag=None, image="vllm/vllm-openai",
                                image_tag=lambda release: f"v{release}", entrypoint_takes_args=True, service="vllm",
                           container_port=8000),
+    pool=PoolFlags(share="gpu-memory-utilization",
+                   grow=("gpu-memory-utilization", "kv-cache-memory-bytes", "num-gpu-blocks-override"),
+                   batch_limit="max-num-seqs", context="max-model-len"),
     reserved_args={"model": "engine.model", "port": "engine.port", "served-model-name": "engine.served_model_name"},
     secret_flags=SECRET_FLAGS,
 )
@@ -138,7 +167,7 @@ class VllmEngine(ServerEngine):
 
     def read_defaults(self) -> EngineDefaults:
         """vLLM's argument defaults, from the command's interpreter (a subprocess of ~10 s)."""
-        return read_engine_defaults(self.command)
+        return read_engine_defaults(self.command, PROFILE, DEFAULTS_PROBE)
 
     def before_run(self, url: str, api_key: str | None) -> None:
         """Empty the prefix cache (dev mode only). Without it, the nonce at the start of every

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import server_http
 from ..errors import ServetuneError
-from ..vocabulary import VLLM_METRIC_NAMES, MetricNames, Outcome, for_http_status
+from ..vocabulary import ANY_ENGINE_METRIC_NAMES, MetricNames, Outcome, for_http_status
 from . import arrivals, classes, client, health, metrics, sweep
 from .dataset import RequestSpec, request_specs, trace_specs, unshared
 from .options import Progress, RunOptions
@@ -92,7 +92,7 @@ class _Limits:
     api_key: str | None
     stall_timeout_s: float
     end_by_ns: int  # perf_counter_ns: the run's deadline
-    metric_names: MetricNames = VLLM_METRIC_NAMES  # the server's /metrics families
+    metric_names: MetricNames = ANY_ENGINE_METRIC_NAMES  # the server's /metrics families
 
 
 def _worker(args: tuple[str, list[client.Job], int | None, int, int | None, _Limits]) -> client.DriveResult:

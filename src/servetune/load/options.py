@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..vocabulary import VLLM_METRIC_NAMES, MetricNames
+from ..vocabulary import ANY_ENGINE_METRIC_NAMES, MetricNames
 from .client import ShouldStop
 
 Progress = Callable[[int, int], None]
@@ -45,8 +45,8 @@ class RunOptions:
     """See `client.drive`; a run it ends keeps what it measured (`summary["stopped_early"]` is
     True, the requests it cancelled count as failed). Needs workers=1."""
 
-    metric_names: MetricNames = VLLM_METRIC_NAMES
-    """The server's /metrics families (its engine's; vLLM's by default)."""
+    metric_names: MetricNames = ANY_ENGINE_METRIC_NAMES
+    """The server's /metrics families (its engine's; every engine's for a server of unknown kind)."""
 
     detailed: bool = True
     """The JSON also holds vLLM's per-request arrays (`--save-detailed`: ttfts, itls, ...); the

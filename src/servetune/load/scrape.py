@@ -17,12 +17,13 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from .. import server_http
-from ..vocabulary import VLLM_METRIC_NAMES, MetricNames
+from ..vocabulary import ANY_ENGINE_METRIC_NAMES, MetricNames
 from . import speculative_metrics
 
-# vLLM's names: the default for a server of unknown kind (bench, capacity); a study's engine passes its own.
-COUNTERS = dict(VLLM_METRIC_NAMES.counters)
-GAUGES = dict(VLLM_METRIC_NAMES.gauges)
+# Every engine's names: the default for a server of unknown kind (bench, capacity); a study's engine
+# passes its own.
+COUNTERS = dict(ANY_ENGINE_METRIC_NAMES.counters)
+GAUGES = dict(ANY_ENGINE_METRIC_NAMES.gauges)
 SAMPLE_INTERVAL_S = 0.5
 
 
@@ -55,13 +56,14 @@ def parse_values(text: str, wanted: dict[str, str], per_label: Mapping[str, str]
     return out
 
 
-def counter_values(text: str, names: MetricNames = VLLM_METRIC_NAMES) -> dict[str, float]:
+def counter_values(text: str, names: MetricNames = ANY_ENGINE_METRIC_NAMES) -> dict[str, float]:
     """A /metrics page's counters and histogram sums and counts, under the engine's names: what a
     run's deltas are taken of."""
     return parse_values(text, dict(names.counters), names.per_label, names.histograms)
 
 
-def read_counters(base_url: str, names: MetricNames = VLLM_METRIC_NAMES, timeout_s: float = 30.0) -> dict[str, float]:
+def read_counters(base_url: str, names: MetricNames = ANY_ENGINE_METRIC_NAMES,
+                  timeout_s: float = 30.0) -> dict[str, float]:
     """`counter_values` of the server's /metrics now, read synchronously (scripts, tests); a
     loopback server is never reached through a proxy."""
     import urllib.request
@@ -85,7 +87,7 @@ def histogram_means(deltas: Mapping[str, float], keys: Iterable[str]) -> dict[st
 class Scraper:
     """before() / start sampling / after(); `result()` gives deltas and peaks."""
 
-    def __init__(self, base_url: str, api_key: str | None = None, names: MetricNames = VLLM_METRIC_NAMES) -> None:
+    def __init__(self, base_url: str, api_key: str | None = None, names: MetricNames = ANY_ENGINE_METRIC_NAMES) -> None:
         self.url = base_url.rstrip("/") + "/metrics"
         self.names = names
         self._gauge_prefixes = tuple(name.encode() for name in names.gauges)

@@ -17,6 +17,8 @@ from typing import Any
 from ..engine.applied import AppliedMismatch
 from ..engine.bootfacts import BootFacts
 from ..engine.config import Config
+from ..engine.profile import EngineProfile
+from ..engine.registry import profile_for
 from ..server_evidence import KV_LOW, Evidence
 
 
@@ -26,9 +28,6 @@ class Advice:
     topic: str        # short key, e.g. "gpu-memory-utilization"
     text: str
     basis: str        # the measurement the advice rests on, e.g. "/metrics of chat: preemptions 3"
-
-
-_MEMORY_FLAGS = ("gpu-memory-utilization", "kv-cache-memory-bytes", "num-gpu-blocks-override")
 
 
 def _number(value: Any) -> float | None:
@@ -41,8 +40,10 @@ def _truthy(value: Any) -> bool:
 
 def advise_config(label: str, config: Config, baseline: Config | None,
                   evidence: Mapping[str, Evidence], boot_facts: BootFacts | None,
-                  mismatches: Iterable[AppliedMismatch] = ()) -> list[Advice]:
-    """Advice for one config from its per-scenario evidence, BootFacts and applied-check mismatches."""
+                  mismatches: Iterable[AppliedMismatch] = (), profile: EngineProfile | None = None) -> list[Advice]:
+    """Advice for one config from its per-scenario evidence, BootFacts and applied-check mismatches;
+    the flags it names are those of the engine that ran the config (`profile`, vLLM's by default)."""
+    pool = (profile or profile_for("vllm")).pool
     out: list[Advice] = []
     ev = {s: e for s, e in evidence.items() if not e.empty}
     tight = sorted(s for s, e in ev.items() if e.pool_tight)
@@ -52,23 +53,23 @@ def advise_config(label: str, config: Config, baseline: Config | None,
 
     if tight:
         worst = max((ev[s] for s in tight), key=lambda e: (e.preemptions or 0, e.kv_usage_peak or 0))
-        out.append(Advice(label, "gpu-memory-utilization",
-                          f"The KV cache pool is tight in {', '.join(tight)}: raising --gpu-memory-utilization "
-                          "(or lowering --max-num-seqs) should help; lowering --max-model-len does not, it caps "
-                          "one request, not the pool.",
+        out.append(Advice(label, pool.share,
+                          f"The KV cache pool is tight in {', '.join(tight)}: raising --{pool.share} "
+                          f"(or lowering --{pool.batch_limit}) should help; lowering --{pool.context} does not, it "
+                          "caps one request, not the pool.",
                           _kv_basis(tight, worst)))
-    raised = [f for f in _MEMORY_FLAGS if f in diff]
+    raised = [f for f in pool.grow if f in diff]
     if raised and ev and not tight:
         scraped = sorted(s for s, e in ev.items() if e.preemptions is not None or e.kv_usage_peak is not None)
-        out.append(Advice(label, "gpu-memory-utilization",
+        out.append(Advice(label, pool.share,
                           f"This config changes {', '.join('--' + f for f in raised)}, but no scenario preempted "
                           "or filled the KV pool: more KV memory only helps when preemptions > 0 or KV usage is "
                           "high; it takes memory from everything else for no gain.",
                           _kv_basis(scraped or sorted(ev), _fullest(ev[s] for s in (scraped or sorted(ev))))))
-    elif roomy and not tight and "gpu-memory-utilization" in config.flags:
-        out.append(Advice(label, "gpu-memory-utilization",
+    elif roomy and not tight and pool.share in config.flags:
+        out.append(Advice(label, pool.share,
                           f"No preemptions and peak KV usage below {KV_LOW:.0%} in {', '.join(roomy)}: the KV "
-                          "pool is larger than this workload needs; do not raise --gpu-memory-utilization.",
+                          f"pool is larger than this workload needs; do not raise --{pool.share}.",
                           _kv_basis(roomy, _fullest(ev[s] for s in roomy))))
 
     prefix_on = config.flags.get("enable-prefix-caching")
@@ -83,15 +84,15 @@ def advise_config(label: str, config: Config, baseline: Config | None,
                           "before turning it off.",
                           "/metrics prefix-cache hit rate " + ", ".join(
                               f"{s} {_pct(r)}" for s, r in sorted(rates.items()))))
-    # Waiting > 0 alone is normal (a request waits a scheduler step); it points at max-num-seqs
-    # only when the running batch sat at that limit while the KV pool had room.
-    limit = _number(config.flags.get("max-num-seqs"))
+    # Waiting > 0 alone is normal (a request waits a scheduler step); it points at the batch limit
+    # (max-num-seqs) only when the running batch sat at that limit while the KV pool had room.
+    limit = _number(config.flags.get(pool.batch_limit))
     waiting = sorted(s for s, e in ev.items() if (e.waiting_peak or 0) > 0 and not e.pool_tight
                      and limit is not None and (e.running_peak or 0) >= limit)
     if waiting and limit is not None:
-        out.append(Advice(label, "max-num-seqs",
+        out.append(Advice(label, pool.batch_limit,
                           f"Requests queued (waiting > 0) in {', '.join(waiting)} with the running batch at "
-                          f"--max-num-seqs {limit:g} while the KV pool had room: raising it should help.",
+                          f"--{pool.batch_limit} {limit:g} while the KV pool had room: raising it should help.",
                           "/metrics " + "; ".join(
                               f"{s}: peak waiting {_fmt(ev[s].waiting_peak)}, peak running "
                               f"{_fmt(ev[s].running_peak)}, peak KV usage {_pct(ev[s].kv_usage_peak)}"

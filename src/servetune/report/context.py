@@ -28,6 +28,7 @@ from ..engine.config import Config
 from ..engine.knobs import KnobStatus
 from ..engine.placement import Placement
 from ..engine.provenance import ImageRef, parse_build
+from ..engine.registry import PROFILES
 from ..errors import ServetuneError
 from ..secrets import Redactor
 from ..server_evidence import Evidence
@@ -107,7 +108,7 @@ class TrialView:
     kv_cache_tokens: int | None
     max_concurrency: float | None
     startup_s: float | None
-    vllm_version: str | None
+    engine_version: str | None  # its boot's ("0.11.0"; "SGLang 0.5.15" in a study of several engines)
     mismatches: list[str]
     knobs: list[str]  # each env knob: "env.X=v applied", "... not applied", "... unproven"
     knob_notes: list[str]  # why each knob that did not read applied reads so, with the log line
@@ -231,6 +232,7 @@ class ReportData:
     class_columns: tuple[str, ...] = TABLE_KEYS                # the statistics each class row shows
     exclusions: list[ExclusionView] = field(default_factory=list)  # boots kept out of the verdict
     provenance: ProvenanceView | None = None
+    engine_column: str = "vLLM"  # the trials table's engine-version column: the engine's label, "engine" for several
     machine: MachineView = field(default_factory=lambda: MachineView(recorded=False))  # what it was measured on
     profiles: list[ProfileView] = field(default_factory=list)   # one deployment per profile of the study
     pareto: ParetoView | None = None
@@ -430,8 +432,12 @@ def _redactor(store: StudyStore, spec: dict[str, Any]) -> Callable[[str], str]:
     return lambda text: from_env(store.redact(text))
 
 
-def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> TrialView:
+def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str], *, name_engine: bool) -> TrialView:
+    """`name_engine`: the study ran several engines, so the version cell names the boot's engine."""
     facts = t.boot_facts or BootFacts()
+    version = facts.engine_version
+    if version and name_engine:
+        version = f"{_engine_label(facts.engine)} {version}"
     startup = facts.startup_seconds if facts.startup_seconds is not None else t.boot_s
     mism = [describe_mismatch(m) for m in t.mismatches]
     knob_notes = [redact(k.describe() + (f": {k.evidence_line}" if k.evidence_line else ""))
@@ -441,7 +447,7 @@ def _trial_view(t: Trial, base: Config | None, redact: Callable[[str], str]) -> 
         outcome=t.outcome or t.status, detail=redact(t.detail) if t.detail else t.detail,
         log_lines=explaining_lines(redact(t.log_tail or "")) if t.outcome not in (None, Outcome.ok) else [],
         kv_cache_tokens=facts.kv_cache_tokens, max_concurrency=facts.max_concurrency,
-        startup_s=startup, vllm_version=facts.engine_version, mismatches=mism,
+        startup_s=startup, engine_version=version, mismatches=mism,
         knobs=[f"{k.knob}={k.requested} {k.status.value}" for k in t.knobs], knob_notes=knob_notes,
         runs_ok=len(t.ok_runs()), runs_total=len(t.runs), slot=_slot_label(t), cache=cache_label(t.cache),
         excluded=t.exclusion.why if t.exclusion is not None else "")
@@ -473,12 +479,22 @@ def _exclusions(trials: list[Trial], base: Config | None) -> list[ExclusionView]
     return out
 
 
-def _provenance(trials: list[Trial], store: StudyStore, engine_kind: str) -> ProvenanceView:
-    name = {"vllm": "vLLM"}.get(engine_kind, engine_kind)
-    versions = dict.fromkeys(t.boot_facts.engine_version for t in trials
+def _engine_label(kind: str) -> str:
+    """How reports name engine `kind` (its profile's label; the kind itself for one not registered)."""
+    return PROFILES[kind].label if kind in PROFILES else kind
+
+
+def _study_engine_kinds(spec: dict[str, Any]) -> list[str]:
+    """The engines a stored study spec ran: its engine section's, then the others'."""
+    return list(dict.fromkeys([str((spec.get("engine") or {}).get("kind") or "vllm"), *(spec.get("engines") or {})]))
+
+
+def _provenance(trials: list[Trial], store: StudyStore) -> ProvenanceView:
+    """Each distinct engine version the boots logged, named by the engine whose log it is."""
+    versions = dict.fromkeys((t.boot_facts.engine, t.boot_facts.engine_version) for t in trials
                              if t.boot_facts is not None and t.boot_facts.engine_version)
     roots = dict.fromkeys(t.cache.root for t in trials if t.cache is not None and t.cache.root)
-    return ProvenanceView(engines=[f"{name} {parse_build(v).describe()}" for v in versions if v],
+    return ProvenanceView(engines=[f"{_engine_label(k)} {parse_build(v).describe()}" for k, v in versions if v],
                           images=store.engine_images(),
                           cache_roots=[r for r in roots if r])
 
@@ -688,6 +704,8 @@ def build(analysis: StudyAnalysis, store: StudyStore,
     profiles = profiles or {}
     spec = _spec(store)
     redact = _redactor(store, spec)
+    engine_kinds = _study_engine_kinds(spec)
+    engine_labels = [_engine_label(k) for k in engine_kinds]
     objective = _objective(spec)
     slo_metrics = list(dict.fromkeys(m for s in (analysis.baseline.scenarios if analysis.baseline else {})
                                      for m in objective.slo_for(s)))
@@ -709,7 +727,8 @@ def build(analysis: StudyAnalysis, store: StudyStore,
         evidence += [EvidenceRow(label, s, e) for s, e in ev.items() if not e.empty]
         last = next((trial_by_id[t] for t in reversed(c.trial_ids) if t in trial_by_id), None)
         advice += advise_config(label, c.config, None if c.is_baseline else base_cfg, ev,
-                                last.boot_facts if last else None, last.mismatches if last else ())
+                                last.boot_facts if last else None, last.mismatches if last else (),
+                                PROFILES.get(c.config.engine or engine_kinds[0]))
 
     notes = _speculative_notes(store)
     try:
@@ -736,7 +755,7 @@ def build(analysis: StudyAnalysis, store: StudyStore,
         metric_rows=_metric_rows(analysis, analysis.winner, objective),
         configs=_config_lines(analysis, unapplied), diff=diff, deployment=dep,
         snippets=snippets(dep) if dep is not None else None,
-        trials=[_trial_view(t, base_cfg, redact) for t in trials],
+        trials=[_trial_view(t, base_cfg, redact, name_engine=len(engine_labels) > 1) for t in trials],
         slotted=len({t.slot for t in trials}) > 1 or any(t.placement is not None and t.placement.node for t in trials),
         param_effects=_param_effects(analysis, unapplied), importances=importances,
         plots=figures, evidence=evidence, advice=advice,
@@ -748,4 +767,5 @@ def build(analysis: StudyAnalysis, store: StudyStore,
         exclusions=_exclusions(trials, base_cfg),
         machine=build_machine(analysis, trials, base_cfg),
         profiles=_profile_views(profiles, spec, trial_by_id, images), pareto=front,
-        provenance=_provenance(trials, store, str((spec.get("engine") or {}).get("kind") or "vllm")))
+        engine_column=engine_labels[0] if len(engine_labels) == 1 else "engine",
+        provenance=_provenance(trials, store))

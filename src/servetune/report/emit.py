@@ -231,10 +231,12 @@ class Snippets:
     command: str
     compose: str
     kubernetes: str
+    launcher: str = "vllm serve"  # the launch line's words before the model, as a heading names it
 
 
 def snippets(dep: Deployment) -> Snippets:
-    return Snippets(command=serve_command(dep), compose=compose_yaml(dep), kubernetes=k8s_yaml(dep))
+    return Snippets(command=serve_command(dep), compose=compose_yaml(dep), kubernetes=k8s_yaml(dep),
+                    launcher=" ".join(dep.profile.deployment.launch))
 
 
 def write_snippets(dep: Deployment, out_dir: Path) -> dict[str, Path]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..engine.classify import Failure, classify_failure, tail
 from ..load.scenario import Scenario
-from ..vocabulary import VLLM_METRIC_NAMES, MetricNames
+from ..vocabulary import ANY_ENGINE_METRIC_NAMES, MetricNames
 from .duration import format_duration
 from .watch import ServerWatch
 from .window import MEASURED, Window, measure_window, window_scenario
@@ -63,7 +63,7 @@ def _diagnose(watch: ServerWatch, diagnose: Callable[[], Failure] | None, log_pa
 
 
 def run_soak(watch: ServerWatch, plan: SoakPlan, runs_dir: Path, *, model: str | None = None,
-             tokenizer_dir: Path | None = None, metric_names: MetricNames = VLLM_METRIC_NAMES,
+             tokenizer_dir: Path | None = None, metric_names: MetricNames = ANY_ENGINE_METRIC_NAMES,
              log_path: Path | None = None, diagnose: Callable[[], Failure] | None = None,
              redact: Callable[[str], str] = str,
              on_window: Callable[[Window], None] | None = None, result: SoakRun | None = None,

@@ -14,7 +14,7 @@ from ..load.bench import run_scenario
 from ..load.options import RunOptions
 from ..load.scenario import Scenario
 from ..report.requests import read_records
-from ..vocabulary import VLLM_METRIC_NAMES, MetricNames, Outcome
+from ..vocabulary import ANY_ENGINE_METRIC_NAMES, MetricNames, Outcome
 
 MEASURED = (Outcome.ok, Outcome.client_bound)
 
@@ -62,7 +62,7 @@ def _geomean(values: list[float]) -> float | None:
 
 
 def measure_window(url: str, sc: Scenario, index: int, t0: float, runs_dir: Path, *, model: str | None,
-                   metric_names: MetricNames = VLLM_METRIC_NAMES,
+                   metric_names: MetricNames = ANY_ENGINE_METRIC_NAMES,
                    tokenizer_dir: Path | None, api_key: str | None) -> Window:
     """Run window `index` (`sc` already shaped by window_scenario); `t0`: the soak's start (monotonic)."""
     run_id = f"window{index:04d}-{sc.name}"

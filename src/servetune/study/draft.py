@@ -93,7 +93,8 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
     profile = profile_for(inp.engine)
     out = _Lines()
     baseline = dict(serve.args) if serve else {}
-    why_base = ("your current `vllm serve` flags: the baseline every candidate is judged against" if serve
+    why_base = (f"your current `{' '.join(profile.deployment.launch)}` flags: the baseline every candidate is "
+                "judged against" if serve
                 else f"{profile.label}'s defaults are the baseline: does any flag beat them on this workload?")
     if not model.has_weights:
         baseline.setdefault("load-format", "dummy")
@@ -117,7 +118,7 @@ def draft(inp: DraftInput) -> tuple[str, dict[str, Any]]:
     if not model.has_weights:
         out.comment(f"load-format dummy: the directory has no weight files, so {profile.label} runs random weights "
                     "(speed is the real model's, answers are not)", "  ")
-    if not hw.is_gpu:
+    if "kv-cache-memory-bytes" in baseline and not hw.is_gpu:
         out.comment("kv-cache-memory-bytes and max-model-len: the CPU build sizes its KV cache from these, "
                     "not from a share of GPU memory", "  ")
     if serve and serve.env:

@@ -190,11 +190,12 @@ MEANINGS: dict[str, str] = {
     "StudySpec.alpha": "significance level of the intervals and the Holm-corrected tests",
     "StudySpec.seed": "seed of the strategy and the prompts",
     "StudySpec.capacity": "how `maximize: capacity` searches each scenario's load level on a boot",
-    "EngineSpec.command": "the launch command before the flags; a bare `python`/`python3` is servetune's own "
-                          "interpreter; also `[vllm, serve]` or `[docker, run, ..., IMAGE]`",
+    "EngineSpec.command": "the launch command before the flags (default: the engine's launcher module); a bare "
+                          "`python`/`python3` is servetune's own interpreter; also `[vllm, serve]` or "
+                          "`[docker, run, ..., IMAGE]` for vLLM",
     "EngineSpec.model": "a local model directory or a Hugging Face id",
-    "EngineSpec.args": "the baseline's flags (`max-num-seqs: 64`; booleans render as `--x` / `--no-x`, mappings "
-                       "as JSON, IEC sizes like `2GiB` in bytes)",
+    "EngineSpec.args": "the baseline's flags (`max-num-seqs: 64`; booleans render as `--x` / `--no-x`, for "
+                       "SGLang `--x` / nothing; mappings as JSON, IEC sizes like `2GiB` in bytes)",
     "EngineSpec.env": "the server's environment variables (secret-looking names are taken out and never stored)",
     "EngineSpec.startup_timeout_s": "the cap, in seconds from launch, of a boot whose log keeps moving "
                                     "(loading, compiling, capturing): past it the boot fails as `startup_timeout`",

@@ -794,6 +794,11 @@ class StudySpec(_Strict):
         """Features the study's engine lacks, and an engine comparison that cannot run as meant."""
         problems: list[tuple[Loc, str]] = []
         profile = self.engine.profile
+        for section in [self.engine, *self.engines.values()]:
+            if section.pin_engine_core and not section.profile.supports(Capability.engine_core_pinning):
+                where: Loc = ("engine",) if section is self.engine else ("engines", section.kind)
+                problems.append(((*where, "pin_engine_core"), f"{Capability.engine_core_pinning.value} is not "
+                                                              f"supported for {section.kind}"))
         for key in self.space:
             if key.split(".")[0] == "speculative-config" and not profile.supports(Capability.speculative_sweep):
                 problems.append((("space", key), f"{Capability.speculative_sweep.value} is not supported for "

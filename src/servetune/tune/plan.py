@@ -29,11 +29,12 @@ from typing import Any
 from ..analysis import eta as eta_seed
 from ..analysis import pool_evidence, slo_proof
 from ..analysis.analysis import trial_count
-from ..engine.defaults import EngineDefaults, in_container
+from ..engine.defaults import EngineDefaults, in_container, runs_package
 from ..engine.equivalence import Booted, duplicate_detail
 from ..engine.gates import why_not_here
 from ..engine.hardware import Hardware
 from ..engine.knobs import ENV_KNOB, evidence_source
+from ..engine.registry import profile_for
 from ..models.source import ModelSource, locate
 from ..search import make_strategy
 from ..search.base import TrialView
@@ -85,7 +86,8 @@ def make_plan(spec: StudySpec, read_defaults: Callable[[], EngineDefaults], *,
               ask_hub: bool = True, hardware: Hardware | None = None) -> StudyPlan:
     """Every check, then the plan: reads the engine's defaults (a subprocess) and locates the model."""
     engine, found = find_engine(spec.engine.command)
-    defaults = read_defaults() if found else EngineDefaults(source=f"unknown: {engine}")
+    unread = EngineDefaults(label=spec.engine.profile.label, source=f"unknown: {engine}")
+    defaults = read_defaults() if found else unread
     return assemble(spec, defaults, locate(spec.engine.model, ask_hub=ask_hub), engine, found, hardware)
 
 
@@ -120,10 +122,10 @@ def knob_evidence(spec: StudySpec) -> dict[str, str | None]:
 
 
 def _must_read(spec: StudySpec) -> bool:
-    """vLLM's own entry point should answer for its defaults; a container or another engine may not."""
-    from ..engine.defaults import runs_vllm
-
-    return spec.engine.kind == "vllm" and runs_vllm(list(spec.engine.command))
+    """An engine whose profile requires it answers for its defaults when the study runs its own entry
+    point; a container, another program or another engine may not."""
+    profile = profile_for(spec.engine.kind)
+    return profile.defaults_required and runs_package(list(spec.engine.command), profile.package)
 
 
 def find_engine(command: list[str]) -> tuple[str, bool]:

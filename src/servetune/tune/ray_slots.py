@@ -55,6 +55,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..engine.config import Config
 from ..engine.placement import _GPU_FLAGS, Placement, plan_placements, server_gpus
+from ..engine.registry import cpu_bind_variables
 from ..errors import ServetuneError
 from ..store import StudyStore, Trial
 from ..study.spec import StudySpec
@@ -63,8 +64,6 @@ from .recovery import Leftovers
 from .slots import Driver, Finished, LiveServers, SlotCalls, SlotLost, SlotStopped, resolve_call
 from .trial import TrialExecutor, TrialPlan
 
-# The CPU build's OpenMP binding, set with a slot's share of a node's CPUs (engine/placement.py).
-_CPU_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 # Ray's label of every node: its id (what a scheduling preference names a node by).
 _NODE_ID_LABEL = "ray.io/node-id"
 # How often a waiting side looks again (a mailbox take, a slot's wait for an answer); not a timing
@@ -263,11 +262,12 @@ class RaySlots:
     """`SlotBackend` on a Ray cluster (see the module docstring)."""
 
     def __init__(self, driver: Driver, executor: TrialExecutor, store: StudyStore, *, slots: int, gpus: int,
-                 cpus: float = 1.0, ready_timeout_s: float = READY_TIMEOUT_S):
+                 cpus: float = 1.0, ready_timeout_s: float = READY_TIMEOUT_S, bind_env: tuple[str, ...] = ()):
         self.driver = driver
         self.placements: list[Placement] = []
         self._store = store
         self._gpus, self._cpus, self._ready_timeout_s = gpus, cpus, ready_timeout_s
+        self._bind_env = bind_env  # the study's engines' CPU-binding variables, set with a slot's share of a node
         # Without the store and the live servers of this process: what travels to the actors.
         self._template = executor.on_slot(None, None, live=None)  # type: ignore[arg-type]
         # On the driver's own node: a node that dies must not take the study's mailbox with it.
@@ -285,7 +285,7 @@ class RaySlots:
         # GPUs takes that index back (its baseline holds), another gets a fresh one (its own baseline).
         self._seen: dict[int, Placement | None] = {t.slot: t.placement for t in store.trials()}
         actors = [self._start_actor() for _ in range(slots)]
-        wheres = _share_cpus([self._ready(f"slot {n}", actor) for n, actor in enumerate(actors)], gpus)
+        wheres = _share_cpus([self._ready(f"slot {n}", actor) for n, actor in enumerate(actors)], gpus, bind_env)
         for actor, where in zip(actors, wheres):
             self._assign(actor, where)
         self._pump = threading.Thread(target=self._serve_mailbox, name="servetune-ray-pump", daemon=True)
@@ -295,7 +295,8 @@ class RaySlots:
     def factory(cls, spec: StudySpec) -> Callable[[Driver, TrialExecutor, StudyStore], RaySlots]:
         """What StudyRunner(slots=...) takes: the study's slots on the connected cluster."""
         return lambda driver, executor, store: cls(driver, executor, store, slots=spec.parallel.slots,
-                                                   gpus=slot_gpus(spec))
+                                                   gpus=slot_gpus(spec),
+                                                   bind_env=cpu_bind_variables(spec.engine_kinds))
 
     # --- slots ----------------------------------------------------------------------------
 
@@ -357,7 +358,7 @@ class RaySlots:
             # On the lost slot's node a CPU slot takes its share of the cores; elsewhere, no pinning.
             same_node = where.where.get("node") == gone.where.get("node")
             share = (gone.cpus if same_node else None) if not self._gpus else None
-            env = {k: v for k, v in gone.env.items() if k == _CPU_BIND} if share else {}
+            env = {k: v for k, v in gone.env.items() if k in self._bind_env} if share else {}
             # A fresh index even on the same node: the lost slot's GPUs may be what failed.
             return self._assign(actor, dataclasses.replace(where, cpus=share, env={**where.env, **env}), reuse=False)
         except (ServetuneError, RayError) as exc:
@@ -478,7 +479,7 @@ class RaySlots:
             self.driver.finished(message)
 
 
-def _share_cpus(wheres: list[Placement], gpus: int) -> list[Placement]:
+def _share_cpus(wheres: list[Placement], gpus: int, bind_env: tuple[str, ...] = ()) -> list[Placement]:
     """CPU slots (no GPUs) that share a node split its CPUs as local slots do (plan_placements):
     each server and its engine stay on their own cores. GPU slots and a node's only slot are not
     pinned."""
@@ -491,7 +492,7 @@ def _share_cpus(wheres: list[Placement], gpus: int) -> list[Placement]:
     for members in by_node.values():
         if len(members) < 2:
             continue
-        shares = plan_placements(len(members), 0, cpus=wheres[members[0]].cpus)
+        shares = plan_placements(len(members), 0, cpus=wheres[members[0]].cpus, bind_env=bind_env)
         for i, share in zip(members, shares):
             out[i] = dataclasses.replace(out[i], env={**out[i].env, **share.env}, cpus=share.cpus)
     return out

@@ -26,6 +26,7 @@ from ..engine.cache import CacheRecord
 from ..engine.config import Config
 from ..engine.defaults import EngineDefaults
 from ..engine.placement import Placement, plan_placements
+from ..engine.registry import cpu_bind_variables
 from ..errors import ServetuneError
 from ..models.source import locate
 from ..store import EtaEntry, StudyStore, Trial, TrialRole, Verdict
@@ -54,7 +55,8 @@ class StudyRunner:
         self._slot_factory = slots
         # Before the lock: too few GPUs or CPUs for the slots is the study file's error, nothing is touched.
         # On Ray the slots' placements are what the cluster assigns (set in _start_slots).
-        self.placements: list[Placement] = (plan_placements(spec.parallel.slots, spec.parallel.gpus_per_trial)
+        self.placements: list[Placement] = (plan_placements(spec.parallel.slots, spec.parallel.gpus_per_trial,
+                                                            bind_env=cpu_bind_variables(spec.engine_kinds))
                                             if slots is None else [Placement(i) for i in range(spec.parallel.slots)])
         # The lock before anything is read or written; a directory holding another study stops here.
         self.session = TunerSession.open(self.out_dir, lambda store: self._check_start(store))
