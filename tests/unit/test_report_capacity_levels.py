@@ -78,3 +78,19 @@ def test_levels_and_curves_are_the_judged_values_without_the_first_wave(tmp_path
     assert plotted["metrics"]["users"] == ["p95_ttft_ms", "p99_itl_ms"]
     assert [(p.level, p.values["p95_ttft_ms"]) for p in boot] == [(40, pytest.approx(300.0)), (80, pytest.approx(1500.0))]
     assert all(p.values["p99_itl_ms"] == pytest.approx(20.0) for p in boot)   # no SLO on it: its plain p99
+
+
+def test_a_level_row_counts_its_failed_requests_among_the_judged_and_says_so(tmp_path: Path) -> None:
+    """A failed request is judged (over every limit): the row counts it and how many failed."""
+    import numpy as np
+
+    from servetune.capacity.levels import LevelSample, judge_level
+    from servetune.capacity.sequential import Looks
+    from servetune.capacity.slo import parse_slo
+
+    values = [np.array([np.inf]) if i % 10 == 0 else np.array([300.0]) for i in range(200)]
+    level = judge_level(4.0, [LevelSample(4.0, {"ttft": values}, 200, 180, failed=20)],
+                        [parse_slo("ttft:p95=1000")], Looks(0.05, 1, 3))
+    row = report_capacity._level_row("default", 1, level, 0.95)
+    assert (row.judged, row.failed, row.verdict) == (200, 20, "violates")
+    assert row.slos[0].startswith("2000 [")   # 10 % failed: the p95 is a failed one, counted at twice the limit

@@ -43,6 +43,7 @@ def capacity_document(result: SearchResult, est: CapacityEstimate, slos: list[Sl
         "error": result.error,
         "levels": [
             {"level": r.level, "runs": len(r.samples), "requests": r.requests, "completed": r.completed,
+             "failed": sum(s.failed for s in r.samples),
              "verdict": r.verdict.value, "stopped_early": r.stopped,
              "goodput": _goodput(r, 1 - settings.alpha),
              "slos": [{"slo": str(j.slo), "key": j.slo.key, "values": j.n, "estimate_ms": _num(j.estimate),

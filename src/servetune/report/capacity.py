@@ -46,6 +46,7 @@ class LevelRow:
     level: float
     runs: int
     judged: int                          # requests whose latencies were judged (a closed loop's first wave is not)
+    failed: int                          # of them, ended without an answer: counted over every limit
     slos: list[str]                      # per SLO of the table: "estimate [low, high]" in ms
     goodput: str                         # req/s meeting every per-request SLO: "estimate [low, high]"
     verdict: str
@@ -164,7 +165,9 @@ def _level_tables(analysis: StudyAnalysis, trials: Sequence[Trial],
 
 
 def _level_row(label: str, trial_seq: int, lv: LevelResult, confidence: float) -> LevelRow:
-    return LevelRow(label=label, trial_seq=trial_seq, level=lv.level, runs=len(lv.samples), judged=lv.completed,
+    failed = sum(s.failed for s in lv.samples)
+    return LevelRow(label=label, trial_seq=trial_seq, level=lv.level, runs=len(lv.samples),
+                    judged=lv.completed + failed, failed=failed,
                     slos=[_judged_text(j) for j in lv.judgements], goodput=_goodput_text(lv, confidence),
                     verdict=lv.verdict.value, stopped=lv.stopped)
 
