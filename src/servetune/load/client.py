@@ -28,7 +28,7 @@ from aiohttp.streams import StreamReader
 from yarl import URL
 
 from .. import server_http
-from .records import RequestRecord
+from .records import STOPPED_EARLY, RequestRecord
 
 # A response is read once, at its end (see _StampingHandler), so the body buffer must hold a
 # whole one without pausing the socket: 256 MiB is ~700k streamed tokens with usage stats.
@@ -41,7 +41,6 @@ STALLED = "stalled"
 # A server that took the run's first requests connects at once; a longer wait means it is gone.
 CONNECT_TIMEOUT_S = 10.0
 RUN_TIMEOUT = "run_timeout"
-STOPPED_EARLY = "stopped_early"   # metrics.missed_every_slo tells these apart by this prefix
 _JSON = {"Content-Type": "application/json"}
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..stats.intervals import goodput_ci
-from .records import RequestRecord
+from .records import STOPPED_EARLY, RequestRecord
 
 NS = 1e9
 SLO_NAMES = ("ttft", "tpot", "e2el")
@@ -38,15 +38,11 @@ def succeeded(rec: RequestRecord) -> bool:
     return rec.error is None and rec.first_token_ns is not None and bool(rec.chunk_ns)
 
 
-# client.STOPPED_EARLY's prefix: the run was ended on purpose, the request was not failed by the server
-_STOPPED_EARLY_PREFIX = "stopped_early:"
-
-
 def missed_every_slo(rec: RequestRecord) -> bool:
     """A request that ended without its answer (an error status, a broken or stalled stream, the
     run's deadline): above every latency limit, for an SLO. Not one in flight when the run was
     stopped early on purpose (the stop's own rule judged those)."""
-    return not succeeded(rec) and not (rec.error or "").startswith(_STOPPED_EARLY_PREFIX)
+    return not succeeded(rec) and not (rec.error or "").startswith(f"{STOPPED_EARLY}:")
 
 
 def output_len(rec: RequestRecord) -> int:

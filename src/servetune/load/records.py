@@ -24,6 +24,11 @@ class SummaryLike(Protocol):
     def __contains__(self, key: object, /) -> bool: ...
 
 
+# A request's error when it was still in flight as the run was stopped early on purpose
+# (client.Sender's should_stop): not a failure of the server (metrics.missed_every_slo).
+STOPPED_EARLY = "stopped_early"
+
+
 class RequestRecord(BaseModel):
     """One request as the client saw it. Times are perf_counter_ns of the client process."""
 
